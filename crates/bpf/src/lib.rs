@@ -1,0 +1,18 @@
+//! xnf's BPF programs as libbpf-rs skeletons, the types they share with
+//! user space, and a `BPF_PROG_TEST_RUN` harness for packet tests.
+
+pub mod skel {
+    //! Generated skeletons, one module per `bpf/*.bpf.c`.
+    #![allow(clippy::all, missing_docs, non_camel_case_types, unused)]
+    pub mod router {
+        include!(concat!(env!("OUT_DIR"), "/router.skel.rs"));
+    }
+    pub mod pass {
+        include!(concat!(env!("OUT_DIR"), "/pass.skel.rs"));
+    }
+}
+
+mod pod;
+pub mod pass;
+pub mod router;
+pub mod testrun;
