@@ -49,8 +49,8 @@ struct xnf_router_stats {
 /* Per managed interface, indexed by its stats slot. */
 struct xnf_router_iface {
 	__u8 mac[ETH_ALEN]; /* frames to another MAC are the kernel's to drop */
-	__u16 pad;
-	__u32 ifindex;
+	__u16 flags;        /* control plane only: how it was attached */
+	__u32 ifindex;      /* 0: slot unused */
 };
 
 /* Key of the ingress VLAN table: a tag seen on a physical interface. */

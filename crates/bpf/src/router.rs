@@ -176,6 +176,15 @@ pub struct RouterMaps {
     vlan_egress: MapHandle,
 }
 
+/// An attached interface as the `ifaces` map holds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IfaceEntry {
+    pub ifindex: u32,
+    pub mac: [u8; 6],
+    /// Control-plane bits recording how it was attached (see `xnf`).
+    pub flags: u16,
+}
+
 /// A VLAN device as the router's tables see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VlanEntry {
@@ -207,6 +216,31 @@ impl Stats {
     pub fn total_packets(&self) -> u64 {
         self.packets.iter().sum()
     }
+    /// Counts since `older` (counters only grow; a reset reads as zero).
+    pub fn delta(&self, older: &Stats) -> Stats {
+        let mut d = self.clone();
+        for (a, b) in d.packets.iter_mut().zip(older.packets) {
+            *a = a.saturating_sub(b);
+        }
+        for (a, b) in d.bytes.iter_mut().zip(older.bytes) {
+            *a = a.saturating_sub(b);
+        }
+        for (a, b) in d.reasons.iter_mut().zip(older.reasons) {
+            *a = a.saturating_sub(b);
+        }
+        d
+    }
+
+    /// Counts divided by `secs`, rounded.
+    pub fn per_second(&self, secs: f64) -> Stats {
+        let mut r = self.clone();
+        let f = |v: &mut u64| *v = (*v as f64 / secs).round() as u64;
+        r.packets.iter_mut().for_each(f);
+        r.bytes.iter_mut().for_each(f);
+        r.reasons.iter_mut().for_each(f);
+        r
+    }
+
     fn add(&mut self, raw: &RawStats) {
         for (a, b) in self.packets.iter_mut().zip(raw.packets) {
             *a += b;
@@ -253,12 +287,17 @@ impl RouterMaps {
     }
 
     /// Fills an interface's slot and zeroes its counters.
-    pub fn set_iface(&self, slot: u32, ifindex: u32, mac: [u8; 6]) -> Result<()> {
-        let entry = types::xnf_router_iface { mac, pad: 0, ifindex };
+    pub fn set_iface(&self, slot: u32, e: IfaceEntry) -> Result<()> {
+        self.update_iface(slot, e)?;
+        self.reset_stats(slot)
+    }
+
+    /// Rewrites an interface's slot (a MAC change), keeping its counters.
+    pub fn update_iface(&self, slot: u32, e: IfaceEntry) -> Result<()> {
+        let entry = types::xnf_router_iface { mac: e.mac, flags: e.flags, ifindex: e.ifindex };
         self.ifaces
             .update(&slot.to_ne_bytes(), as_bytes(&entry), MapFlags::ANY)
-            .context("writing the router's interface table")?;
-        self.reset_stats(slot)
+            .context("writing the router's interface table")
     }
 
     /// Empties a slot (ifindex 0 marks it free).
@@ -269,14 +308,14 @@ impl RouterMaps {
             .context("clearing the router's interface table")
     }
 
-    /// `(slot, ifindex, mac)` of every used slot.
-    pub fn ifaces(&self) -> Result<Vec<(u32, u32, [u8; 6])>> {
+    /// `(slot, entry)` of every used slot.
+    pub fn ifaces(&self) -> Result<Vec<(u32, IfaceEntry)>> {
         let mut out = Vec::new();
         for slot in 0..MAX_IFACES {
             if let Some(v) = self.ifaces.lookup(&slot.to_ne_bytes(), MapFlags::ANY)? {
                 let e: types::xnf_router_iface = from_bytes(&v);
                 if e.ifindex != 0 {
-                    out.push((slot, e.ifindex, e.mac));
+                    out.push((slot, IfaceEntry { ifindex: e.ifindex, mac: e.mac, flags: e.flags }));
                 }
             }
         }
@@ -285,7 +324,7 @@ impl RouterMaps {
 
     /// A free slot, or an error when all are used.
     pub fn free_slot(&self) -> Result<u32> {
-        let used: Vec<u32> = self.ifaces()?.into_iter().map(|(s, _, _)| s).collect();
+        let used: Vec<u32> = self.ifaces()?.into_iter().map(|(s, _)| s).collect();
         (0..MAX_IFACES)
             .find(|s| !used.contains(s))
             .with_context(|| format!("the router manages {MAX_IFACES} interfaces already; detach some first"))

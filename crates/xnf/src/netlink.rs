@@ -1,0 +1,228 @@
+//! Interfaces as rtnetlink reports them: a dump of all links, and a socket
+//! that wakes on link changes (for the VLAN follower).
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp,
+};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+/// What xnf needs to know about one interface.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    pub ifindex: u32,
+    pub name: String,
+    pub mac: Option<[u8; 6]>,
+    /// `IFLA_INFO_KIND`: "veth", "vlan", "bridge", ...; None for physical NICs.
+    pub kind: Option<String>,
+    /// For a VLAN device: its 802.1Q ID.
+    pub vlan_id: Option<u16>,
+    /// `IFLA_LINK`: the parent of a VLAN device, or a veth's peer.
+    pub parent: Option<u32>,
+    /// Set when `parent` lives in another network namespace.
+    pub parent_netnsid: Option<i32>,
+    pub ethernet: bool,
+    pub loopback: bool,
+    pub up: bool,
+    pub mtu: u32,
+    /// ID of the XDP program attached in any mode, if one is.
+    pub xdp_prog_id: Option<u32>,
+}
+
+impl Link {
+    /// Extracts the fields from an `RTM_NEWLINK` message.
+    pub fn from_message(msg: &LinkMessage) -> Self {
+        let mut link = Link {
+            ifindex: msg.header.index,
+            ethernet: msg.header.link_layer_type == LinkLayerType::Ether,
+            loopback: msg.header.flags.contains(LinkFlags::Loopback),
+            up: msg.header.flags.contains(LinkFlags::Up),
+            ..Default::default()
+        };
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::IfName(n) => link.name = n.clone(),
+                LinkAttribute::Address(a) if a.len() == 6 => link.mac = a.as_slice().try_into().ok(),
+                LinkAttribute::Mtu(m) => link.mtu = *m,
+                LinkAttribute::Link(p) => link.parent = Some(*p),
+                LinkAttribute::LinkNetNsId(id) => link.parent_netnsid = Some(*id),
+                LinkAttribute::Xdp(xdp) => {
+                    link.xdp_prog_id = xdp.iter().find_map(|x| match x {
+                        LinkXdp::ProgId(id) if *id != 0 => Some(*id),
+                        _ => None,
+                    })
+                }
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        match info {
+                            LinkInfo::Kind(k) => link.kind = Some(kind_name(k)),
+                            LinkInfo::Data(InfoData::Vlan(v)) => {
+                                link.vlan_id = v.iter().find_map(|x| match x {
+                                    InfoVlan::Id(id) => Some(*id),
+                                    _ => None,
+                                })
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        link
+    }
+
+    pub fn is_veth(&self) -> bool {
+        self.kind.as_deref() == Some("veth")
+    }
+
+    /// `Some((parent ifindex, vid))` for an 802.1Q VLAN device in this namespace.
+    pub fn vlan(&self) -> Option<(u32, u16)> {
+        match (self.kind.as_deref(), self.vlan_id, self.parent, self.parent_netnsid) {
+            (Some("vlan"), Some(vid), Some(parent), None) => Some((parent, vid)),
+            _ => None,
+        }
+    }
+}
+
+fn kind_name(k: &InfoKind) -> String {
+    match k {
+        InfoKind::Veth => "veth".into(),
+        InfoKind::Vlan => "vlan".into(),
+        InfoKind::Bridge => "bridge".into(),
+        InfoKind::MacVlan => "macvlan".into(),
+        InfoKind::Other(s) => s.clone(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+fn socket() -> Result<Socket> {
+    let mut s = Socket::new(NETLINK_ROUTE).context("opening a netlink socket")?;
+    s.bind_auto().context("binding the netlink socket")?;
+    Ok(s)
+}
+
+/// Every interface in the current network namespace.
+pub fn links() -> Result<Vec<Link>> {
+    let s = socket()?;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+    header.sequence_number = 1;
+    let mut req = NetlinkMessage::new(header, NetlinkPayload::from(RouteNetlinkMessage::GetLink(LinkMessage::default())));
+    req.finalize();
+    let mut buf = vec![0u8; req.buffer_len()];
+    req.serialize(&mut buf);
+    s.send_to(&buf, &SocketAddr::new(0, 0), 0).context("sending the link dump request")?;
+
+    let mut out = Vec::new();
+    loop {
+        let (data, _) = s.recv_from_full().context("receiving the link dump")?;
+        let mut off = 0;
+        while off < data.len() {
+            let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[off..])
+                .context("decoding a netlink link message")?;
+            let len = msg.header.length as usize;
+            match msg.payload {
+                NetlinkPayload::Done(_) => return Ok(out),
+                NetlinkPayload::Error(e) => bail!("netlink link dump failed: {e:?}"),
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => out.push(Link::from_message(&l)),
+                _ => {}
+            }
+            if len == 0 {
+                break;
+            }
+            off += len;
+        }
+    }
+}
+
+/// Looks an interface up by name, with an error that says what to check.
+pub fn link_by_name(name: &str) -> Result<Link> {
+    links()?
+        .into_iter()
+        .find(|l| l.name == name)
+        .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))
+}
+
+/// A netlink socket subscribed to link changes.
+pub struct LinkEvents {
+    sock: Socket,
+}
+
+/// `RTMGRP_LINK`: the link multicast group as a bind-time bitmask.
+const RTMGRP_LINK: u32 = 1;
+
+impl LinkEvents {
+    pub fn subscribe() -> Result<Self> {
+        let mut sock = Socket::new(NETLINK_ROUTE).context("opening a netlink socket")?;
+        sock.bind(&SocketAddr::new(0, RTMGRP_LINK)).context("subscribing to link events")?;
+        Ok(Self { sock })
+    }
+
+    /// Waits up to `timeout` for link events and drains them; true if any came.
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
+        if n <= 0 {
+            return Ok(false);
+        }
+        self.sock.set_non_blocking(true)?;
+        let mut buf = vec![0u8; 65536];
+        while let Ok(n) = self.sock.recv(&mut &mut buf[..], 0) {
+            if n == 0 {
+                break;
+            }
+        }
+        self.sock.set_non_blocking(false)?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vlan_msg(index: u32, parent: u32, vid: u16) -> LinkMessage {
+        let mut m = LinkMessage::default();
+        m.header.index = index;
+        m.header.link_layer_type = LinkLayerType::Ether;
+        m.attributes = vec![
+            LinkAttribute::IfName(format!("eth0.{vid}")),
+            LinkAttribute::Address(vec![2, 0, 0, 0, 0, 9]),
+            LinkAttribute::Link(parent),
+            LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::Vlan),
+                LinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(vid)])),
+            ]),
+        ];
+        m
+    }
+
+    #[test]
+    fn vlan_device_is_recognised_from_its_message() {
+        let l = Link::from_message(&vlan_msg(12, 3, 100));
+        assert_eq!(l.vlan(), Some((3, 100)));
+        assert_eq!(l.mac, Some([2, 0, 0, 0, 0, 9]));
+        assert!(l.ethernet);
+    }
+
+    #[test]
+    fn vlan_on_a_parent_in_another_namespace_is_not_ours() {
+        let mut m = vlan_msg(12, 3, 100);
+        m.attributes.push(LinkAttribute::LinkNetNsId(1));
+        assert_eq!(Link::from_message(&m).vlan(), None);
+    }
+
+    #[test]
+    fn dump_finds_loopback() {
+        let all = links().expect("netlink dump works");
+        let lo = all.iter().find(|l| l.name == "lo").expect("lo exists");
+        assert!(lo.loopback && !lo.ethernet);
+    }
+}

@@ -1,0 +1,40 @@
+//! `xnf pass`: attach the XDP_PASS program to a veth end so that frames
+//! redirected into its peer are received (see bpf/pass.bpf.c).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use xnf_bpf::pass::PassProgram;
+
+use crate::netlink;
+use crate::state;
+use crate::xdp_link::{XdpLink, XdpMode};
+
+fn pin(ifindex: u32) -> Result<PathBuf> {
+    Ok(state::pin_dir("pass")?.join(format!("link-{ifindex}")))
+}
+
+pub fn attach(name: &str, mode: XdpMode) -> Result<()> {
+    state::ensure_bpffs()?;
+    let link = netlink::link_by_name(name)?;
+    let pin = pin(link.ifindex)?;
+    if pin.exists() {
+        bail!("{name} already has xnf's pass program");
+    }
+    std::fs::create_dir_all(pin.parent().unwrap()).context("creating the pin folder")?;
+    let prog = PassProgram::load()?;
+    let l = XdpLink::create(prog.prog(), link.ifindex, name, mode)?;
+    l.pin(&pin)
+}
+
+pub fn detach(name: &str) -> Result<()> {
+    let link = netlink::link_by_name(name)?;
+    let pin = pin(link.ifindex)?;
+    if !pin.exists() {
+        bail!("{name} has no pass program attached by xnf");
+    }
+    XdpLink::open(&pin)?.detach()?;
+    std::fs::remove_file(&pin)?;
+    state::remove_empty_dirs(pin.parent().unwrap());
+    Ok(())
+}
