@@ -1,0 +1,40 @@
+//! Namespace harness for xnf's integration tests and lab.
+//!
+//! Builds topologies of network namespaces joined by veth pairs, configures
+//! them with iproute2 (`ip -n NS ...`), runs code inside them, and guarantees
+//! removal through guards: a [`Netns`] deletes its namespace on drop (also
+//! on panic), which destroys every interface inside it.
+//!
+//! Policy enforced here:
+//! - everything created is named with the `xnf` prefix: namespaces
+//!   `xnf-<pid>-<counter>-<role>`, interfaces `xnf<id><role>` (see [`ifname`]);
+//! - links are created only inside namespaces, never in the host's;
+//! - addresses come only from 198.18.0.0/15 and 2001:db8::/32
+//!   ([`check_test_addr`]);
+//! - leftovers of killed processes are removed by [`cleanup_stale`], and
+//!   [`cleanup_all`] removes everything this process still owns (for exit paths).
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! use xnf_netns::{LineConfig, LineTopology};
+//! let t = LineTopology::new(&LineConfig::default())?;
+//! let before = t.dut().snmp()?.value("Ip", "ForwDatagrams")?;
+//! t.gen().exec(&["ping", "-c1", &t.sink_v4.to_string()])?;
+//! assert!(t.dut().snmp()?.value("Ip", "ForwDatagrams")? > before);
+//! # Ok(()) }
+//! ```
+//!
+//! Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2.
+
+mod addr;
+mod cmd;
+mod config;
+mod netns;
+mod stats;
+mod topology;
+
+pub use addr::{check_test_addr, is_test_ip, Mac};
+pub use config::Batch;
+pub use netns::{cleanup_all, cleanup_stale, live_namespaces, Netns, NETNS_DIR, NS_PREFIX};
+pub use stats::{LinkStats, Snmp};
+pub use topology::{ifname, veth, LineConfig, LineTopology, Topology, VethPair};
