@@ -73,11 +73,21 @@ struct Ip {
     protocol: Option<IpProtocol>,
 }
 
+/// Which IP version a builder call applies to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Need {
     Any,
     V4,
     V6,
+}
+
+impl Need {
+    fn accepts(self, addrs: Addrs) -> bool {
+        !matches!(
+            (self, addrs),
+            (Need::V4, Addrs::V6(..)) | (Need::V6, Addrs::V4(..))
+        )
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -255,7 +265,7 @@ impl PacketBuilder {
         f: impl FnOnce(&mut Ip),
     ) -> Self {
         match &mut self.l3 {
-            L3::Ip(ip) if valid && need != ip.need_other() => {
+            L3::Ip(ip) if valid && need.accepts(ip.addrs) => {
                 f(ip);
                 self
             }
@@ -358,7 +368,7 @@ impl PacketBuilder {
             _ => Need::Any,
         };
         match &self.l3 {
-            L3::Ip(ip) if matches!(self.l4, L4::None) && need != ip.need_other() => {
+            L3::Ip(ip) if matches!(self.l4, L4::None) && need.accepts(ip.addrs) => {
                 self.l4 = l4;
                 self
             }
@@ -647,14 +657,6 @@ impl PacketBuilder {
 }
 
 impl Ip {
-    /// The version this IP layer is not (so that `need != ip.need_other()` accepts it).
-    fn need_other(&self) -> Need {
-        match self.addrs {
-            Addrs::V4(..) => Need::V6,
-            Addrs::V6(..) => Need::V4,
-        }
-    }
-
     /// The IP header (with extension headers or options), lengths and checksum not yet set.
     fn header(&self, proto: IpProtocol) -> (EtherType, Vec<u8>) {
         match self.addrs {

@@ -4,7 +4,9 @@
 //!   `TcpPacket`, `Icmpv4Packet`, `Icmpv6Packet`) wrap any `T: AsRef<[u8]>` and read header
 //!   fields; setters are available when `T: AsMut<[u8]>` too. Build them with `new_checked`,
 //!   which validates lengths so that no accessor can panic afterwards. `new_unchecked` skips the
-//!   check; fixed-field accessors may then panic on a short buffer.
+//!   check; fixed-field accessors may then panic on a short buffer. As in smoltcp,
+//!   `payload()`/`options()` live on views over a reference (`View<&[u8]>`, `View<&Vec<u8>>`)
+//!   and return slices that outlive the view; `payload_mut()` works on any mutable buffer.
 //! * [`PacketBuilder`] emits whole Ethernet frames with every length and checksum filled in.
 //! * [`parse()`] summarises a frame layer by layer without panicking on malformed input.
 #![forbid(unsafe_code)]
