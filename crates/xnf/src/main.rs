@@ -170,8 +170,28 @@ fn run_router(cmd: RouterCmd) -> Result<()> {
     }
 }
 
+/// Parses the command line; usage errors become one line, like every other
+/// error (help and version print as usual).
+fn parse_args() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            let parts: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+                .collect();
+            eprintln!("xnf: error: {} (see `xnf --help`)", parts.join(" "));
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_args();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
