@@ -10,9 +10,17 @@ pub mod skel {
     pub mod pass {
         include!(concat!(env!("OUT_DIR"), "/pass.skel.rs"));
     }
+    pub mod gen {
+        include!(concat!(env!("OUT_DIR"), "/gen.skel.rs"));
+    }
+    pub mod sink {
+        include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
+    }
 }
 
 mod pod;
+pub mod gen;
 pub mod pass;
 pub mod router;
+pub mod sink;
 pub mod testrun;

@@ -72,11 +72,13 @@ const OUT_SLACK: usize = 256;
 pub fn run_xdp(prog: &ProgramMut<'_>, frame: &[u8], ctx: XdpContext) -> Result<RunResult> {
     let mut ctx_in = ctx.to_bytes(frame.len());
     let mut out = vec![0u8; frame.len() + OUT_SLACK];
-    let mut input = ProgramInput::default();
-    input.context_in = Some(&mut ctx_in);
-    input.data_in = Some(frame);
-    input.data_out = Some(&mut out);
-    input.repeat = 1;
+    let input = ProgramInput {
+        context_in: Some(&mut ctx_in),
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        repeat: 1,
+        ..Default::default()
+    };
     let output = prog
         .test_run(input)
         .context("BPF_PROG_TEST_RUN failed (is the ingress ifindex in this thread's network namespace?)")?;

@@ -1,5 +1,6 @@
 //! `xnf`: eXpress Network Functions.
 
+mod lab;
 mod netlink;
 mod pass;
 mod router;
@@ -36,6 +37,40 @@ enum Command {
     /// Attach a do-nothing XDP program so a veth end receives redirected frames.
     #[command(subcommand)]
     Pass(PassCmd),
+    /// Build test topologies in namespaces, generate traffic and measure.
+    #[command(subcommand)]
+    Lab(LabCmd),
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Kernel forwarding vs `xnf router` on a gen -> dut -> sink veth line.
+    Router {
+        /// Repetitions; variants alternate within each.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        /// Measured seconds per variant and run.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Seconds of traffic before measuring.
+        #[arg(long, default_value_t = 1.0)]
+        warmup: f64,
+        /// Flows (distinct UDP source ports).
+        #[arg(long, default_value_t = 4)]
+        flows: u32,
+        /// Frame size on the wire in bytes, FCS included (64..=1518).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// IPv6 instead of IPv4.
+        #[arg(long)]
+        ipv6: bool,
+        /// CPU the generator runs on (default: the last one).
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// Also write every sample and the summary as JSON to this file.
+        #[arg(long, value_name = "FILE")]
+        json: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -128,6 +163,25 @@ fn run(cli: Cli) -> Result<()> {
         Command::Router(cmd) => run_router(cmd),
         Command::Pass(PassCmd::Attach { iface, mode }) => pass::attach(&iface, mode),
         Command::Pass(PassCmd::Detach { iface }) => pass::detach(&iface),
+        Command::Lab(cmd) => run_lab(cmd),
+    }
+}
+
+fn run_lab(cmd: LabCmd) -> Result<()> {
+    match cmd {
+        LabCmd::Router { runs, seconds, warmup, flows, size, ipv6, cpu, json } => {
+            let ncpu = lab::cpu::sample()?.len();
+            let cpu = cpu.unwrap_or(ncpu.saturating_sub(1));
+            let opts = lab::router::Options { runs, seconds, warmup, flows, size, ipv6, cpu };
+            let report = lab::router::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
+            lab::router::print(&report);
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_string_pretty(&report)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("xnf lab: wrote {}", path.display());
+            }
+            Ok(())
+        }
     }
 }
 

@@ -17,7 +17,7 @@ pub fn netns_key() -> Result<String> {
 }
 
 fn is_bpffs(path: &str) -> bool {
-    nix::sys::statfs::statfs(path).map(|s| s.filesystem_type().0 as i64 == BPF_FS_MAGIC).unwrap_or(false)
+    nix::sys::statfs::statfs(path).map(|s| s.filesystem_type().0 == BPF_FS_MAGIC).unwrap_or(false)
 }
 
 /// False only when we can tell that this mount namespace is not PID 1's

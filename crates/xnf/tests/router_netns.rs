@@ -65,7 +65,7 @@ fn detach_restores_kernel_forwarding_with_no_state_left() {
     let mut r = RoutedLine::new(&[]);
     r.attach(&[]);
     r.resolve_sink();
-    let pins = Path::new("/sys/fs/bpf/xnf").join(r.dut().run(|| netns_key()).unwrap());
+    let pins = Path::new("/sys/fs/bpf/xnf").join(r.dut().run(netns_key).unwrap());
     assert!(pins.exists(), "attach pinned nothing at {}", pins.display());
     r.detach();
 

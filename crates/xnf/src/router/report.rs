@@ -142,7 +142,7 @@ fn print_rates(rates: &[(String, Stats)], secs: f64) {
     // Clear the screen and home the cursor: a live view like `top`.
     print!("\x1b[2J\x1b[H");
     println!("xnf router stats — packets per second over {secs:.1} s (Ctrl-C to stop)\n");
-    println!("{:<16} {:>12} {:>12} {:>12} {:>10}  {}", "INTERFACE", "REDIRECT", "PASS", "DROP", "Mbit/s", "WHY PASS / DROP");
+    println!("{:<16} {:>12} {:>12} {:>12} {:>10}  WHY PASS / DROP", "INTERFACE", "REDIRECT", "PASS", "DROP", "Mbit/s");
     for (name, s) in rates {
         let pps = |v: Verdict| s.packets(v) as f64 / secs;
         let mbit = s.bytes.iter().sum::<u64>() as f64 * 8.0 / secs / 1e6;

@@ -1,0 +1,31 @@
+# xnf — build, test and demo. Both `make demo` and `make test` install what
+# they need first (Debian packages, bpffs) and must run as root.
+
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+CARGO ?= cargo
+XNF := target/release/xnf
+
+.PHONY: all deps build demo test test-unit test-packets test-netns clippy clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	$(CARGO) build --release --workspace
+
+## demo: build, then run the default lab experiment (kernel vs xnf router).
+demo: build
+	$(XNF) lab router
+
+## test: unit tests, BPF packet tests and namespace integration tests.
+test: deps
+	$(CARGO) build --workspace --all-targets
+	$(CARGO) test --workspace
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
