@@ -8,8 +8,8 @@
  * here, so they arrive at its peer). Live-frame pages are recycled through a
  * page pool and come back holding whatever the receiver wrote into them (a
  * router rewrites MACs and TTL), so every run writes the headers afresh.
- * Flows differ by UDP source port; IPv4 UDP carries no checksum (0 is
- * allowed), IPv6 UDP gets its checksum patched for the port.
+ * Flows differ by UDP source port; the template's UDP checksum (computed
+ * for base_sport) is patched incrementally for the port.
  */
 #include "xnf_common.h"
 #include "csum.h"
@@ -42,15 +42,17 @@ static __always_inline int write_hdr(struct xdp_md *ctx, __u16 sport)
 			return -1;
 		__builtin_memcpy(data, hdr, GEN_HDR_V6);
 		uh = data + 14 + 40;
-		/* The template's checksum is for base_sport. */
-		uh->check = csum_replace16(uh->check, bpf_htons(base_sport), bpf_htons(sport));
-		if (!uh->check)
-			uh->check = 0xffff;
 	} else {
 		if (data + GEN_HDR_V4 > end)
 			return -1;
 		__builtin_memcpy(data, hdr, GEN_HDR_V4);
 		uh = data + 14 + 20;
+	}
+	/* 0 means "no checksum" (IPv4 only); a computed 0 is sent as 0xffff. */
+	if (uh->check) {
+		uh->check = csum_replace16(uh->check, bpf_htons(base_sport), bpf_htons(sport));
+		if (!uh->check)
+			uh->check = 0xffff;
 	}
 	uh->source = bpf_htons(sport);
 	return 0;

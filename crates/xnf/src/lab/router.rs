@@ -102,6 +102,7 @@ fn template(line: &LineTopology, o: &Options) -> Result<GenConfig> {
     let (src, dst): (IpAddr, IpAddr) =
         if o.ipv6 { (line.gen_v6.into(), line.sink_v6.into()) } else { (line.gen_v4.into(), line.sink_v4.into()) };
     ensure!(o.size >= 64 && o.size <= 1518, "--size must be 64..=1518 bytes (wire size with FCS)");
+    ensure!(!o.ipv6 || o.size >= 66, "IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS): use --size 66 or more");
     let frame = PacketBuilder::ethernet(mac(line.gen_mac), mac(line.dut_gen_mac))
         .ip(src, dst)
         .udp(1024, 9)
