@@ -14,8 +14,20 @@ fn pin(ifindex: u32) -> Result<PathBuf> {
     Ok(state::pin_dir("pass")?.join(format!("link-{ifindex}")))
 }
 
+/// Unpins pass links whose device is gone (the kernel detached them).
+fn forget_defunct() -> Result<()> {
+    let Ok(rd) = std::fs::read_dir(state::pin_dir("pass")?) else { return Ok(()) };
+    for pin in rd.flatten().map(|e| e.path()) {
+        if XdpLink::open(&pin).and_then(|l| l.info()).is_ok_and(|(ifindex, _)| ifindex == 0) {
+            std::fs::remove_file(&pin)?;
+        }
+    }
+    Ok(())
+}
+
 pub fn attach(name: &str, mode: XdpMode) -> Result<()> {
     state::ensure_bpffs()?;
+    forget_defunct()?;
     let link = netlink::link_by_name(name)?;
     let pin = pin(link.ifindex)?;
     if pin.exists() {

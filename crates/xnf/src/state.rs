@@ -30,9 +30,13 @@ fn same_mount_ns_as_init() -> bool {
     }
 }
 
-/// Makes sure bpffs is mounted at /sys/fs/bpf, mounting it if needed.
+/// Makes sure bpffs is mounted at /sys/fs/bpf, mounting it if needed, and
+/// clears pins left by network namespaces that are gone.
 pub fn ensure_bpffs() -> Result<()> {
     if is_bpffs(BPFFS) {
+        for dir in gc_dead_namespaces() {
+            eprintln!("xnf: removed pins of a deleted network namespace: {}", dir.display());
+        }
         return Ok(());
     }
     if !same_mount_ns_as_init() {
@@ -69,4 +73,46 @@ pub fn remove_empty_dirs(dir: &Path) {
         }
         d = p.parent();
     }
+}
+
+/// Inodes of every network namespace still alive: named ones under
+/// /run/netns and those of running processes.
+fn live_netns_inodes() -> std::collections::HashSet<u64> {
+    let mut live = std::collections::HashSet::new();
+    let mut add = |p: PathBuf| {
+        if let Ok(m) = std::fs::metadata(p) {
+            live.insert(m.ino());
+        }
+    };
+    if let Ok(rd) = std::fs::read_dir("/run/netns") {
+        rd.flatten().for_each(|e| add(e.path()));
+    }
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                add(e.path().join("ns/net"));
+            }
+        }
+    }
+    live
+}
+
+/// Removes the pin folders of network namespaces that no longer exist
+/// (deleted while something was attached): their links are defunct and
+/// their maps unused. Returns the folders removed.
+pub fn gc_dead_namespaces() -> Vec<PathBuf> {
+    let root = Path::new(BPFFS).join("xnf");
+    let Ok(rd) = std::fs::read_dir(&root) else { return Vec::new() };
+    let live = live_netns_inodes();
+    let mut removed = Vec::new();
+    for dir in rd.flatten().map(|e| e.path()) {
+        let ino = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("net-")).and_then(|n| n.parse::<u64>().ok());
+        if ino.is_none_or(|i| live.contains(&i)) {
+            continue;
+        }
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(dir);
+        }
+    }
+    removed
 }

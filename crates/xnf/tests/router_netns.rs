@@ -210,3 +210,23 @@ fn set_hop_limit_v6(s: &UdpSocket, hops: i32) {
     };
     assert_eq!(rc, 0);
 }
+
+#[test]
+fn pins_of_a_deleted_namespace_are_collected() {
+    let ns = xnf_netns::Netns::new("gc").unwrap();
+    let other = xnf_netns::Netns::new("gc2").unwrap();
+    let (a, b) = (xnf_netns::ifname("a"), xnf_netns::ifname("b"));
+    xnf_netns::veth(&ns, &a, &other, &b, None).unwrap();
+    ns.link_up(&a).unwrap();
+    xnf_ok(&ns, &["router", "attach", &a, "--no-follow"]);
+    let pins = Path::new("/sys/fs/bpf/xnf").join(ns.run(netns_key).unwrap());
+    assert!(pins.exists());
+    ns.delete().unwrap(); // deleted while attached, as a crashed test would leave it
+
+    // The next attach anywhere notices and removes them.
+    let (c, d) = (xnf_netns::ifname("c"), xnf_netns::ifname("d"));
+    xnf_netns::veth(&other, &c, &other, &d, None).unwrap();
+    xnf_ok(&other, &["pass", "attach", &c]);
+    assert!(!pins.exists(), "pins of the deleted namespace are still at {}", pins.display());
+    xnf_ok(&other, &["pass", "detach", &c]);
+}
