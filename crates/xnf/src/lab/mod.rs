@@ -64,9 +64,11 @@ pub struct Generator {
     thread: Option<JoinHandle<Result<()>>>,
 }
 
-/// Frames per BPF_PROG_TEST_RUN call: large enough to amortise the
-/// syscall, small enough to stop promptly.
-const GEN_CHUNK: u32 = 1 << 16;
+/// Seconds one BPF_PROG_TEST_RUN call should last. Every live-frame run
+/// ends with a teardown that waits (an RCU grace period, measured at ~30%
+/// of the time with 40 ms calls): long calls amortise it; the stop flag is
+/// checked between calls, so this is also how long stopping may take.
+const GEN_CALL_SECS: f64 = 0.5;
 
 impl Generator {
     /// Starts sending `cfg` out of `dev` in `ns`, from CPU `cpu`.
@@ -84,9 +86,14 @@ impl Generator {
             nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).context("pinning the generator")?;
             let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
             let prog = GenProgram::load(&cfg)?;
+            let mut chunk: u32 = 1 << 14;
             while !stop2.load(Ordering::Relaxed) {
-                prog.send(ifindex, GEN_CHUNK)?;
-                sent2.fetch_add(GEN_CHUNK as u64, Ordering::Relaxed);
+                let t0 = std::time::Instant::now();
+                prog.send(ifindex, chunk)?;
+                sent2.fetch_add(chunk as u64, Ordering::Relaxed);
+                // Size the next call to last about GEN_CALL_SECS.
+                let secs = t0.elapsed().as_secs_f64().max(1e-4);
+                chunk = ((chunk as f64 * GEN_CALL_SECS / secs) as u32).clamp(1 << 14, 1 << 26);
             }
             Ok(())
         });
