@@ -274,6 +274,7 @@ impl Netns {
                 )
             })?
             .parse()
+            .with_context(|| format!("reading the MAC of {dev} in {}", self.name))
     }
 
     /// Sets an offload feature (`ethtool -K dev feature on|off`, e.g. "gro").

@@ -19,7 +19,7 @@ use anyhow::{ensure, Result};
 use serde::Serialize;
 use xnf_bpf::gen::GenConfig;
 use xnf_netns::{LineConfig, LineTopology};
-use xnf_packet::{MacAddr, PacketBuilder};
+use xnf_packet::PacketBuilder;
 
 use super::cpu::{self, CpuTimes};
 use super::{Generator, LabAttachment};
@@ -98,12 +98,11 @@ pub struct Report {
 }
 
 fn template(line: &LineTopology, o: &Options) -> Result<GenConfig> {
-    let mac = |m: xnf_netns::Mac| MacAddr(m.octets());
     let (src, dst): (IpAddr, IpAddr) =
         if o.ipv6 { (line.gen_v6.into(), line.sink_v6.into()) } else { (line.gen_v4.into(), line.sink_v4.into()) };
     ensure!(o.size >= 64 && o.size <= 1518, "--size must be 64..=1518 bytes (wire size with FCS)");
     ensure!(!o.ipv6 || o.size >= 66, "IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS): use --size 66 or more");
-    let frame = PacketBuilder::ethernet(mac(line.gen_mac), mac(line.dut_gen_mac))
+    let frame = PacketBuilder::ethernet(line.gen_mac, line.dut_gen_mac)
         .ip(src, dst)
         .udp(1024, 9)
         .frame_len(o.size - 4)
