@@ -125,6 +125,9 @@ pub fn stats(json: bool, watch: Option<Duration>) -> Result<()> {
 fn print_totals(rows: &[IfaceStats]) {
     for r in rows {
         println!("{}:", r.interface);
+        if r.packets.values().all(|p| *p == 0) {
+            println!("  no packets yet");
+        }
         for v in Verdict::ALL {
             let p = r.packets[v.name()];
             if p > 0 {
