@@ -102,7 +102,6 @@ pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
     let links = netlink::links()?;
     let targets = resolve(names, &links)?;
     let dir = pin_dir()?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let existing = if dir.join(MAP_NAMES[0]).exists() { Some(RouterMaps::open_pinned(&dir)?) } else { None };
 
     // Refuse before changing anything.
@@ -127,22 +126,22 @@ pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
         }
     }
 
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut report = AttachReport::default();
-    let mut done: Vec<String> = Vec::new();
     for link in &targets {
-        if let Err(e) = attach_one(&dir, link, opts, &mut report) {
-            if !done.is_empty() {
-                let _ = detach(&done);
-            }
-            if done.is_empty() && report.replaced.is_empty() {
+        match attach_one(&dir, link, opts) {
+            Ok(Outcome::New) => report.attached.push(link.name.clone()),
+            Ok(Outcome::Replaced) => report.replaced.push(link.name.clone()),
+            Err(e) => {
+                // Undo what this command attached; replaced programs stay.
+                if !report.attached.is_empty() {
+                    let _ = detach(&report.attached);
+                }
                 cleanup_if_unused(&dir);
+                return Err(e);
             }
-            return Err(e);
         }
-        done.push(link.name.clone());
     }
-    done.retain(|n| !report.replaced.contains(n));
-    report.attached = done;
 
     let maps = RouterMaps::open_pinned(&dir)?;
     follow::sync(&dir, &maps)?;
@@ -154,7 +153,13 @@ fn find_slot(maps: &RouterMaps, ifindex: u32) -> Option<(u32, IfaceEntry)> {
     maps.ifaces().ok()?.into_iter().find(|(_, e)| e.ifindex == ifindex)
 }
 
-fn attach_one(dir: &Path, link: &Link, opts: AttachOptions, report: &mut AttachReport) -> Result<()> {
+/// What `attach_one` did.
+enum Outcome {
+    New,
+    Replaced,
+}
+
+fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
     let pinned = if dir.join(MAP_NAMES[0]).exists() { Some(RouterMaps::open_pinned(dir)?) } else { None };
     let current = pinned.as_ref().and_then(|m| find_slot(m, link.ifindex));
     let slot = match (&current, &pinned) {
@@ -171,8 +176,7 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions, report: &mut AttachR
         // Same slot, same counters: only the program changes, atomically.
         XdpLink::open(&pin)?.update(prog.prog())?;
         maps.update_iface(slot, entry)?;
-        report.replaced.push(link.name.clone());
-        return Ok(());
+        return Ok(Outcome::Replaced);
     }
     maps.set_iface(slot, entry)?;
     maps.add_port(link.ifindex)?;
@@ -185,7 +189,7 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions, report: &mut AttachR
         maps.clear_iface(slot)?;
         return Err(e);
     }
-    Ok(())
+    Ok(Outcome::New)
 }
 
 fn forwarding_enabled(family: &str, ifname: &str) -> Option<bool> {
