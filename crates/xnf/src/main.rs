@@ -168,6 +168,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn run_lab(cmd: LabCmd) -> Result<()> {
+    lab::remove_everything_on_interrupt()?;
     match cmd {
         LabCmd::Router { runs, seconds, warmup, flows, size, ipv6, cpu, json } => {
             let ncpu = lab::cpu::sample()?.len();

@@ -17,6 +17,28 @@ use xnf_netns::Netns;
 
 use crate::xdp_link::{XdpLink, XdpMode};
 
+/// Makes Ctrl-C (SIGINT) and SIGTERM remove everything the lab built:
+/// the signals are blocked in every thread and a dedicated thread waits for
+/// them, deletes the lab's namespaces, collects the pins they leave and exits
+/// with status 130. Call before starting any other thread.
+pub fn remove_everything_on_interrupt() -> Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block().context("blocking SIGINT/SIGTERM")?;
+    std::thread::spawn(move || {
+        let sig = set.wait();
+        eprintln!("\nxnf lab: {} received: removing the lab's namespaces", sig.map(|s| s.as_str()).unwrap_or("signal"));
+        if let Err(e) = xnf_netns::cleanup_all() {
+            eprintln!("xnf lab: {e:#}");
+        }
+        crate::state::gc_dead_namespaces();
+        std::process::exit(130);
+    });
+    Ok(())
+}
+
 /// An XDP program attached by the lab to one interface in a namespace;
 /// detached when dropped (the link is not pinned).
 pub struct LabAttachment {
