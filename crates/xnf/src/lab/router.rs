@@ -214,6 +214,9 @@ pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Report> {
     ensure!(o.flows >= 1 && o.flows <= 64511, "--flows must be 1..=64511 (source ports 1024..65535)");
     let ncpu = cpu::sample()?.len();
     ensure!(o.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", o.cpu);
+    for name in xnf_netns::cleanup_stale()? {
+        progress(&format!("removed {name}, left by a lab or test run that was killed"));
+    }
     progress("building gen -> dut -> sink");
     let line = LineTopology::new(&LineConfig::default())?;
     // dut knows sink's MAC up front: no neighbour resolution while measuring.
