@@ -10,6 +10,13 @@
  * router rewrites MACs and TTL), so every run writes the headers afresh.
  * Flows differ by UDP source port; the template's UDP checksum (computed
  * for base_sport) is patched incrementally for the port.
+ *
+ * Rate: a live-frame run cannot sleep, and each BPF_PROG_TEST_RUN call ends
+ * with a teardown that waits milliseconds, so pacing by short calls is
+ * impossible. Instead the program paces itself: with rate_pps set, a frame
+ * whose time has not come is dropped here (cheaply, before any device sees
+ * it) and the next one is tried. The CPU spins either way; the wire sees an
+ * even rate with bursts of at most GEN_BURST frames.
  */
 #include "xnf_common.h"
 #include "csum.h"
@@ -21,15 +28,53 @@ const volatile __u32 flows = 1;        /* distinct source ports */
 const volatile __u16 base_sport = 1024;
 const volatile __u8 ipv6 = 0;
 
+/* ctl[0]: frames per second per generator CPU, 0 = as fast as possible.
+ * A map, so another thread can change it while a run is in progress. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} ctl SEC(".maps");
+
+#define GEN_BURST 32
+
 /* Headers of the template frame; filled by user space before load. */
 __u8 hdr[GEN_HDR_V6] = {};
+
+struct gen_state {
+	__u64 sent;     /* frames returned XDP_TX (also the flow sequence) */
+	__u64 next_ns;  /* when the next frame is due, with a rate */
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
-} seq SEC(".maps");
+	__type(value, struct gen_state);
+} state SEC(".maps");
+
+/* True if a frame may go now; advances the schedule. */
+static __always_inline int paced(struct gen_state *st)
+{
+	__u64 now, gap, earliest, rate;
+	__u32 zero = 0;
+	__u64 *r = bpf_map_lookup_elem(&ctl, &zero);
+
+	rate = r ? *r : 0;
+	if (!rate)
+		return 1;
+	now = bpf_ktime_get_ns();
+	if (now < st->next_ns)
+		return 0;
+	gap = 1000000000ULL / rate;
+	/* After an idle spell, catch up by at most a burst. */
+	earliest = now - GEN_BURST * gap;
+	if (st->next_ns < earliest || st->next_ns > now + gap)
+		st->next_ns = earliest;
+	st->next_ns += gap;
+	return 1;
+}
 
 static __always_inline int write_hdr(struct xdp_md *ctx, __u16 sport)
 {
@@ -62,16 +107,18 @@ SEC("xdp")
 int xnf_gen(struct xdp_md *ctx)
 {
 	__u32 zero = 0;
-	__u64 *n = bpf_map_lookup_elem(&seq, &zero);
+	struct gen_state *st = bpf_map_lookup_elem(&state, &zero);
 	__u16 sport = base_sport;
 
-	if (n) {
-		if (flows > 1)
-			sport += *n % flows;
-		(*n)++;
-	}
+	if (!st)
+		return XDP_ABORTED;
+	if (!paced(st))
+		return XDP_DROP;
+	if (flows > 1)
+		sport += st->sent % flows;
 	if (write_hdr(ctx, sport))
 		return XDP_ABORTED;
+	st->sent++;
 	return XDP_TX;
 }
 

@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd};
 
 use anyhow::{bail, ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{OpenObject, ProgramMut};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, ProgramMut};
 
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
 
@@ -51,8 +51,17 @@ impl GenProgram {
         &self.skel.progs.xnf_gen
     }
 
-    /// Sends `count` frames out of `ifindex` (in the calling thread's
-    /// network namespace), on the calling CPU. Blocks until done.
+    /// Handles on the counters and the rate, usable from other threads.
+    pub fn control(&self) -> Result<GenControl> {
+        Ok(GenControl {
+            state: MapHandle::try_from(&self.skel.maps.state)?,
+            ctl: MapHandle::try_from(&self.skel.maps.ctl)?,
+        })
+    }
+
+    /// Runs the program over `count` frames for `ifindex` (in the calling
+    /// thread's network namespace), on the calling CPU; the ones it passes
+    /// (all, without a rate) are sent. Blocks until done.
     pub fn send(&self, ifindex: u32, count: u32) -> Result<()> {
         let mut ctx = [0u32; 6];
         ctx[1] = self.frame.len() as u32; // data_end
@@ -76,5 +85,25 @@ impl GenProgram {
             bail!("live-frame BPF_PROG_TEST_RUN failed: {err}");
         }
         Ok(())
+    }
+}
+
+/// Reads and steers a running generator from any thread.
+pub struct GenControl {
+    state: MapHandle,
+    ctl: MapHandle,
+}
+
+impl GenControl {
+    /// Frames sent (returned `XDP_TX`) so far, summed over CPUs.
+    pub fn sent(&self) -> Result<u64> {
+        let per_cpu = self.state.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        Ok(per_cpu.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap())).sum())
+    }
+
+    /// Sets the rate per generating CPU (0: as fast as possible); the
+    /// running program sees it on its next frame.
+    pub fn set_rate(&self, pps: u64) -> Result<()> {
+        self.ctl.update(&0u32.to_ne_bytes(), &pps.to_ne_bytes(), MapFlags::ANY).context("setting the generator's rate")
     }
 }

@@ -67,6 +67,13 @@ enum LabCmd {
         /// CPU the generator runs on (default: the last one).
         #[arg(long)]
         cpu: Option<usize>,
+        /// Also search each variant's highest rate with at most PCT % loss
+        /// (binary search, step halved on each change of direction).
+        #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "0")]
+        zero_loss: Option<f64>,
+        /// Measured seconds per search trial (after a discarded warm-up).
+        #[arg(long, default_value_t = 2.0)]
+        trial_seconds: f64,
         /// Also write every sample and the summary as JSON to this file.
         #[arg(long, value_name = "FILE")]
         json: Option<std::path::PathBuf>,
@@ -170,10 +177,10 @@ fn run(cli: Cli) -> Result<()> {
 fn run_lab(cmd: LabCmd) -> Result<()> {
     lab::remove_everything_on_interrupt()?;
     match cmd {
-        LabCmd::Router { runs, seconds, warmup, flows, size, ipv6, cpu, json } => {
+        LabCmd::Router { runs, seconds, warmup, flows, size, ipv6, cpu, zero_loss, trial_seconds, json } => {
             let ncpu = lab::cpu::sample()?.len();
             let cpu = cpu.unwrap_or(ncpu.saturating_sub(1));
-            let opts = lab::router::Options { runs, seconds, warmup, flows, size, ipv6, cpu };
+            let opts = lab::router::Options { runs, seconds, warmup, flows, size, ipv6, cpu, zero_loss, trial_seconds };
             let report = lab::router::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
             lab::router::print(&report);
             if let Some(path) = json {

@@ -3,14 +3,15 @@
 
 pub mod cpu;
 pub mod router;
+pub mod search;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
-use xnf_bpf::gen::{GenConfig, GenProgram};
+use xnf_bpf::gen::{GenConfig, GenControl, GenProgram};
 use xnf_bpf::pass::PassProgram;
 use xnf_bpf::sink::SinkProgram;
 use xnf_netns::Netns;
@@ -79,59 +80,79 @@ impl LabAttachment {
     }
 }
 
-/// The live-frame generator running on one pinned CPU until stopped.
-pub struct Generator {
-    stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    thread: Option<JoinHandle<Result<()>>>,
-}
-
 /// Seconds one BPF_PROG_TEST_RUN call should last. Every live-frame run
 /// ends with a teardown that waits (an RCU grace period, measured at ~30%
 /// of the time with 40 ms calls): long calls amortise it; the stop flag is
 /// checked between calls, so this is also how long stopping may take.
 const GEN_CALL_SECS: f64 = 0.5;
 
+/// The live-frame generator running on one pinned CPU until stopped.
+pub struct Generator {
+    stop: Arc<AtomicBool>,
+    control: GenControl,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
 impl Generator {
-    /// Starts sending `cfg` out of `dev` in `ns`, from CPU `cpu`.
-    pub fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize) -> Result<Self> {
+    /// Starts sending `cfg` out of `dev` in `ns`, from CPU `cpu`, at `rate`
+    /// frames per second (0: as fast as possible).
+    pub fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize, rate: u64) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
-        let sent = Arc::new(AtomicU64::new(0));
-        let (stop2, sent2) = (stop.clone(), sent.clone());
+        let stop2 = stop.clone();
         let path = ns.path();
         let dev = dev.to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || -> Result<()> {
-            let f = std::fs::File::open(&path)?;
-            nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).context("entering the generator's namespace")?;
-            let mut set = nix::sched::CpuSet::new();
-            set.set(cpu)?;
-            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).context("pinning the generator")?;
-            let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
-            let prog = GenProgram::load(&cfg)?;
+            let setup = || -> Result<(GenProgram, u32)> {
+                let f = std::fs::File::open(&path)?;
+                nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).context("entering the generator's namespace")?;
+                let mut set = nix::sched::CpuSet::new();
+                set.set(cpu)?;
+                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).context("pinning the generator")?;
+                let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
+                Ok((GenProgram::load(&cfg)?, ifindex))
+            };
+            let (prog, ifindex) = match setup().and_then(|(p, i)| Ok((p.control()?, p, i))) {
+                Ok((control, prog, ifindex)) => {
+                    let _ = tx.send(Ok(control));
+                    (prog, ifindex)
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return Ok(());
+                }
+            };
             let mut chunk: u32 = 1 << 14;
             while !stop2.load(Ordering::Relaxed) {
                 let t0 = std::time::Instant::now();
                 prog.send(ifindex, chunk)?;
-                sent2.fetch_add(chunk as u64, Ordering::Relaxed);
                 // Size the next call to last about GEN_CALL_SECS.
                 let secs = t0.elapsed().as_secs_f64().max(1e-4);
                 chunk = ((chunk as f64 * GEN_CALL_SECS / secs) as u32).clamp(1 << 14, 1 << 26);
             }
             Ok(())
         });
-        Ok(Generator { stop, sent, thread: Some(thread) })
+        let control = rx.recv().context("the generator thread died while starting")??;
+        control.set_rate(rate)?;
+        Ok(Generator { stop, control, thread: Some(thread) })
     }
 
-    /// Frames handed to the interface so far.
-    pub fn sent(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
+    /// Frames sent so far (exact: counted by the program).
+    pub fn sent(&self) -> Result<u64> {
+        self.control.sent()
     }
 
-    /// Stops and reports whether the generator failed.
+    /// Changes the rate (frames per second; 0: as fast as possible).
+    pub fn set_rate(&self, pps: u64) -> Result<()> {
+        self.control.set_rate(pps)
+    }
+
+    /// Stops; reports whether the generator failed, else the frames sent.
     pub fn stop(mut self) -> Result<u64> {
         self.stop.store(true, Ordering::Relaxed);
         let res = self.thread.take().unwrap().join().map_err(|_| anyhow::anyhow!("generator thread panicked"))?;
-        res.map(|()| self.sent())
+        res?;
+        self.sent()
     }
 }
 

@@ -22,6 +22,7 @@ use xnf_netns::{LineConfig, LineTopology};
 use xnf_packet::PacketBuilder;
 
 use super::cpu::{self, CpuTimes};
+use super::search::{search, SearchOptions, SearchResult};
 use super::{Generator, LabAttachment};
 
 /// Options of one `xnf lab router` run.
@@ -35,6 +36,10 @@ pub struct Options {
     pub size: usize,
     pub ipv6: bool,
     pub cpu: usize,
+    /// Also search each variant's zero-loss rate, with this loss tolerance (%).
+    pub zero_loss: Option<f64>,
+    /// Measured seconds per search trial (after a discarded warm-up second).
+    pub trial_seconds: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -75,6 +80,8 @@ pub struct Sample {
     pub cpu_softirq_pct: Vec<f64>,
     /// All CPUs' busy time divided by packets received.
     pub ns_per_packet: f64,
+    /// The zero-loss search, when asked for.
+    pub zero_loss: Option<SearchResult>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -84,6 +91,8 @@ pub struct Summary {
     pub min_mpps: f64,
     pub max_mpps: f64,
     pub median_ns_per_packet: f64,
+    /// Median zero-loss rate, when searched.
+    pub median_zero_loss_mpps: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -150,13 +159,31 @@ fn measure(line: &LineTopology, sink: &LabAttachment, v: Variant, run: u32, o: &
         Setup::Attachment(a) if v == Variant::DutDrop => a,
         _ => sink,
     };
-    let gen = Generator::start(line.gen(), &line.gen_if, template(line, o)?, o.cpu)?;
+    let gen = Generator::start(line.gen(), &line.gen_if, template(line, o)?, o.cpu, 0)?;
     progress(&format!("run {}/{} {:<8} warming up", run + 1, o.runs, v.name()));
     std::thread::sleep(Duration::from_secs_f64(o.warmup));
-    let (c0, s0, r0, t0) = (cpu::sample()?, gen.sent(), counter.packets()?, Instant::now());
+    let (c0, s0, r0, t0) = (cpu::sample()?, gen.sent()?, counter.packets()?, Instant::now());
     progress(&format!("run {}/{} {:<8} measuring {:.0} s", run + 1, o.runs, v.name(), o.seconds));
     std::thread::sleep(Duration::from_secs_f64(o.seconds));
-    let (c1, s1, r1, secs) = (cpu::sample()?, gen.sent(), counter.packets()?, t0.elapsed().as_secs_f64());
+    let (c1, s1, r1, secs) = (cpu::sample()?, gen.sent()?, counter.packets()?, t0.elapsed().as_secs_f64());
+    let zero_loss = match o.zero_loss {
+        None => None,
+        Some(tol) => {
+            let top = (s1 - s0) as f64 / secs;
+            let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tol, resolution: top / 100.0, max_trials: 20 };
+            let mut n = 0;
+            Some(search(&so, |rate| {
+                n += 1;
+                progress(&format!("run {}/{} {:<8} zero-loss search: trial {n} at {:.3} Mpps", run + 1, o.runs, v.name(), rate / 1e6));
+                gen.set_rate(rate as u64)?;
+                // The first interval after a rate change is discarded.
+                std::thread::sleep(Duration::from_secs_f64(o.warmup.max(0.5)));
+                let (s0, r0) = (gen.sent()?, counter.packets()?);
+                std::thread::sleep(Duration::from_secs_f64(o.trial_seconds));
+                Ok((gen.sent()? - s0, counter.packets()? - r0))
+            })?)
+        }
+    };
     gen.stop()?;
     drop(setup);
 
@@ -172,11 +199,12 @@ fn measure(line: &LineTopology, sink: &LabAttachment, v: Variant, run: u32, o: &
         received,
         sent_mpps: sent as f64 / secs / 1e6,
         mpps: received as f64 / secs / 1e6,
-        // Chunks in flight make the two counters differ by at most one chunk.
+        // Frames in flight (at most a veth ring) blur the boundaries slightly.
         loss_pct: if sent > 0 { 100.0 * sent.saturating_sub(received) as f64 / sent as f64 } else { 0.0 },
         cpu_busy_pct: pct(CpuTimes::busy),
         cpu_softirq_pct: pct(|c| c.softirq),
         ns_per_packet: if received > 0 { busy_ns / received as f64 } else { f64::NAN },
+        zero_loss,
     })
 }
 
@@ -198,7 +226,9 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn summarize(samples: &[Sample], v: Variant) -> Summary {
     let mut mpps: Vec<f64> = samples.iter().filter(|s| s.variant == v).map(|s| s.mpps).collect();
     let mut ns: Vec<f64> = samples.iter().filter(|s| s.variant == v).map(|s| s.ns_per_packet).collect();
+    let mut zl: Vec<f64> = samples.iter().filter(|s| s.variant == v).filter_map(|s| s.zero_loss.as_ref()).map(|z| z.rate / 1e6).collect();
     Summary {
+        median_zero_loss_mpps: (!zl.is_empty()).then(|| median(&mut zl)),
         variant: v,
         min_mpps: mpps.iter().cloned().fold(f64::INFINITY, f64::min),
         max_mpps: mpps.iter().cloned().fold(0.0, f64::max),
@@ -210,6 +240,10 @@ pub fn summarize(samples: &[Sample], v: Variant) -> Summary {
 /// Runs the experiment; `progress` receives one-line status updates.
 pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Report> {
     ensure!(o.runs >= 1, "--runs must be at least 1");
+    if let Some(tol) = o.zero_loss {
+        ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
+        ensure!(o.trial_seconds > 0.0, "--trial-seconds must be positive");
+    }
     ensure!(o.seconds > 0.0 && o.warmup >= 0.0, "--seconds must be positive");
     ensure!(o.flows >= 1 && o.flows <= 64511, "--flows must be 1..=64511 (source ports 1024..65535)");
     let ncpu = cpu::sample()?.len();
@@ -273,9 +307,10 @@ pub fn print(r: &Report) {
             cpus.join("  ")
         );
     }
-    println!("\n{:<9} {:>12} {:>10} {:>10} {:>14}", "variant", "median Mpps", "min", "max", "median ns/pkt");
+    println!("\n{:<9} {:>12} {:>10} {:>10} {:>14} {:>16}", "variant", "median Mpps", "min", "max", "median ns/pkt", "zero-loss Mpps");
     for s in &r.summary {
-        println!("{:<9} {:>12.3} {:>10.3} {:>10.3} {:>14.0}", s.variant.name(), s.median_mpps, s.min_mpps, s.max_mpps, s.median_ns_per_packet);
+        let zl = s.median_zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
+        println!("{:<9} {:>12.3} {:>10.3} {:>10.3} {:>14.0} {:>16}", s.variant.name(), s.median_mpps, s.min_mpps, s.max_mpps, s.median_ns_per_packet, zl);
     }
     let ns = |v: Variant| r.summary.iter().find(|s| s.variant == v).map(|s| 1e3 / s.median_mpps).unwrap_or(f64::NAN);
     println!(
