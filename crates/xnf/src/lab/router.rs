@@ -22,7 +22,7 @@ use xnf_netns::{LineConfig, LineTopology};
 use xnf_packet::PacketBuilder;
 
 use super::cpu::{self, CpuTimes};
-use super::search::{search, SearchOptions, SearchResult};
+use super::search::{loss_pct, search, SearchOptions, SearchResult};
 use super::{Generator, LabAttachment};
 
 /// Options of one `xnf lab router` run.
@@ -167,22 +167,10 @@ fn measure(line: &LineTopology, sink: &LabAttachment, v: Variant, run: u32, o: &
     std::thread::sleep(Duration::from_secs_f64(o.seconds));
     let (c1, s1, r1, secs) = (cpu::sample()?, gen.sent()?, counter.packets()?, t0.elapsed().as_secs_f64());
     let zero_loss = match o.zero_loss {
+        Some(tol) => Some(find_zero_loss(&gen, counter, (s1 - s0) as f64 / secs, tol, o, &mut |t| {
+            progress(&format!("run {}/{} {:<8} zero-loss search: {t}", run + 1, o.runs, v.name()))
+        })?),
         None => None,
-        Some(tol) => {
-            let top = (s1 - s0) as f64 / secs;
-            let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tol, resolution: top / 100.0, max_trials: 20 };
-            let mut n = 0;
-            Some(search(&so, |rate| {
-                n += 1;
-                progress(&format!("run {}/{} {:<8} zero-loss search: trial {n} at {:.3} Mpps", run + 1, o.runs, v.name(), rate / 1e6));
-                gen.set_rate(rate as u64)?;
-                // The first interval after a rate change is discarded.
-                std::thread::sleep(Duration::from_secs_f64(o.warmup.max(0.5)));
-                let (s0, r0) = (gen.sent()?, counter.packets()?);
-                std::thread::sleep(Duration::from_secs_f64(o.trial_seconds));
-                Ok((gen.sent()? - s0, counter.packets()? - r0))
-            })?)
-        }
     };
     gen.stop()?;
     drop(setup);
@@ -200,11 +188,28 @@ fn measure(line: &LineTopology, sink: &LabAttachment, v: Variant, run: u32, o: &
         sent_mpps: sent as f64 / secs / 1e6,
         mpps: received as f64 / secs / 1e6,
         // Frames in flight (at most a veth ring) blur the boundaries slightly.
-        loss_pct: if sent > 0 { 100.0 * sent.saturating_sub(received) as f64 / sent as f64 } else { 0.0 },
+        loss_pct: loss_pct(sent, received),
         cpu_busy_pct: pct(CpuTimes::busy),
         cpu_softirq_pct: pct(|c| c.softirq),
         ns_per_packet: if received > 0 { busy_ns / received as f64 } else { f64::NAN },
         zero_loss,
+    })
+}
+
+/// Searches the highest rate up to `top` with at most `tol` % loss, the
+/// variant already set up and the generator running.
+fn find_zero_loss(gen: &Generator, counter: &LabAttachment, top: f64, tol: f64, o: &Options, progress: &mut dyn FnMut(&str)) -> Result<SearchResult> {
+    let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tol, resolution: top / 100.0, max_trials: 20 };
+    let mut n = 0;
+    search(&so, |rate| {
+        n += 1;
+        progress(&format!("trial {n} at {:.3} Mpps", rate / 1e6));
+        gen.set_rate(rate as u64)?;
+        // The first interval after a rate change is discarded.
+        std::thread::sleep(Duration::from_secs_f64(o.warmup.max(0.5)));
+        let (s0, r0) = (gen.sent()?, counter.packets()?);
+        std::thread::sleep(Duration::from_secs_f64(o.trial_seconds));
+        Ok((gen.sent()? - s0, counter.packets()? - r0))
     })
 }
 
