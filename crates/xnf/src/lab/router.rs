@@ -201,15 +201,24 @@ fn measure(line: &LineTopology, sink: &LabAttachment, v: Variant, run: u32, o: &
 fn find_zero_loss(gen: &Generator, counter: &LabAttachment, top: f64, tol: f64, o: &Options, progress: &mut dyn FnMut(&str)) -> Result<SearchResult> {
     let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tol, resolution: top / 100.0, max_trials: 20 };
     let mut n = 0;
+    // Counters are read only while the generator is paused and the path has
+    // drained, so frames in flight at a boundary never count as lost.
+    let quiet_counts = || -> Result<(u64, u64)> {
+        gen.set_rate(1)?;
+        std::thread::sleep(Duration::from_millis(50));
+        Ok((gen.sent()?, counter.packets()?))
+    };
     search(&so, |rate| {
         n += 1;
         progress(&format!("trial {n} at {:.3} Mpps", rate / 1e6));
-        gen.set_rate(rate as u64)?;
         // The first interval after a rate change is discarded.
+        gen.set_rate(rate as u64)?;
         std::thread::sleep(Duration::from_secs_f64(o.warmup.max(0.5)));
-        let (s0, r0) = (gen.sent()?, counter.packets()?);
+        let (s0, r0) = quiet_counts()?;
+        gen.set_rate(rate as u64)?;
         std::thread::sleep(Duration::from_secs_f64(o.trial_seconds));
-        Ok((gen.sent()? - s0, counter.packets()? - r0))
+        let (s1, r1) = quiet_counts()?;
+        Ok((s1 - s0, r1 - r0))
     })
 }
 
