@@ -65,12 +65,15 @@ static __always_inline int paced(struct gen_state *st)
 	if (!rate)
 		return 1;
 	now = bpf_ktime_get_ns();
+	gap = 1000000000ULL / rate;
+	/* A schedule made for a slower rate is dropped: a new rate applies at once. */
+	if (st->next_ns > now + gap)
+		st->next_ns = now;
 	if (now < st->next_ns)
 		return 0;
-	gap = 1000000000ULL / rate;
 	/* After an idle spell, catch up by at most a burst. */
 	earliest = now - GEN_BURST * gap;
-	if (st->next_ns < earliest || st->next_ns > now + gap)
+	if (st->next_ns < earliest)
 		st->next_ns = earliest;
 	st->next_ns += gap;
 	return 1;

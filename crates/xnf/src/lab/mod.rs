@@ -186,23 +186,36 @@ mod tests {
         assert!(received >= sent && received <= sent + 8, "sent {sent}, sink counted {received}");
     }
 
-    /// Runs `count` generator frames in gen at `rate`; returns (sent, received at dut).
-    fn burst(line: &LineTopology, rate: u64, count: u32) -> (u64, u64) {
+    /// Runs the generator in gen once per `(rate, tries)` step, in order;
+    /// returns (frames sent by each step, total received at dut).
+    fn bursts(line: &LineTopology, steps: &[(u64, u32)]) -> (Vec<u64>, u64) {
         let sink = LabAttachment::sink(line.dut(), &line.dut_gen_if).unwrap();
         let cfg = template(line);
         let dev = line.gen_if.clone();
+        let steps = steps.to_vec();
         let sent = line
             .gen()
-            .run(move || -> Result<u64> {
+            .run(move || -> Result<Vec<u64>> {
                 let prog = GenProgram::load(&cfg)?;
                 let ctl = prog.control()?;
-                ctl.set_rate(rate)?;
-                prog.send(crate::netlink::link_by_name(&dev)?.ifindex, count)?;
-                ctl.sent()
+                let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
+                let mut out = Vec::new();
+                for (rate, tries) in steps {
+                    let before = ctl.sent()?;
+                    ctl.set_rate(rate)?;
+                    prog.send(ifindex, tries)?;
+                    out.push(ctl.sent()? - before);
+                }
+                Ok(out)
             })
             .unwrap()
             .unwrap();
         (sent, sink.packets().unwrap())
+    }
+
+    fn burst(line: &LineTopology, rate: u64, count: u32) -> (u64, u64) {
+        let (sent, received) = bursts(line, &[(rate, count)]);
+        (sent[0], received)
     }
 
     #[test]
@@ -221,5 +234,15 @@ mod tests {
         let (sent, received) = burst(&line, 1, 10_000);
         assert!((1..=33).contains(&sent), "sent {sent}");
         assert_all_arrived(sent, received);
+    }
+
+    #[test]
+    fn a_faster_rate_applies_at_once_after_a_slow_one() {
+        let line = LineTopology::new(&LineConfig::default()).unwrap();
+        // 1 pps schedules the next frame a second ahead; 1e9 pps must not wait for it.
+        let (sent, received) = bursts(&line, &[(1, 10_000), (1_000_000_000, 10_000)]);
+        assert!(sent[0] <= 33, "slow step sent {}", sent[0]);
+        assert!(sent[1] >= 9_000, "fast step sent only {} of 10,000", sent[1]);
+        assert_all_arrived(sent.iter().sum(), received);
     }
 }
