@@ -109,8 +109,6 @@ pub struct Report {
 fn template(line: &LineTopology, o: &Options) -> Result<GenConfig> {
     let (src, dst): (IpAddr, IpAddr) =
         if o.ipv6 { (line.gen_v6.into(), line.sink_v6.into()) } else { (line.gen_v4.into(), line.sink_v4.into()) };
-    ensure!(o.size >= 64 && o.size <= 1518, "--size must be 64..=1518 bytes (wire size with FCS)");
-    ensure!(!o.ipv6 || o.size >= 66, "IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS): use --size 66 or more");
     let frame = PacketBuilder::ethernet(line.gen_mac, line.dut_gen_mac)
         .ip(src, dst)
         .udp(1024, 9)
@@ -254,6 +252,8 @@ pub fn summarize(samples: &[Sample], v: Variant) -> Summary {
 /// Runs the experiment; `progress` receives one-line status updates.
 pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Report> {
     ensure!(o.runs >= 1, "--runs must be at least 1");
+    ensure!(o.size >= 64 && o.size <= 1518, "--size must be 64..=1518 bytes (wire size with FCS)");
+    ensure!(!o.ipv6 || o.size >= 66, "IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS): use --size 66 or more");
     if let Some(tol) = o.zero_loss {
         ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
         ensure!(o.trial_seconds > 0.0, "--trial-seconds must be positive");
