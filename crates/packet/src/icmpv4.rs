@@ -1,6 +1,6 @@
 //! ICMP for IPv4 (RFC 792).
 
-use crate::{be16, checksum, clamp, put16, view, Error, Result};
+use crate::{be16, checksum, view};
 
 /// Echo reply type.
 pub const ECHO_REPLY: u8 = 0;
@@ -21,48 +21,9 @@ view! {
     Icmpv4Packet
 }
 
+crate::icmp::icmp_header!(Icmpv4Packet);
+
 impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
-    /// Length of the header (type, code, checksum, rest of header).
-    pub const HEADER_LEN: usize = 8;
-
-    /// Ok if the 8-byte header fits.
-    pub fn check_len(&self) -> Result<()> {
-        if self.b().len() < Self::HEADER_LEN {
-            return Err(Error::Truncated);
-        }
-        Ok(())
-    }
-
-    /// Message type.
-    pub fn msg_type(&self) -> u8 {
-        self.b()[0]
-    }
-
-    /// Message code.
-    pub fn code(&self) -> u8 {
-        self.b()[1]
-    }
-
-    /// Checksum field.
-    pub fn checksum(&self) -> u16 {
-        be16(self.b(), 2)
-    }
-
-    /// Bytes 4..8 (echo id/seq, next-hop MTU, unused...).
-    pub fn rest(&self) -> [u8; 4] {
-        self.b()[4..8].try_into().unwrap()
-    }
-
-    /// Echo identifier.
-    pub fn echo_ident(&self) -> u16 {
-        be16(self.b(), 4)
-    }
-
-    /// Echo sequence number.
-    pub fn echo_seq(&self) -> u16 {
-        be16(self.b(), 6)
-    }
-
     /// Next-hop MTU of a "fragmentation needed" message (RFC 1191).
     pub fn next_hop_mtu(&self) -> u16 {
         be16(self.b(), 6)
@@ -74,61 +35,19 @@ impl<T: AsRef<[u8]>> Icmpv4Packet<T> {
     }
 }
 
-impl<'a, T: AsRef<[u8]> + ?Sized> Icmpv4Packet<&'a T> {
-    /// Bytes after the 8-byte header (echo data, or the quoted packet of an error).
-    pub fn payload(&self) -> &'a [u8] {
-        let b: &'a [u8] = self.buffer.as_ref();
-        clamp(b, Self::HEADER_LEN, b.len())
-    }
-}
-
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
-    /// Sets the message type.
-    pub fn set_msg_type(&mut self, t: u8) {
-        self.bm()[0] = t;
-    }
-
-    /// Sets the code.
-    pub fn set_code(&mut self, c: u8) {
-        self.bm()[1] = c;
-    }
-
-    /// Sets the checksum field.
-    pub fn set_checksum(&mut self, c: u16) {
-        put16(self.bm(), 2, c);
-    }
-
-    /// Sets bytes 4..8.
-    pub fn set_rest(&mut self, r: [u8; 4]) {
-        self.bm()[4..8].copy_from_slice(&r);
-    }
-
-    /// Sets the echo identifier.
-    pub fn set_echo_ident(&mut self, id: u16) {
-        put16(self.bm(), 4, id);
-    }
-
-    /// Sets the echo sequence number.
-    pub fn set_echo_seq(&mut self, seq: u16) {
-        put16(self.bm(), 6, seq);
-    }
-
     /// Computes and writes the checksum over the whole message.
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let c = checksum::checksum(self.b());
         self.set_checksum(c);
     }
-
-    /// Mutable payload.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.bm()[Self::HEADER_LEN..]
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn echo_request() {

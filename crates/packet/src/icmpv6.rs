@@ -1,6 +1,6 @@
 //! ICMP for IPv6 (RFC 4443) and neighbour discovery type numbers (RFC 4861).
 
-use crate::{be16, be32, checksum, clamp, put16, view, Error, IpProtocol, Result};
+use crate::{be32, checksum, view, IpProtocol};
 use std::net::Ipv6Addr;
 
 /// Destination unreachable type.
@@ -28,48 +28,9 @@ view! {
     Icmpv6Packet
 }
 
+crate::icmp::icmp_header!(Icmpv6Packet);
+
 impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
-    /// Length of the header (type, code, checksum, rest of header).
-    pub const HEADER_LEN: usize = 8;
-
-    /// Ok if the 8-byte header fits.
-    pub fn check_len(&self) -> Result<()> {
-        if self.b().len() < Self::HEADER_LEN {
-            return Err(Error::Truncated);
-        }
-        Ok(())
-    }
-
-    /// Message type.
-    pub fn msg_type(&self) -> u8 {
-        self.b()[0]
-    }
-
-    /// Message code.
-    pub fn code(&self) -> u8 {
-        self.b()[1]
-    }
-
-    /// Checksum field.
-    pub fn checksum(&self) -> u16 {
-        be16(self.b(), 2)
-    }
-
-    /// Bytes 4..8 (echo id/seq, MTU, flags...).
-    pub fn rest(&self) -> [u8; 4] {
-        self.b()[4..8].try_into().unwrap()
-    }
-
-    /// Echo identifier.
-    pub fn echo_ident(&self) -> u16 {
-        be16(self.b(), 4)
-    }
-
-    /// Echo sequence number.
-    pub fn echo_seq(&self) -> u16 {
-        be16(self.b(), 6)
-    }
-
     /// MTU of a packet-too-big message.
     pub fn mtu(&self) -> u32 {
         be32(self.b(), 4)
@@ -81,61 +42,19 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     }
 }
 
-impl<'a, T: AsRef<[u8]> + ?Sized> Icmpv6Packet<&'a T> {
-    /// Bytes after the 8-byte header.
-    pub fn payload(&self) -> &'a [u8] {
-        let b: &'a [u8] = self.buffer.as_ref();
-        clamp(b, Self::HEADER_LEN, b.len())
-    }
-}
-
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
-    /// Sets the message type.
-    pub fn set_msg_type(&mut self, t: u8) {
-        self.bm()[0] = t;
-    }
-
-    /// Sets the code.
-    pub fn set_code(&mut self, c: u8) {
-        self.bm()[1] = c;
-    }
-
-    /// Sets the checksum field.
-    pub fn set_checksum(&mut self, c: u16) {
-        put16(self.bm(), 2, c);
-    }
-
-    /// Sets bytes 4..8.
-    pub fn set_rest(&mut self, r: [u8; 4]) {
-        self.bm()[4..8].copy_from_slice(&r);
-    }
-
-    /// Sets the echo identifier.
-    pub fn set_echo_ident(&mut self, id: u16) {
-        put16(self.bm(), 4, id);
-    }
-
-    /// Sets the echo sequence number.
-    pub fn set_echo_seq(&mut self, seq: u16) {
-        put16(self.bm(), 6, seq);
-    }
-
     /// Computes and writes the checksum for this IPv6 pseudo-header.
     pub fn fill_checksum_v6(&mut self, src: Ipv6Addr, dst: Ipv6Addr) {
         self.set_checksum(0);
         let c = checksum::transport_v6(src, dst, IpProtocol::ICMPV6.0, self.b());
         self.set_checksum(c);
     }
-
-    /// Mutable payload.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.bm()[Self::HEADER_LEN..]
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Error;
 
     #[test]
     fn echo_and_checksum() {

@@ -16,6 +16,7 @@ pub mod arp;
 pub mod builder;
 pub mod checksum;
 pub mod ethernet;
+mod icmp;
 pub mod icmpv4;
 pub mod icmpv6;
 pub mod ipv4;
