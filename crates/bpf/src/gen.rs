@@ -2,14 +2,15 @@
 //! `BPF_PROG_TEST_RUN` in live-frame mode: the kernel sends the frames the
 //! program returns `XDP_TX` for out of the ingress interface.
 
-use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd};
 
 use anyhow::{bail, ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, ProgramMut};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
+use crate::pod::{object_storage, sum_percpu};
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
+use crate::testrun::XdpContext;
 
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` (Linux 5.18).
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
@@ -34,9 +35,7 @@ impl GenProgram {
         let hdr_len = if cfg.ipv6 { 14 + 40 + 8 } else { 14 + 20 + 8 };
         ensure!(cfg.template.len() >= hdr_len, "template frame shorter than its headers");
         ensure!(cfg.flows >= 1 && cfg.base_sport as u32 + cfg.flows <= 65536, "flows do not fit the port range above {}", cfg.base_sport);
-        // Leaked on purpose, as for the router: a few bytes per load.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = GenSkelBuilder::default().open(storage).context("opening the generator BPF object")?;
+        let mut open = GenSkelBuilder::default().open(object_storage()).context("opening the generator BPF object")?;
         let ro = open.maps.rodata_data.as_deref_mut().context("generator has no rodata")?;
         ro.flows = cfg.flows;
         ro.base_sport = cfg.base_sport;
@@ -63,16 +62,14 @@ impl GenProgram {
     /// thread's network namespace), on the calling CPU; the ones it passes
     /// (all, without a rate) are sent. Blocks until done.
     pub fn send(&self, ifindex: u32, count: u32) -> Result<()> {
-        let mut ctx = [0u32; 6];
-        ctx[1] = self.frame.len() as u32; // data_end
-        ctx[3] = ifindex; // ingress_ifindex
+        let ctx = XdpContext { ingress_ifindex: ifindex, rx_queue_index: 0 }.to_bytes(self.frame.len());
         // SAFETY: zeroed opts with sz set is the libbpf idiom; buffers outlive the call.
         let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
         opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
         opts.data_in = self.frame.as_ptr().cast();
         opts.data_size_in = self.frame.len() as u32;
         opts.ctx_in = ctx.as_ptr().cast();
-        opts.ctx_size_in = std::mem::size_of_val(&ctx) as u32;
+        opts.ctx_size_in = ctx.len() as u32;
         opts.repeat = count as i32;
         opts.flags = BPF_F_TEST_XDP_LIVE_FRAMES;
         // SAFETY: valid program fd and opts.
@@ -97,8 +94,7 @@ pub struct GenControl {
 impl GenControl {
     /// Frames sent (returned `XDP_TX`) so far, summed over CPUs.
     pub fn sent(&self) -> Result<u64> {
-        let per_cpu = self.state.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        Ok(per_cpu.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap())).sum())
+        Ok(sum_percpu::<1>(&self.state, 0)?[0])
     }
 
     /// Sets the rate per generating CPU (0: as fast as possible); the

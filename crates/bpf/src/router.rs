@@ -1,14 +1,13 @@
 //! The router program (`bpf/router.bpf.c`): loading it, and reading and
 //! writing the maps all its instances share.
 
-use std::mem::MaybeUninit;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, ProgramMut};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
-use crate::pod::{as_bytes, from_bytes};
+use crate::pod::{as_bytes, from_bytes, object_storage};
 use crate::skel::router::{types, RouterSkel, RouterSkelBuilder};
 use crate::testrun::Verdict;
 
@@ -117,12 +116,8 @@ impl RouterProgram {
     /// Loads an instance. With `pin_dir`, its maps are shared with every
     /// other instance through pins there (created by the first load).
     pub fn load(cfg: RouterConfig, pin_dir: Option<&Path>) -> Result<Self> {
-        // The skeleton borrows its object storage for its whole life; a
-        // loaded program lives until the process ends or detaches it, so
-        // the few bytes of storage are leaked on purpose.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let mut open = RouterSkelBuilder::default()
-            .open(storage)
+            .open(object_storage())
             .context("opening the router BPF object")?;
         let ro = open.maps.rodata_data.as_deref_mut().context("router has no rodata")?;
         ro.fib_flags = if cfg.fib_direct { BPF_FIB_LOOKUP_DIRECT } else { 0 };
@@ -279,11 +274,6 @@ impl RouterMaps {
 
     pub fn del_port(&self, ifindex: u32) -> Result<()> {
         delete_if_present(&self.tx_ports, &ifindex.to_ne_bytes())
-    }
-
-    /// Ifindexes in the devmap.
-    pub fn ports(&self) -> Vec<u32> {
-        self.tx_ports.keys().filter_map(|k| k.try_into().ok().map(u32::from_ne_bytes)).collect()
     }
 
     /// Fills an interface's slot and zeroes its counters.

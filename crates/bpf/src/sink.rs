@@ -1,11 +1,10 @@
 //! The sink's program (`bpf/sink.bpf.c`): count per CPU, drop.
 
-use std::mem::MaybeUninit;
-
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, OpenObject, ProgramMut};
+use libbpf_rs::{MapHandle, ProgramMut};
 
+use crate::pod::{object_storage, sum_percpu};
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
 
 pub struct SinkProgram {
@@ -14,9 +13,7 @@ pub struct SinkProgram {
 
 impl SinkProgram {
     pub fn load() -> Result<Self> {
-        // Leaked on purpose, as for the router: a few bytes per load.
-        let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = SinkSkelBuilder::default().open(storage).context("opening the sink BPF object")?;
+        let open = SinkSkelBuilder::default().open(object_storage()).context("opening the sink BPF object")?;
         Ok(Self { skel: open.load().context("loading the sink program")? })
     }
 
@@ -26,17 +23,25 @@ impl SinkProgram {
 
     /// (packets, bytes) counted so far, summed over CPUs.
     pub fn counts(&self) -> Result<(u64, u64)> {
-        let per_cpu = self.skel.maps.counts.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        Ok(per_cpu.iter().fold((0, 0), |(p, b), v| {
-            let word = |i: usize| u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into().unwrap());
-            (p + word(0), b + word(1))
-        }))
+        let [packets, bytes] = sum_percpu::<2>(&self.skel.maps.counts, 0)?;
+        Ok((packets, bytes))
+    }
+
+    /// A handle on the counters that outlives this object and may move to
+    /// another thread (the program itself may not).
+    pub fn counter(&self) -> Result<SinkCounter> {
+        Ok(SinkCounter { counts: MapHandle::try_from(&self.skel.maps.counts)? })
     }
 }
 
-impl SinkProgram {
-    /// The per-CPU `{packets, bytes}` counter map.
-    pub fn counts_map(&self) -> &libbpf_rs::MapMut<'static> {
-        &self.skel.maps.counts
+/// Reads a sink's counters from any thread.
+pub struct SinkCounter {
+    counts: MapHandle,
+}
+
+impl SinkCounter {
+    /// Packets counted so far, summed over CPUs.
+    pub fn packets(&self) -> Result<u64> {
+        Ok(sum_percpu::<1>(&self.counts, 0)?[0])
     }
 }

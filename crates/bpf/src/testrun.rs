@@ -54,7 +54,8 @@ pub struct XdpContext {
 }
 
 impl XdpContext {
-    fn to_bytes(self, data_len: usize) -> [u8; 24] {
+    /// The context as the kernel reads it, for a frame of `data_len` bytes.
+    pub(crate) fn to_bytes(self, data_len: usize) -> [u8; 24] {
         // data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
         let fields = [0, data_len as u32, 0, self.ingress_ifindex, self.rx_queue_index, 0];
         let mut out = [0u8; 24];

@@ -10,10 +10,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
-use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use xnf_bpf::gen::{GenConfig, GenControl, GenProgram};
 use xnf_bpf::pass::PassProgram;
-use xnf_bpf::sink::SinkProgram;
+use xnf_bpf::sink::{SinkCounter, SinkProgram};
 use xnf_netns::Netns;
 
 use crate::xdp_link::{XdpLink, XdpMode};
@@ -44,39 +43,42 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
 /// detached when dropped (the link is not pinned).
 pub struct LabAttachment {
     _link: XdpLink,
-    counts: Option<MapHandle>,
+    counter: Option<SinkCounter>,
 }
 
 impl LabAttachment {
     /// Attaches the counting, dropping sink program to `dev` in `ns`.
     pub fn sink(ns: &Netns, dev: &str) -> Result<Self> {
-        let dev = dev.to_string();
-        ns.run(move || -> Result<Self> {
-            let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
-            let prog = SinkProgram::load()?;
-            let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
-            let counts = MapHandle::try_from(prog.counts_map())?;
-            Ok(LabAttachment { _link: link, counts: Some(counts) })
-        })?
+        Self::attach(ns, dev, true)
     }
 
     /// Attaches the XDP_PASS program to `dev` in `ns` (a veth end that must
     /// receive XDP_TX/redirected frames but otherwise use the kernel path).
     pub fn pass(ns: &Netns, dev: &str) -> Result<Self> {
+        Self::attach(ns, dev, false)
+    }
+
+    fn attach(ns: &Netns, dev: &str, sink: bool) -> Result<Self> {
         let dev = dev.to_string();
+        // Programs cannot leave the thread that loaded them; the link and
+        // the counter handle (plain fds) can.
         ns.run(move || -> Result<Self> {
             let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
-            let prog = PassProgram::load()?;
-            let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
-            Ok(LabAttachment { _link: link, counts: None })
+            if sink {
+                let prog = SinkProgram::load()?;
+                let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+                Ok(LabAttachment { _link: link, counter: Some(prog.counter()?) })
+            } else {
+                let prog = PassProgram::load()?;
+                let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+                Ok(LabAttachment { _link: link, counter: None })
+            }
         })?
     }
 
     /// Packets counted by a sink attachment.
     pub fn packets(&self) -> Result<u64> {
-        let map = self.counts.as_ref().context("not a sink attachment")?;
-        let per_cpu = map.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        Ok(per_cpu.iter().map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap())).sum())
+        self.counter.as_ref().context("not a sink attachment")?.packets()
     }
 }
 

@@ -117,8 +117,9 @@ fn template(line: &LineTopology, o: &Options) -> Result<GenConfig> {
     Ok(GenConfig { template: frame, ipv6: o.ipv6, flows: o.flows, base_sport: 1024 })
 }
 
-fn xnf_cmd(ns: &xnf_netns::Netns, args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new(std::env::current_exe()?).arg("--netns").arg(ns.name()).args(args).output()?;
+/// Runs this `xnf` binary in network namespace `ns`, as a user would.
+fn xnf_cmd(ns: &str, args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new(std::env::current_exe()?).arg("--netns").arg(ns).args(args).output()?;
     ensure!(out.status.success(), "xnf {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
     Ok(())
 }
@@ -132,9 +133,7 @@ enum Setup {
 impl Drop for Setup {
     fn drop(&mut self) {
         if let Setup::Router { line_dut, ifaces } = self {
-            let _ = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--netns", line_dut, "router", "detach", &ifaces[0], &ifaces[1]])
-                .output();
+            let _ = xnf_cmd(line_dut, &["router", "detach", &ifaces[0], &ifaces[1]]);
         }
     }
 }
@@ -145,7 +144,7 @@ fn setup(line: &LineTopology, v: Variant) -> Result<Setup> {
         Variant::Kernel => Setup::Attachment(LabAttachment::pass(dut, &line.dut_gen_if)?),
         Variant::DutDrop => Setup::Attachment(LabAttachment::sink(dut, &line.dut_gen_if)?),
         Variant::Xnf => {
-            xnf_cmd(dut, &["router", "attach", &line.dut_gen_if, &line.dut_sink_if, "--no-follow"])?;
+            xnf_cmd(dut.name(), &["router", "attach", &line.dut_gen_if, &line.dut_sink_if, "--no-follow"])?;
             Setup::Router { line_dut: dut.name().to_string(), ifaces: [line.dut_gen_if.clone(), line.dut_sink_if.clone()] }
         }
     })
