@@ -2,6 +2,7 @@
 //! sink, and experiments that compare xnf with the kernel doing the same job.
 
 pub mod cpu;
+pub mod results;
 pub mod router;
 pub mod search;
 

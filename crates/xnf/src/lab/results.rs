@@ -1,0 +1,415 @@
+//! The results of one lab experiment, as written to JSON and CSV and read
+//! back by `xnf lab report`: every sample, summaries per variant and point,
+//! ratios, and the machine they were measured on.
+//!
+//! Every measurement is a [`Sample`] of one variant (kernel, xnf, an XDP
+//! action...) at one [`Point`] of the sweep (packet size, flows, route-table
+//! size, queues...). A sample is either the variant at full speed
+//! ([`SampleKind::Max`]), at an offered rate for the CPU-vs-load and
+//! loss-vs-rate curves ([`SampleKind::Load`]), or one trial of the zero-loss
+//! search ([`SampleKind::Search`]).
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Where the numbers were measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cores: usize,
+    pub xnf_version: String,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, m)| m.trim().to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        Machine {
+            kernel: nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default(),
+            cpu_model,
+            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            xnf_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+/// The swept parameters of a sample: what was the same for every variant.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Point {
+    /// Frame size on the wire with FCS (0 for IMIX).
+    pub size: u32,
+    pub flows: u32,
+    pub ipv6: bool,
+    /// Routes in dut's table beyond the topology's own.
+    pub routes: u64,
+    /// Queues per veth = generator threads/CPUs.
+    pub queues: u32,
+    /// A netfilter ruleset was loaded on dut.
+    pub netfilter: bool,
+}
+
+impl Point {
+    /// A short label such as "64 B, 4 flows, IPv4".
+    pub fn label(&self) -> String {
+        let size = if self.size == 0 { "IMIX".to_string() } else { format!("{} B", self.size) };
+        let mut s = format!("{size}, {} flow{}, {}", self.flows, if self.flows == 1 { "" } else { "s" }, if self.ipv6 { "IPv6" } else { "IPv4" });
+        if self.routes > 0 {
+            s += &format!(", {} routes", self.routes);
+        }
+        if self.queues > 1 {
+            s += &format!(", {} queues", self.queues);
+        }
+        if self.netfilter {
+            s += ", netfilter";
+        }
+        s
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum SampleKind {
+    /// As fast as the generator goes.
+    Max,
+    /// At an offered rate (frames per second, all generator CPUs together).
+    Load { offered_pps: f64 },
+    /// A trial of the zero-loss search at this rate.
+    Search { offered_pps: f64 },
+}
+
+/// One CPU's share of an interval, in percent of that CPU's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuShare {
+    pub cpu: usize,
+    pub user_pct: f64,
+    pub system_pct: f64,
+    pub softirq_pct: f64,
+    /// Everything but idle (user + system + softirq + irq + steal).
+    pub busy_pct: f64,
+}
+
+/// Where frames were lost in an interval, from the counters along the path.
+/// Each field is the difference between two adjacent counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Loss {
+    /// Sent by the generator but not received by dut's ingress interface.
+    pub gen_to_dut: i64,
+    /// Received by dut but not transmitted towards the sink (dropped or
+    /// passed up in dut: no route, queue full, netfilter...).
+    pub in_dut: i64,
+    /// Transmitted by dut but not counted by the sink.
+    pub dut_to_sink: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub variant: String,
+    pub point: Point,
+    pub run: u32,
+    #[serde(flatten)]
+    pub kind: SampleKind,
+    pub seconds: f64,
+    pub sent: u64,
+    pub received: u64,
+    pub sent_mpps: f64,
+    pub mpps: f64,
+    pub loss_pct: f64,
+    pub loss: Loss,
+    pub cpus: Vec<CpuShare>,
+    /// All CPUs' busy time divided by the frames received.
+    pub ns_per_packet: f64,
+}
+
+impl Sample {
+    /// Busy share summed over CPUs, in percent of one CPU (200 = 2 CPUs busy).
+    pub fn cpu_busy_pct(&self) -> f64 {
+        self.cpus.iter().map(|c| c.busy_pct).sum()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub variant: String,
+    pub point: Point,
+    pub runs: usize,
+    pub median_mpps: f64,
+    pub min_mpps: f64,
+    pub max_mpps: f64,
+    pub median_ns_per_packet: f64,
+    /// Median of the zero-loss searches' answers, when searched.
+    pub zero_loss_mpps: Option<f64>,
+}
+
+/// `numerator`'s median rate over `denominator`'s at one point.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    pub point: Point,
+    pub numerator: String,
+    pub denominator: String,
+    pub ratio: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    /// "router", "actions", "gen".
+    pub experiment: String,
+    pub machine: Machine,
+    /// Seconds since the Unix epoch when the run started.
+    pub started_unix: u64,
+    /// The experiment's options as given.
+    pub options: serde_json::Value,
+    /// Free-form notes the experiment wants shown (what limited the numbers).
+    #[serde(default)]
+    pub notes: Vec<String>,
+    pub samples: Vec<Sample>,
+    pub summary: Vec<Summary>,
+    pub ratios: Vec<Ratio>,
+}
+
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+impl Results {
+    pub fn new(experiment: &str, options: &impl Serialize) -> Results {
+        Results {
+            experiment: experiment.into(),
+            machine: Machine::this(),
+            started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            options: serde_json::to_value(options).unwrap_or(serde_json::Value::Null),
+            notes: Vec::new(),
+            samples: Vec::new(),
+            summary: Vec::new(),
+            ratios: Vec::new(),
+        }
+    }
+
+    /// Fills `summary` from the `Max` samples (and the search answers in
+    /// `zero_loss`, keyed by variant and point), in the order variants and
+    /// points first appear.
+    pub fn summarize(&mut self, zero_loss: &[(String, Point, f64)]) {
+        let mut order: Vec<(String, Point)> = Vec::new();
+        for s in &self.samples {
+            let key = (s.variant.clone(), s.point.clone());
+            if matches!(s.kind, SampleKind::Max) && !order.contains(&key) {
+                order.push(key);
+            }
+        }
+        self.summary = order
+            .into_iter()
+            .map(|(variant, point)| {
+                let of: Vec<&Sample> = self.samples.iter().filter(|s| matches!(s.kind, SampleKind::Max) && s.variant == variant && s.point == point).collect();
+                let mut mpps: Vec<f64> = of.iter().map(|s| s.mpps).collect();
+                let mut ns: Vec<f64> = of.iter().map(|s| s.ns_per_packet).collect();
+                let mut zl: Vec<f64> = zero_loss.iter().filter(|(v, p, _)| *v == variant && *p == point).map(|z| z.2 / 1e6).collect();
+                Summary {
+                    runs: of.len(),
+                    min_mpps: mpps.iter().cloned().fold(f64::INFINITY, f64::min),
+                    max_mpps: mpps.iter().cloned().fold(0.0, f64::max),
+                    median_mpps: median(&mut mpps),
+                    median_ns_per_packet: median(&mut ns),
+                    zero_loss_mpps: (!zl.is_empty()).then(|| median(&mut zl)),
+                    variant,
+                    point,
+                }
+            })
+            .collect();
+    }
+
+    /// Adds `numerator / denominator` at every point both were measured.
+    pub fn add_ratios(&mut self, numerator: &str, denominator: &str) {
+        for n in self.summary.iter().filter(|s| s.variant == numerator) {
+            if let Some(d) = self.summary.iter().find(|s| s.variant == denominator && s.point == n.point) {
+                self.ratios.push(Ratio {
+                    point: n.point.clone(),
+                    numerator: numerator.into(),
+                    denominator: denominator.into(),
+                    ratio: n.median_mpps / d.median_mpps,
+                });
+            }
+        }
+    }
+
+    pub fn summary_of(&self, variant: &str, point: &Point) -> Option<&Summary> {
+        self.summary.iter().find(|s| s.variant == variant && &s.point == point)
+    }
+
+    pub fn read(path: &std::path::Path) -> Result<Results> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not an `xnf lab ... --json` results file", path.display()))
+    }
+
+    pub fn write_json(&self, path: &std::path::Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// One CSV row per sample; the machine is repeated on every row so each
+    /// row stands alone in a spreadsheet.
+    pub fn write_csv(&self, out: &mut dyn Write) -> Result<()> {
+        let ncpu = self.samples.iter().map(|s| s.cpus.len()).max().unwrap_or(0);
+        let mut head = vec![
+            "experiment", "kernel", "cpu_model", "cores", "xnf_version", "variant", "size", "flows", "ipv6", "routes", "queues", "netfilter", "run", "kind",
+            "offered_pps", "seconds", "sent", "received", "sent_mpps", "mpps", "loss_pct", "loss_gen_to_dut", "loss_in_dut", "loss_dut_to_sink",
+            "ns_per_packet",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+        for c in 0..ncpu {
+            for f in ["user", "system", "softirq", "busy"] {
+                head.push(format!("cpu{c}_{f}_pct"));
+            }
+        }
+        writeln!(out, "{}", head.join(","))?;
+        let m = &self.machine;
+        for s in &self.samples {
+            let (kind, offered) = match s.kind {
+                SampleKind::Max => ("max", String::new()),
+                SampleKind::Load { offered_pps } => ("load", format!("{offered_pps:.0}")),
+                SampleKind::Search { offered_pps } => ("search", format!("{offered_pps:.0}")),
+            };
+            let p = &s.point;
+            let mut row = vec![
+                csv_field(&self.experiment),
+                csv_field(&m.kernel),
+                csv_field(&m.cpu_model),
+                m.cores.to_string(),
+                csv_field(&m.xnf_version),
+                csv_field(&s.variant),
+                p.size.to_string(),
+                p.flows.to_string(),
+                p.ipv6.to_string(),
+                p.routes.to_string(),
+                p.queues.to_string(),
+                p.netfilter.to_string(),
+                s.run.to_string(),
+                kind.into(),
+                offered,
+                format!("{:.3}", s.seconds),
+                s.sent.to_string(),
+                s.received.to_string(),
+                format!("{:.4}", s.sent_mpps),
+                format!("{:.4}", s.mpps),
+                format!("{:.4}", s.loss_pct),
+                s.loss.gen_to_dut.to_string(),
+                s.loss.in_dut.to_string(),
+                s.loss.dut_to_sink.to_string(),
+                format!("{:.1}", s.ns_per_packet),
+            ];
+            for c in 0..ncpu {
+                let share = s.cpus.get(c).copied().unwrap_or_default();
+                for v in [share.user_pct, share.system_pct, share.softirq_pct, share.busy_pct] {
+                    row.push(format!("{v:.1}"));
+                }
+            }
+            writeln!(out, "{}", row.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// Quotes a CSV field when it holds a comma, quote or newline (RFC 4180).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(variant: &str, size: u32, run: u32, mpps: f64) -> Sample {
+        Sample {
+            variant: variant.into(),
+            point: Point { size, flows: 1, queues: 1, ..Point::default() },
+            run,
+            kind: SampleKind::Max,
+            seconds: 1.0,
+            sent: (mpps * 1e6) as u64,
+            received: (mpps * 1e6) as u64,
+            sent_mpps: mpps,
+            mpps,
+            loss_pct: 0.0,
+            loss: Loss::default(),
+            cpus: vec![CpuShare { cpu: 0, user_pct: 1.0, system_pct: 2.0, softirq_pct: 50.0, busy_pct: 53.0 }],
+            ns_per_packet: 100.0,
+        }
+    }
+
+    fn results() -> Results {
+        let mut r = Results::new("router", &serde_json::json!({"runs": 3}));
+        for (run, (k, x)) in [(1.0, 2.0), (1.2, 2.6), (0.8, 2.2)].into_iter().enumerate() {
+            r.samples.push(sample("kernel", 64, run as u32, k));
+            r.samples.push(sample("xnf", 64, run as u32, x));
+        }
+        r.samples.push(sample("kernel", 1518, 0, 0.5));
+        r
+    }
+
+    #[test]
+    fn summary_takes_median_min_max_per_variant_and_point() {
+        let mut r = results();
+        r.summarize(&[("xnf".into(), r.samples[1].point.clone(), 2.0e6)]);
+        assert_eq!(r.summary.len(), 3);
+        let k = &r.summary[0];
+        assert_eq!((k.variant.as_str(), k.point.size, k.runs), ("kernel", 64, 3));
+        assert_eq!((k.median_mpps, k.min_mpps, k.max_mpps), (1.0, 0.8, 1.2));
+        assert_eq!(r.summary[1].zero_loss_mpps, Some(2.0));
+        assert_eq!(r.summary[0].zero_loss_mpps, None);
+        r.add_ratios("xnf", "kernel");
+        assert_eq!(r.ratios.len(), 1, "no xnf sample at 1518 B");
+        assert!((r.ratios[0].ratio - 2.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn json_round_trips() {
+        let mut r = results();
+        r.samples.push(Sample { kind: SampleKind::Load { offered_pps: 5e5 }, ..sample("xnf", 64, 0, 0.5) });
+        r.summarize(&[]);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""kind":"load","offered_pps":500000.0"#), "{text}");
+        assert_eq!(serde_json::from_str::<Results>(&text).unwrap(), r);
+    }
+
+    #[test]
+    fn csv_has_a_row_per_sample_with_the_machine_and_quotes_commas() {
+        let mut r = results();
+        r.machine.cpu_model = "Xeon, 2 GHz".into();
+        let mut out = Vec::new();
+        r.write_csv(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1 + r.samples.len());
+        let cols = lines[0].split(',').count();
+        assert!(lines[0].ends_with("cpu0_busy_pct"));
+        assert!(lines[1].contains("\"Xeon, 2 GHz\""));
+        // The quoted comma is the only extra split.
+        assert_eq!(lines[1].split(',').count(), cols + 1);
+    }
+
+    #[test]
+    fn machine_is_read_from_this_host() {
+        let m = Machine::this();
+        assert!(m.cores >= 1 && !m.kernel.is_empty() && !m.xnf_version.is_empty());
+    }
+}
