@@ -3,6 +3,8 @@
 
 pub mod cpu;
 pub mod results;
+pub mod routes;
+pub mod topology;
 pub mod router;
 pub mod search;
 
@@ -80,6 +82,38 @@ impl LabAttachment {
     /// Packets counted by a sink attachment.
     pub fn packets(&self) -> Result<u64> {
         self.counter.as_ref().context("not a sink attachment")?.packets()
+    }
+}
+
+/// Runs this `xnf` binary in network namespace `ns`, as a user would.
+pub fn xnf_cmd(ns: &str, args: &[&str]) -> Result<()> {
+    let out = std::process::Command::new(std::env::current_exe()?).arg("--netns").arg(ns).args(args).output()?;
+    anyhow::ensure!(out.status.success(), "xnf {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    Ok(())
+}
+
+/// `xnf router` attached to interfaces in a lab namespace (through the
+/// CLI, as a user would, without the follower); detached when dropped.
+pub struct RouterGuard {
+    ns: String,
+    ifaces: Vec<String>,
+}
+
+impl RouterGuard {
+    pub fn attach(ns: &Netns, ifaces: &[String]) -> Result<Self> {
+        let mut args = vec!["router", "attach"];
+        args.extend(ifaces.iter().map(String::as_str));
+        args.push("--no-follow");
+        xnf_cmd(ns.name(), &args)?;
+        Ok(RouterGuard { ns: ns.name().to_string(), ifaces: ifaces.to_vec() })
+    }
+}
+
+impl Drop for RouterGuard {
+    fn drop(&mut self) {
+        let mut args = vec!["router", "detach"];
+        args.extend(self.ifaces.iter().map(String::as_str));
+        let _ = xnf_cmd(&self.ns, &args);
     }
 }
 
