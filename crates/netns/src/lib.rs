@@ -30,11 +30,17 @@ mod addr;
 mod cmd;
 mod config;
 mod netns;
+mod routes;
 mod stats;
 mod topology;
 
 pub use addr::{check_test_addr, is_test_ip, Mac};
 pub use config::Batch;
 pub use netns::{cleanup_all, cleanup_stale, live_namespaces, Netns, NETNS_DIR, NS_PREFIX};
+pub use routes::{
+    lookup_targets, BatchConfig, Family, InstalledRoutes, Prefix, RouteReport, RouteSet,
+    IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT,
+    V6_SHIFT, XNF_RTPROT,
+};
 pub use stats::{LinkStats, Snmp};
 pub use topology::{ifname, veth, LineConfig, LineTopology, Topology, VethPair};
