@@ -48,3 +48,14 @@ static __always_inline void ipv4_decrement_ttl(struct iphdr *iph)
 	iph->ttl--;
 	iph->check = csum_replace16(iph->check, old, *word);
 }
+
+/*
+ * RFC 1624 eqn. 3 with the ~m + m' part summed beforehand: @delta is a
+ * one's complement sum (unfolded, below 2^31) of ~old + new over every
+ * 16-bit word that changed, possibly in several fields. Gives exactly what
+ * a full recomputation gives, as csum_replace16 does.
+ */
+static __always_inline __u16 csum_add_delta(__u16 check, __u32 delta)
+{
+	return ~csum_fold((__u32)(__u16)~check + delta);
+}

@@ -66,8 +66,9 @@ impl XdpContext {
     }
 }
 
-/// Room for frames that grow (a pushed VLAN tag) in the output buffer.
-const OUT_SLACK: usize = 256;
+/// Room in the output buffer for frames that grow (a pushed VLAN tag, a
+/// generator frame given its size class's length): up to a page.
+const OUT_SLACK: usize = 4096;
 
 /// Runs `prog` once over `frame`.
 pub fn run_xdp(prog: &ProgramMut<'_>, frame: &[u8], ctx: XdpContext) -> Result<RunResult> {
