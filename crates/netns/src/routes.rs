@@ -52,8 +52,10 @@
 //! netlink `send` returns only after the kernel has processed all of it, so
 //! the acknowledgement of the last message marks the end of the replies of
 //! that send. Acknowledging every message was measured to be slower (one
-//! datagram to receive per route). Routes are sent in a fixed pseudo-random
-//! order, not by address: the kernel's IPv4 trie rebalances much less then.
+//! datagram to receive per route). IPv4 routes are sent in a fixed
+//! pseudo-random order (the kernel's trie rebalances much less than with
+//! routes in address order), IPv6 routes in address order (faster for its
+//! radix tree).
 //! Failures name the prefix, the kernel's errno and its extended-ack
 //! message; a failed installation removes what it installed (all or
 //! nothing).
@@ -1219,15 +1221,22 @@ fn dump_main(rtnl: &mut Rtnl, family: Family) -> Result<Vec<(Prefix, u8)>> {
     bail!("the {family} route dump was interrupted by changes five times in a row")
 }
 
-/// `prefixes` in a fixed pseudo-random order. The kernel's IPv4 trie
-/// rebalances far more often when routes come in address order: measured
-/// with 1M routes, installing in this order took 5.0 s instead of 7.8 s and
-/// removing 3.0 s instead of 14 s.
+/// The order in which to send `prefixes` to the kernel, the fastest
+/// measured (500k–1M routes): IPv4 in a fixed pseudo-random order, because
+/// the LC-trie rebalances far more often when routes come in address order
+/// (1M: install 5.0 s instead of 7.8 s, removal 3.0 s instead of 14 s);
+/// IPv6 in address order, which suits its radix tree (500k: install 2.5 s
+/// instead of 3.5 s, removal 1.6 s instead of 2.6 s).
 fn send_order(prefixes: &[Prefix]) -> Vec<Prefix> {
     let mut order = prefixes.to_vec();
-    let mut rng = Rng(0x786e_665f_6f72_6472);
-    for i in (1..order.len()).rev() {
-        order.swap(i, rng.below(i + 1));
+    match prefixes.first().map(|p| p.family()) {
+        Some(Family::V6) => order.sort_unstable(),
+        _ => {
+            let mut rng = Rng(0x786e_665f_6f72_6472);
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.below(i + 1));
+            }
+        }
     }
     order
 }
