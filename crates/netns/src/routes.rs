@@ -2,63 +2,7 @@
 //! sets with a realistic length mix, installed into and removed from a
 //! namespace through batched rtnetlink (no `ip` process per route).
 //!
-//! ```no_run
-//! # fn main() -> anyhow::Result<()> {
-//! use xnf_netns::{InstalledRoutes, LineConfig, LineTopology, RouteSet};
-//! let t = LineTopology::new(&LineConfig::default())?;
-//! let table = RouteSet::synthetic_v4(1_000_000, 1)?;
-//! let targets = table.lookup_targets(1024)?; // destinations for the generator
-//! let routes = InstalledRoutes::new(t.dut(), table, t.sink_v4.into(), &t.dut_sink_if)?;
-//! println!("{} routes in {:.2} s", routes.report().routes, routes.report().seconds);
-//! // ... send to `targets` from gen, measure ...
-//! routes.remove()?; // or let the guard (or the namespace's) drop remove them
-//! # let _ = targets; Ok(()) }
-//! ```
-//!
-//! # Where the prefixes lie
-//!
-//! Packets in the lab only use 198.18.0.0/15 and 2001:db8::/32, but a /15
-//! cannot hold a million distinct prefixes. So:
-//!
-//! * **IPv4** tables span the global unicast space, never overlapping
-//!   0/8, 10/8, 127/8, 169.254/16, 172.16/12, 192.168/16 or 224/3. A slice of
-//!   the table lies in 198.18.16.0–198.19.255.255 (198.18.0.0/15 without
-//!   198.18.0.0/20, where the topologies' links are): `min(n, max(4096,
-//!   proportional share))` prefixes, so there are always enough distinct
-//!   destinations for the generator. The slice is a 1:64 scale model of the
-//!   table (every length plus [`V4_SLICE_SHIFT`] bits: the table's /24s are
-//!   /30s there, its /16s are /22s), since a realistic /24-heavy mix of 4096
-//!   prefixes does not fit into 496 /24s. The routes are only ever installed
-//!   inside a namespace; packets go to [`RouteSet::lookup_targets`] only.
-//! * **IPv6** tables lie entirely in 2001:db8::/32, never overlapping
-//!   2001:db8::/44 (the topologies' links). The /32 plays the role of a /8
-//!   of real address space: every length of [`IPV6_LENGTH_MIX`] is
-//!   lengthened by [`V6_SHIFT`] bits (a real /48 becomes a /72, a /32 a
-//!   /56, a /29 a /53), which keeps the shape of the tree the kernel builds
-//!   (it depends on the lengths relative to each other, not on absolute
-//!   values) and leaves room for millions of prefixes.
-//!
-//! In both families about half of the prefixes are more-specifics of another
-//! prefix of the table ([`NESTED_SHARE`]), as in the real tables.
-//!
-//! # Installation
-//!
-//! A `NETLINK_ROUTE` socket is opened inside the namespace (on a
-//! [`Netns::run`] thread) and `RTM_NEWROUTE` messages are packed many per
-//! `send` ([`BatchConfig`]). Routes go to the main table with protocol
-//! [`XNF_RTPROT`], `NLM_F_CREATE | NLM_F_EXCL`, a gateway and an output
-//! interface. Only the last message of each send asks for an
-//! acknowledgement: the kernel reports every failed message anyway, and a
-//! netlink `send` returns only after the kernel has processed all of it, so
-//! the acknowledgement of the last message marks the end of the replies of
-//! that send. Acknowledging every message was measured to be slower (one
-//! datagram to receive per route). IPv4 routes are sent in a fixed
-//! pseudo-random order (the kernel's trie rebalances much less than with
-//! routes in address order), IPv6 routes in address order (faster for its
-//! radix tree).
-//! Failures name the prefix, the kernel's errno and its extended-ack
-//! message; a failed installation removes what it installed (all or
-//! nothing).
+//! See [`RouteSet`] for where the prefixes lie and how they are installed.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -654,6 +598,63 @@ pub fn lookup_targets(prefixes: &[Prefix], count: usize) -> Result<Vec<IpAddr>> 
 }
 
 /// A set of distinct prefixes of one family to install as routes.
+///
+/// ```no_run
+/// # fn main() -> anyhow::Result<()> {
+/// use xnf_netns::{InstalledRoutes, LineConfig, LineTopology, RouteSet};
+/// let t = LineTopology::new(&LineConfig::default())?;
+/// let table = RouteSet::synthetic_v4(1_000_000, 1)?;
+/// let targets = table.lookup_targets(1024)?; // destinations for the generator
+/// let routes = InstalledRoutes::new(t.dut(), table, t.sink_v4.into(), &t.dut_sink_if)?;
+/// println!("{} routes in {:.2} s", routes.report().routes, routes.report().seconds);
+/// // ... send to `targets` from gen, measure ...
+/// routes.remove()?; // or let the guard (or the namespace's) drop remove them
+/// # let _ = targets; Ok(()) }
+/// ```
+///
+/// # Where the prefixes lie
+///
+/// Packets in the lab only use 198.18.0.0/15 and 2001:db8::/32, but a /15
+/// cannot hold a million distinct prefixes. So:
+///
+/// * **IPv4** tables span the global unicast space, never overlapping
+///   0/8, 10/8, 127/8, 169.254/16, 172.16/12, 192.168/16 or 224/3. A slice of
+///   the table lies in 198.18.16.0–198.19.255.255 (198.18.0.0/15 without
+///   198.18.0.0/20, where the topologies' links are): `min(n, max(4096,
+///   proportional share))` prefixes, so there are always enough distinct
+///   destinations for the generator. The slice is a 1:64 scale model of the
+///   table (every length plus [`V4_SLICE_SHIFT`] bits: the table's /24s are
+///   /30s there, its /16s are /22s), since a realistic /24-heavy mix of 4096
+///   prefixes does not fit into 496 /24s. The routes are only ever installed
+///   inside a namespace; packets go to [`RouteSet::lookup_targets`] only.
+/// * **IPv6** tables lie entirely in 2001:db8::/32, never overlapping
+///   2001:db8::/44 (the topologies' links). The /32 plays the role of a /8
+///   of real address space: every length of [`IPV6_LENGTH_MIX`] is
+///   lengthened by [`V6_SHIFT`] bits (a real /48 becomes a /72, a /32 a
+///   /56, a /29 a /53), which keeps the shape of the tree the kernel builds
+///   (it depends on the lengths relative to each other, not on absolute
+///   values) and leaves room for millions of prefixes.
+///
+/// In both families about half of the prefixes are more-specifics of another
+/// prefix of the table ([`NESTED_SHARE`]), as in the real tables.
+///
+/// # Installation
+///
+/// A `NETLINK_ROUTE` socket is opened inside the namespace (on a
+/// [`Netns::run`] thread) and `RTM_NEWROUTE` messages are packed many per
+/// `send` ([`BatchConfig`]). Routes go to the main table with protocol
+/// [`XNF_RTPROT`], `NLM_F_CREATE | NLM_F_EXCL`, a gateway and an output
+/// interface. Only the last message of each send asks for an
+/// acknowledgement: the kernel reports every failed message anyway, and a
+/// netlink `send` returns only after the kernel has processed all of it, so
+/// the acknowledgement of the last message marks the end of the replies of
+/// that send. Acknowledging every message was measured to be slower (one
+/// datagram to receive per route). IPv4 routes are sent in a fixed
+/// pseudo-random order (the kernel's trie rebalances much less than with
+/// routes in address order), IPv6 routes in address order (faster for its
+/// radix tree). Failures name the prefix, the kernel's errno and its extended-ack
+/// message; a failed installation removes what it installed (all or
+/// nothing).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteSet {
     family: Family,
@@ -663,7 +664,7 @@ pub struct RouteSet {
 impl RouteSet {
     /// `n` distinct IPv4 prefixes with the length mix of the public BGP
     /// table ([`IPV4_LENGTH_MIX`]), deterministic for `seed`; see the
-    /// [module documentation](self) for where they lie. Sorted by address.
+    /// [`RouteSet`] for where they lie. Sorted by address.
     pub fn synthetic_v4(n: usize, seed: u64) -> Result<RouteSet> {
         check_size(n)?;
         let global = Space {
