@@ -92,3 +92,25 @@ fn through_an_xnf_dut_every_frame_arrives() {
     assert!(stdout.contains("flows: 50 seen of 50, 0 with a count other than sent"), "{stdout}");
     assert!(namespaces_of(pid).is_empty());
 }
+
+#[test]
+fn ctrl_c_stops_sending_and_removes_the_namespaces() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xnf"))
+        .args(["lab", "gen", "--seconds", "60", "--rate", "100000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = std::time::Instant::now();
+    while namespaces_of(pid).len() < 2 {
+        assert!(t0.elapsed().as_secs() < 20, "the namespaces never came up");
+        assert!(child.try_wait().unwrap().is_none(), "xnf lab gen exited early");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2)); // sending
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+}
