@@ -16,9 +16,13 @@ pub mod skel {
     pub mod sink {
         include!(concat!(env!("OUT_DIR"), "/sink.skel.rs"));
     }
+    pub mod actions {
+        include!(concat!(env!("OUT_DIR"), "/actions.skel.rs"));
+    }
 }
 
 mod pod;
+pub mod actions;
 pub mod gen;
 pub mod pass;
 pub mod router;
