@@ -44,39 +44,44 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LabCmd {
-    /// Kernel forwarding vs `xnf router` on a gen -> dut -> sink veth line.
-    Router {
-        /// Repetitions; variants alternate within each.
-        #[arg(long, default_value_t = 3)]
-        runs: u32,
-        /// Measured seconds per variant and run.
-        #[arg(long, default_value_t = 5.0)]
-        seconds: f64,
-        /// Seconds of traffic before measuring.
-        #[arg(long, default_value_t = 1.0)]
-        warmup: f64,
-        /// Flows (distinct UDP source ports).
-        #[arg(long, default_value_t = 4)]
-        flows: u32,
-        /// Frame size on the wire in bytes, FCS included (64..=1518).
-        #[arg(long, default_value_t = 64)]
-        size: usize,
-        /// IPv6 instead of IPv4.
-        #[arg(long)]
-        ipv6: bool,
-        /// CPU the generator runs on (default: the last one).
-        #[arg(long)]
-        cpu: Option<usize>,
-        /// Also search each variant's highest rate with at most PCT % loss
-        /// (binary search, step halved on each change of direction).
-        #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "0")]
-        zero_loss: Option<f64>,
-        /// Measured seconds per search trial (after a discarded warm-up).
-        #[arg(long, default_value_t = 2.0)]
-        trial_seconds: f64,
-        /// Also write every sample and the summary as JSON to this file.
-        #[arg(long, value_name = "FILE")]
-        json: Option<std::path::PathBuf>,
+    /// Kernel forwarding vs `xnf router`, swept over packet size, flows,
+    /// queues, route-table size and a netfilter ruleset.
+    ///
+    /// Builds the topology (default: the built-in gen -> dut -> sink line),
+    /// alternates the variants within each run and reports Mpps (median,
+    /// min, max), loss and where it happened, CPU per packet split into
+    /// softirq/system/user, and the xnf/kernel ratio. Optionally the
+    /// zero-loss rate and the CPU-vs-offered-load curve.
+    Router(Box<lab::cli::RouterArgs>),
+    /// The raw XDP verdicts on dut's ingress (drop, pass, TX, redirect to a
+    /// port, redirect to a CPU) against the Linux stack dropping the same
+    /// frames (nftables, prerouting, raw priority): the upper bounds every
+    /// network function is compared with (seed 003 §4, xdp-bench).
+    Actions(Box<lab::cli::ActionsArgs>),
+    /// The traffic generator on its own: sends UDP or TCP, IPv4 or IPv6,
+    /// fixed sizes or IMIX, over many flows, at a rate or as fast as
+    /// possible, a count or a time, from one or more pinned CPUs, into an
+    /// XDP sink (directly, or through a dut forwarding with the kernel or
+    /// xnf). Prints a status line every second, then sent / received /
+    /// loss / Mpps per CPU; `--verify` parses every frame at the sink.
+    Gen(Box<lab::gen::GenArgs>),
+    /// Build a topology (built-in scenario or TOML file) and keep it up
+    /// until Ctrl-C: namespaces, veths, addresses, routes, neighbours,
+    /// sysctls and the functions it names.
+    Up(lab::cli::UpArgs),
+    /// Draws a results file (`--json`) as one self-contained HTML page.
+    ///
+    /// The page has the machine and options, the ratio and summary tables,
+    /// and charts of whatever the file holds: throughput vs each swept
+    /// parameter (packet size, flows, routes, cores, netfilter), CPU vs
+    /// offered load, loss vs offered rate, or a bar per variant when nothing
+    /// was swept. Inline SVG and CSS, no script: open it in any browser.
+    Report {
+        /// Results written by `xnf lab <experiment> --json FILE`.
+        input: std::path::PathBuf,
+        /// Where to write the page [default: INPUT with an .html extension].
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
     },
 }
 
@@ -177,19 +182,15 @@ fn run(cli: Cli) -> Result<()> {
 fn run_lab(cmd: LabCmd) -> Result<()> {
     lab::remove_everything_on_interrupt()?;
     match cmd {
-        LabCmd::Router { runs, seconds, warmup, flows, size, ipv6, cpu, zero_loss, trial_seconds, json } => {
-            let ncpu = lab::cpu::sample()?.len();
-            let cpu = cpu.unwrap_or(ncpu.saturating_sub(1));
-            let opts = lab::router::Options { runs, seconds, warmup, flows, size, ipv6, cpu, zero_loss, trial_seconds };
-            let report = lab::router::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
-            lab::router::print(&report);
-            if let Some(path) = json {
-                std::fs::write(&path, serde_json::to_string_pretty(&report)?)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                eprintln!("xnf lab: wrote {}", path.display());
-            }
+        LabCmd::Report { input, output } => {
+            let out = lab::report::run(&input, output.as_deref())?;
+            eprintln!("xnf lab: wrote {}", out.display());
             Ok(())
         }
+        LabCmd::Router(a) => lab::cli::router(*a),
+        LabCmd::Actions(a) => lab::cli::actions(*a),
+        LabCmd::Gen(a) => lab::gen::run(*a),
+        LabCmd::Up(a) => lab::cli::up(a),
     }
 }
 

@@ -35,34 +35,129 @@ fn ctrl_c_removes_the_lab_topology() {
     assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
 }
 
+/// Runs `xnf ARGS`; returns (success, stderr) and checks nothing was left.
+fn xnf_fails(args: &[&str]) -> (bool, String) {
+    let child = Command::new(env!("CARGO_BIN_EXE_xnf")).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
 #[test]
 fn bad_lab_options_fail_at_once_with_one_line() {
     for (args, want) in [
-        (&["--size", "10"][..], "--size must be"),
-        (&["--size", "2000"][..], "--size must be"),
-        (&["--ipv6", "--size", "64"][..], "at least 66"),
-        (&["--flows", "70000"][..], "--flows must be"),
-        (&["--flows", "0"][..], "--flows must be"),
-        (&["--runs", "0"][..], "--runs must be"),
-        (&["--seconds", "0"][..], "--seconds must be"),
-        (&["--cpu", "999"][..], "does not exist"),
-        (&["--zero-loss", "100"][..], "tolerance"),
-        (&["--size", "-5"][..], "-5"),
-        (&["--frobnicate"][..], "--frobnicate"),
+        (&["router", "--size", "10"][..], "--size 10: sizes must be 64..=1518"),
+        (&["router", "--size", "2000"][..], "--size 2000"),
+        (&["router", "--size", "64,x"][..], "`x`"),
+        (&["router", "--ipv6", "--size", "64"][..], "at least 66"),
+        (&["router", "--flows", "70000"][..], "--flows 70000"),
+        (&["router", "--flows", "0"][..], "--flows 0"),
+        (&["router", "--queues", "64"][..], "--queues 64"),
+        (&["router", "--runs", "0"][..], "--runs must be"),
+        (&["router", "--seconds", "0"][..], "--seconds must be"),
+        (&["router", "--cpu", "999"][..], "does not exist"),
+        (&["router", "--zero-loss", "100"][..], "tolerance"),
+        (&["router", "--size", "-5"][..], "-5"),
+        (&["router", "--netfilter", "maybe"][..], "off, on or both"),
+        (&["router", "--variants", "bogus"][..], "bogus"),
+        (&["router", "--frobnicate"][..], "--frobnicate"),
+        (&["router", "--topology", "no-such-scenario"][..], "built-in scenarios: line, pair"),
+        (&["actions", "--size", "63"][..], "--size 63"),
+        (&["actions", "--flows", "99999"][..], "--flows 99999"),
+        (&["actions", "--variants", "xdp-frobnicate"][..], "xdp-frobnicate"),
+        (&["no-such-experiment"][..], "no-such-experiment"),
     ] {
-        let child = Command::new(env!("CARGO_BIN_EXE_xnf"))
-            .args(["lab", "router"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        let out = child.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} was accepted");
+        let mut full = vec!["lab"];
+        full.extend_from_slice(args);
+        let (ok, err) = xnf_fails(&full);
+        assert!(!ok, "{args:?} was accepted");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
-        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
+    }
+}
+
+#[test]
+fn bad_topology_files_name_the_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("xnf-topo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, "[[namespace]]\nname = \"a\"\n\n[[link]]\na = \"a:x\"\nb = \"a:y\"\nqueus = 2\n").unwrap();
+    let (ok, err) = xnf_fails(&["lab", "router", "--topology", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("bad.toml") && err.contains("line 7") && err.contains("unknown field `queus`"), "{err}");
+    std::fs::write(&file, "[[namespace]]\nname = \"a\"\n[[link]]\na = \"a:x\"\nb = \"a:y\"\na_addr = [\"10.1.1.1/24\"]\n").unwrap();
+    let (ok, err) = xnf_fails(&["lab", "up", "--check", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("link 1") && err.contains("not a test address"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs a short experiment and returns its JSON and CSV.
+fn run_experiment(args: &[&str]) -> (serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!("xnf-lab-test-{}-{}", std::process::id(), args[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, csv) = (dir.join("r.json"), dir.join("r.csv"));
+    let out = Command::new(env!("CARGO_BIN_EXE_xnf"))
+        .arg("lab")
+        .args(args)
+        .args(["--runs", "1", "--seconds", "0.5", "--warmup", "0.2", "--trial-seconds", "0.3"])
+        .args(["--json", json.to_str().unwrap(), "--csv", csv.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "xnf lab {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(" / "), "no ratio printed:\n{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (v, csv)
+}
+
+/// Checks what every results file must satisfy, whatever the timing.
+fn check_accounting(v: &serde_json::Value, csv: &str) {
+    let samples = v["samples"].as_array().unwrap();
+    assert!(!samples.is_empty());
+    assert_eq!(csv.lines().count(), samples.len() + 1, "one CSV row per sample");
+    for s in samples {
+        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
+        assert!(sent > 0, "nothing sent: {s}");
+        let l = &s["loss"];
+        let located = l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap();
+        assert_eq!(located, sent - received, "loss by location must add up to sent - received: {s}");
+        for c in s["cpus"].as_array().unwrap() {
+            let part = c["user_pct"].as_f64().unwrap() + c["system_pct"].as_f64().unwrap() + c["softirq_pct"].as_f64().unwrap();
+            let busy = c["busy_pct"].as_f64().unwrap();
+            assert!(part <= busy + 1e-6 && busy <= 100.0 + 1e-6, "CPU shares: {c}");
+        }
+    }
+    assert!(!v["machine"]["kernel"].as_str().unwrap().is_empty());
+    assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn router_experiment_measures_every_variant_and_kind() {
+    let (v, csv) = run_experiment(&["router", "--load-curve", "2", "--zero-loss", "5"]);
+    check_accounting(&v, &csv);
+    let samples = v["samples"].as_array().unwrap();
+    for variant in ["kernel", "xnf", "dut-drop"] {
+        let of = |kind: &str| samples.iter().filter(|s| s["variant"] == variant && s["kind"] == kind).count();
+        assert_eq!(of("max"), 1, "{variant}");
+        assert_eq!(of("load"), 2, "{variant}");
+        assert!(of("search") >= 1, "{variant}");
+        let max = samples.iter().find(|s| s["variant"] == variant && s["kind"] == "max").unwrap();
+        assert!(max["received"].as_u64().unwrap() > 0, "{variant} received nothing");
+    }
+    assert_eq!(v["ratios"][0]["numerator"], "xnf");
+    assert!(v["summary"].as_array().unwrap().iter().all(|s| s["zero_loss_mpps"].is_number()));
+}
+
+#[test]
+fn actions_experiment_counts_every_verdict_where_it_lands() {
+    let (v, csv) = run_experiment(&["actions"]);
+    check_accounting(&v, &csv);
+    for variant in ["xdp-drop", "xdp-pass", "xdp-tx", "xdp-redirect", "xdp-cpumap", "linux-drop"] {
+        let s = v["samples"].as_array().unwrap().iter().find(|s| s["variant"] == variant).unwrap_or_else(|| panic!("no {variant} sample"));
+        assert!(s["received"].as_u64().unwrap() > 0, "{variant}: nothing arrived where it is counted: {s}");
     }
 }

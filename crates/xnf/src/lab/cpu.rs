@@ -55,6 +55,35 @@ pub fn delta(new: &[CpuTimes], old: &[CpuTimes]) -> Vec<CpuTimes> {
     new.iter().zip(old).map(|(n, o)| n.since(o)).collect()
 }
 
+/// Each CPU's share of an interval in percent; shares of one CPU add up to
+/// 100 with idle (and irq/steal in busy).
+pub fn shares(delta: &[CpuTimes]) -> Vec<super::results::CpuShare> {
+    delta
+        .iter()
+        .enumerate()
+        .map(|(cpu, c)| {
+            let pct = |v: u64| 100.0 * v as f64 / c.total().max(1) as f64;
+            super::results::CpuShare { cpu, user_pct: pct(c.user), system_pct: pct(c.system), softirq_pct: pct(c.softirq), busy_pct: pct(c.busy()) }
+        })
+        .collect()
+}
+
+/// All CPUs' busy time in an interval, in nanoseconds.
+pub fn busy_ns(delta: &[CpuTimes]) -> f64 {
+    delta.iter().map(|c| c.busy() as f64).sum::<f64>() * 1e9 / clk_tck()
+}
+
+/// All CPUs' softirq time in an interval, in nanoseconds: on veth, the
+/// receive side (dut and sink), while the generator shows as system time.
+pub fn softirq_ns(delta: &[CpuTimes]) -> f64 {
+    delta.iter().map(|c| c.softirq as f64).sum::<f64>() * 1e9 / clk_tck()
+}
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +107,37 @@ intr 1 2 3\n";
         });
         assert_eq!((sum.user, sum.system, sum.idle, sum.softirq), (10, 20, 300, 40));
         assert_eq!(cpus[0].busy() + cpus[0].idle, cpus[0].total());
+    }
+
+    #[test]
+    fn shares_add_up_to_the_whole_interval() {
+        let cpus = parse(STAT);
+        for (share, c) in shares(&cpus).iter().zip(&cpus) {
+            let idle = 100.0 * c.idle as f64 / c.total() as f64;
+            assert!((share.busy_pct + idle - 100.0).abs() < 1e-9);
+            assert!((share.user_pct + share.system_pct + share.softirq_pct - share.busy_pct).abs() < 1e-9, "no irq/steal here");
+        }
+        assert_eq!(shares(&cpus)[0].softirq_pct, 100.0 * 30.0 / 194.0);
+        // 44 + 26 busy jiffies at USER_HZ.
+        assert_eq!(busy_ns(&cpus), (44 + 26) as f64 * 1e9 / clk_tck());
+    }
+
+    #[test]
+    fn accounting_matches_the_kernels_own_aggregate() {
+        // The aggregate `cpu` line is the sum of the per-CPU lines.
+        let text = std::fs::read_to_string("/proc/stat").unwrap();
+        let all: Vec<u64> = text.lines().next().unwrap().split_whitespace().skip(1).map(|x| x.parse().unwrap()).collect();
+        let per = parse(&text);
+        let busy: u64 = per.iter().map(|c| c.busy()).sum();
+        let total: u64 = per.iter().map(|c| c.total()).sum();
+        // user nice system idle iowait irq softirq steal (guest is inside user)
+        let agg_total: u64 = all[..8].iter().sum();
+        let agg_idle = all[3] + all[4];
+        // The kernel sums idle separately while the lines are printed: allow
+        // a few ticks per CPU of skew, far below a real accounting error.
+        let slack = 10 * per.len() as u64;
+        assert!(total.abs_diff(agg_total) <= slack, "{total} vs {agg_total}");
+        assert!(busy.abs_diff(agg_total - agg_idle) <= slack, "{busy} vs {}", agg_total - agg_idle);
     }
 
     #[test]

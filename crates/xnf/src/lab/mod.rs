@@ -1,21 +1,29 @@
 //! `xnf lab`: topologies in namespaces, an in-kernel generator, an XDP
 //! sink, and experiments that compare xnf with the kernel doing the same job.
 
+pub mod actions;
+pub mod cli;
 pub mod cpu;
+pub mod gen;
+pub mod measure;
+pub mod progress;
+pub mod report;
 pub mod results;
 pub mod routes;
 pub mod topology;
 pub mod router;
 pub mod search;
+pub mod table;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
+use xnf_bpf::actions::{Action, ActionCounters, ActionsProgram};
 use xnf_bpf::gen::{GenConfig, GenControl, GenProgram};
 use xnf_bpf::pass::PassProgram;
-use xnf_bpf::sink::{SinkCounter, SinkProgram};
+use xnf_bpf::sink::{SinkCounter, SinkOptions, SinkProgram};
 use xnf_netns::Netns;
 
 use crate::xdp_link::{XdpLink, XdpMode};
@@ -42,46 +50,94 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
     Ok(())
 }
 
+/// The raw XDP verdicts of the `actions` experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionKind {
+    Drop,
+    Pass,
+    Tx,
+    Redirect,
+    Cpumap,
+}
+
 /// An XDP program attached by the lab to one interface in a namespace;
 /// detached when dropped (the link is not pinned).
 pub struct LabAttachment {
     _link: XdpLink,
     counter: Option<SinkCounter>,
+    actions: Option<ActionCounters>,
 }
 
 impl LabAttachment {
     /// Attaches the counting, dropping sink program to `dev` in `ns`.
     pub fn sink(ns: &Netns, dev: &str) -> Result<Self> {
-        Self::attach(ns, dev, true)
+        Self::attach(ns, dev, Some(SinkOptions::default()))
+    }
+
+    /// The sink with options: counts per frame length, a capture of every
+    /// frame (read through [`sink_counter`](Self::sink_counter)).
+    pub fn sink_with(ns: &Netns, dev: &str, opts: SinkOptions) -> Result<Self> {
+        Self::attach(ns, dev, Some(opts))
     }
 
     /// Attaches the XDP_PASS program to `dev` in `ns` (a veth end that must
     /// receive XDP_TX/redirected frames but otherwise use the kernel path).
     pub fn pass(ns: &Netns, dev: &str) -> Result<Self> {
-        Self::attach(ns, dev, false)
+        Self::attach(ns, dev, None)
     }
 
-    fn attach(ns: &Netns, dev: &str, sink: bool) -> Result<Self> {
+    fn attach(ns: &Netns, dev: &str, sink: Option<SinkOptions>) -> Result<Self> {
         let dev = dev.to_string();
         // Programs cannot leave the thread that loaded them; the link and
         // the counter handle (plain fds) can.
         ns.run(move || -> Result<Self> {
             let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
-            if sink {
-                let prog = SinkProgram::load()?;
+            if let Some(opts) = sink {
+                let prog = SinkProgram::load_with(opts)?;
                 let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
-                Ok(LabAttachment { _link: link, counter: Some(prog.counter()?) })
+                Ok(LabAttachment { _link: link, counter: Some(prog.counter()?), actions: None })
             } else {
                 let prog = PassProgram::load()?;
                 let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
-                Ok(LabAttachment { _link: link, counter: None })
+                Ok(LabAttachment { _link: link, counter: None, actions: None })
             }
+        })?
+    }
+
+    /// Attaches the raw-verdict program to `dev` in `ns`; a redirect goes
+    /// to `to_dev` (in `ns`), a CPU redirect to `cpu`.
+    pub fn action(ns: &Netns, dev: &str, action: ActionKind, to_dev: &str, cpu: u32) -> Result<Self> {
+        let (dev, to_dev) = (dev.to_string(), to_dev.to_string());
+        ns.run(move || -> Result<Self> {
+            let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
+            let action = match action {
+                ActionKind::Drop => Action::Drop,
+                ActionKind::Pass => Action::Pass,
+                ActionKind::Tx => Action::Tx,
+                ActionKind::Redirect => Action::Redirect { ifindex: crate::netlink::link_by_name(&to_dev)?.ifindex },
+                ActionKind::Cpumap => Action::Cpumap { cpu },
+            };
+            let prog = ActionsProgram::load(action)?;
+            let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+            Ok(LabAttachment { _link: link, counter: None, actions: Some(prog.counters()?) })
         })?
     }
 
     /// Packets counted by a sink attachment.
     pub fn packets(&self) -> Result<u64> {
-        self.counter.as_ref().context("not a sink attachment")?.packets()
+        self.sink_counter()?.packets()
+    }
+
+    /// A sink attachment's counters (per CPU, per length) and capture.
+    pub fn sink_counter(&self) -> Result<&SinkCounter> {
+        self.counter.as_ref().context("not a sink attachment")
+    }
+
+    /// Frames an action attachment acted on, and those its CPUMAP program
+    /// received on the remote CPU.
+    pub fn action_counts(&self) -> Result<(u64, u64)> {
+        let c = self.actions.as_ref().context("not an action attachment")?;
+        Ok((c.acted()?, c.remote()?))
     }
 }
 
@@ -118,86 +174,197 @@ impl Drop for RouterGuard {
 }
 
 /// Seconds one BPF_PROG_TEST_RUN call should last. Every live-frame run
-/// ends with a teardown that waits (an RCU grace period, measured at ~30%
-/// of the time with 40 ms calls): long calls amortise it; the stop flag is
-/// checked between calls, so this is also how long stopping may take.
+/// ends with a teardown that waits (an RCU grace period, 10-25 ms here)
+/// during which nothing is sent: long calls amortise it (with a rate, the
+/// program catches up afterwards); the stop flag is checked between calls,
+/// so this is also how long stopping may take.
 const GEN_CALL_SECS: f64 = 0.5;
 
-/// The live-frame generator running on one pinned CPU until stopped.
+/// How a [`Generator`] runs on several CPUs.
+#[derive(Clone, Debug)]
+pub struct GenOptions {
+    /// One generator thread pinned to each of these CPUs, each with its own
+    /// program, counters and live-frame loop.
+    pub cpus: Vec<usize>,
+    /// Frames per second, all threads together (0: as fast as possible).
+    pub rate: u64,
+    /// Send exactly this many frames in all, then stop.
+    pub count: Option<u64>,
+    /// Receive queues of the device: thread i runs as if on queue i when the
+    /// device has that many, else on queue 0.
+    pub queues: u32,
+    /// Stop after this many seconds (the last call is sized to end then).
+    pub seconds: Option<f64>,
+}
+
+/// `total` split over `n` shares differing by at most one (the first get more).
+pub fn split(total: u64, n: usize) -> Vec<u64> {
+    let n = n.max(1) as u64;
+    (0..n).map(|i| total / n + u64::from(i < total % n)).collect()
+}
+
+/// One pinned generator thread.
+struct GenThread {
+    cpu: usize,
+    control: GenControl,
+    rate: Arc<AtomicU64>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+/// Live-frame generator threads, each pinned to one CPU, until stopped or
+/// (with a count) done.
 pub struct Generator {
     stop: Arc<AtomicBool>,
-    control: GenControl,
-    thread: Option<JoinHandle<Result<()>>>,
+    threads: Vec<GenThread>,
 }
 
 impl Generator {
     /// Starts sending `cfg` out of `dev` in `ns`, from CPU `cpu`, at `rate`
     /// frames per second (0: as fast as possible).
     pub fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize, rate: u64) -> Result<Self> {
+        Self::start_on(ns, dev, cfg, &GenOptions { cpus: vec![cpu], rate, count: None, queues: 1, seconds: None })
+    }
+
+    /// Starts one thread per CPU of `o.cpus`, each sending its share of the
+    /// rate and of the count.
+    pub fn start_on(ns: &Netns, dev: &str, cfg: GenConfig, o: &GenOptions) -> Result<Self> {
+        anyhow::ensure!(!o.cpus.is_empty(), "no generator CPU given");
+        let n = o.cpus.len();
+        anyhow::ensure!(o.rate == 0 || o.rate >= n as u64, "a rate of {} frames/s cannot be split over {n} CPUs", o.rate);
+        anyhow::ensure!(o.count.is_none_or(|c| c >= n as u64), "a count of {} frames cannot be split over {n} CPUs", o.count.unwrap_or(0));
+        let counts = o.count.map(|c| split(c, n));
         let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
+        let mut me = Generator { stop: stop.clone(), threads: Vec::new() };
+        for (i, (&cpu, rate)) in o.cpus.iter().zip(split(o.rate, n)).enumerate() {
+            let limit = counts.as_ref().map(|c| c[i]).unwrap_or(0);
+            let queue = if (i as u32) < o.queues { i as u32 } else { 0 };
+            me.threads.push(GenThread::start(ns, dev, cfg.clone(), cpu, queue, rate, limit, o.seconds, stop.clone())?);
+        }
+        Ok(me)
+    }
+
+    /// Frames sent so far, all CPUs (exact: counted by the programs).
+    pub fn sent(&self) -> Result<u64> {
+        self.threads.iter().map(|t| t.control.sent()).sum()
+    }
+
+    /// Frames sent so far by each generator CPU: (cpu, frames).
+    pub fn sent_per_cpu(&self) -> Result<Vec<(usize, u64)>> {
+        self.threads.iter().map(|t| Ok((t.cpu, t.control.sent()?))).collect()
+    }
+
+    /// Changes the rate (frames per second, all CPUs; 0: as fast as possible).
+    pub fn set_rate(&self, pps: u64) -> Result<()> {
+        for (t, r) in self.threads.iter().zip(split(pps, self.threads.len())) {
+            // A share of 0 would mean "as fast as possible": hold back instead.
+            let r = if pps > 0 { r.max(1) } else { 0 };
+            t.rate.store(r, Ordering::Relaxed);
+            t.control.set_rate(r)?;
+        }
+        Ok(())
+    }
+
+    /// True when every thread has ended: its count sent, or failed.
+    pub fn done(&self) -> bool {
+        self.threads.iter().all(|t| t.thread.as_ref().is_none_or(|h| h.is_finished()))
+    }
+
+    /// Stops; reports whether a generator thread failed, else the frames sent.
+    pub fn stop(self) -> Result<u64> {
+        Ok(self.finish()?.iter().map(|c| c.1).sum())
+    }
+
+    /// Stops; reports whether a generator thread failed, else the frames
+    /// each CPU sent: (cpu, frames).
+    pub fn finish(mut self) -> Result<Vec<(usize, u64)>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in &mut self.threads {
+            t.thread.take().unwrap().join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
+        }
+        self.sent_per_cpu()
+    }
+}
+
+impl GenThread {
+    #[allow(clippy::too_many_arguments)]
+    fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize, queue: u32, rate: u64, limit: u64, seconds: Option<f64>, stop: Arc<AtomicBool>) -> Result<Self> {
         let path = ns.path();
         let dev = dev.to_string();
+        let rate_now = Arc::new(AtomicU64::new(rate));
+        let rate2 = rate_now.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || -> Result<()> {
             let setup = || -> Result<(GenProgram, u32)> {
                 let f = std::fs::File::open(&path)?;
                 nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).context("entering the generator's namespace")?;
                 let mut set = nix::sched::CpuSet::new();
-                set.set(cpu)?;
-                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).context("pinning the generator")?;
+                set.set(cpu).with_context(|| format!("CPU {cpu}"))?;
+                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
                 let ifindex = crate::netlink::link_by_name(&dev)?.ifindex;
-                Ok((GenProgram::load(&cfg)?, ifindex))
+                let prog = GenProgram::load(&cfg)?;
+                let ctl = prog.control()?;
+                ctl.set_rate(rate)?;
+                ctl.set_limit(limit)?;
+                Ok((prog, ifindex))
             };
-            let (prog, ifindex) = match setup().and_then(|(p, i)| Ok((p.control()?, p, i))) {
+            let (prog, ifindex, ctl) = match setup().and_then(|(p, i)| Ok((p.control()?, p, i))) {
                 Ok((control, prog, ifindex)) => {
                     let _ = tx.send(Ok(control));
-                    (prog, ifindex)
+                    let ctl = prog.control()?;
+                    (prog, ifindex, ctl)
                 }
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return Ok(());
                 }
             };
-            let mut chunk: u32 = 1 << 14;
-            while !stop2.load(Ordering::Relaxed) {
-                let t0 = std::time::Instant::now();
-                prog.send(ifindex, chunk)?;
-                // Size the next call to last about GEN_CALL_SECS.
-                let secs = t0.elapsed().as_secs_f64().max(1e-4);
-                chunk = ((chunk as f64 * GEN_CALL_SECS / secs) as u32).clamp(1 << 14, 1 << 26);
+            // Tries per second, from the kernel's time per try (which leaves
+            // out the teardown after every call); a guess to start with.
+            let mut per_sec: f64 = 1e7;
+            let t_start = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let sent = ctl.sent()?;
+                if limit > 0 && sent >= limit {
+                    break;
+                }
+                // Calls of about GEN_CALL_SECS...
+                let mut tries = per_sec * GEN_CALL_SECS;
+                // ...ending at the deadline...
+                if let Some(s) = seconds {
+                    let left = s - t_start.elapsed().as_secs_f64();
+                    if left <= 0.0 {
+                        break;
+                    }
+                    tries = tries.min(per_sec * left);
+                }
+                // ...or when the count is sent: without a rate every try
+                // sends (the last call is exact); with one, the remaining
+                // frames take (limit - sent) / rate seconds.
+                if limit > 0 {
+                    let rate = rate2.load(Ordering::Relaxed);
+                    let left = (limit - sent) as f64;
+                    tries = if rate == 0 { tries.min(left) } else { tries.min(per_sec * left / rate as f64 * 1.02 + 64.0) };
+                }
+                let tries = tries.clamp(1.0, (1u64 << 30) as f64) as u32;
+                let ns = prog.send_on(ifindex, queue, tries)?;
+                if tries >= 1 << 12 {
+                    per_sec = 1e9 / f64::from(ns.max(1));
+                }
             }
             Ok(())
         });
         let control = rx.recv().context("the generator thread died while starting")??;
-        control.set_rate(rate)?;
-        Ok(Generator { stop, control, thread: Some(thread) })
-    }
-
-    /// Frames sent so far (exact: counted by the program).
-    pub fn sent(&self) -> Result<u64> {
-        self.control.sent()
-    }
-
-    /// Changes the rate (frames per second; 0: as fast as possible).
-    pub fn set_rate(&self, pps: u64) -> Result<()> {
-        self.control.set_rate(pps)
-    }
-
-    /// Stops; reports whether the generator failed, else the frames sent.
-    pub fn stop(mut self) -> Result<u64> {
-        self.stop.store(true, Ordering::Relaxed);
-        let res = self.thread.take().unwrap().join().map_err(|_| anyhow::anyhow!("generator thread panicked"))?;
-        res?;
-        self.sent()
+        Ok(GenThread { cpu, control, rate: rate_now, thread: Some(thread) })
     }
 }
 
 impl Drop for Generator {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        for t in &mut self.threads {
+            if let Some(h) = t.thread.take() {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -214,7 +381,7 @@ mod tests {
             .udp(1024, 9)
             .frame_len(60)
             .build();
-        GenConfig { template: frame, ipv6: false, flows: 8, base_sport: 1024 }
+        GenConfig { template: frame, ipv6: false, flows: 8, base_sport: 1024, ..Default::default() }
     }
 
     /// gen's own kernel also talks on the link (IPv6 ND, MLD): a few extra

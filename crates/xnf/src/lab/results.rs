@@ -124,6 +124,10 @@ pub struct Sample {
     pub cpus: Vec<CpuShare>,
     /// All CPUs' busy time divided by the frames received.
     pub ns_per_packet: f64,
+    /// All CPUs' softirq time divided by the frames received: on veth the
+    /// receive side's cost (dut + sink), without the generator (system time).
+    #[serde(default)]
+    pub softirq_ns_per_packet: f64,
 }
 
 impl Sample {
@@ -142,6 +146,8 @@ pub struct Summary {
     pub min_mpps: f64,
     pub max_mpps: f64,
     pub median_ns_per_packet: f64,
+    #[serde(default)]
+    pub median_softirq_ns_per_packet: f64,
     /// Median of the zero-loss searches' answers, when searched.
     pub zero_loss_mpps: Option<f64>,
 }
@@ -216,6 +222,7 @@ impl Results {
                 let of: Vec<&Sample> = self.samples.iter().filter(|s| matches!(s.kind, SampleKind::Max) && s.variant == variant && s.point == point).collect();
                 let mut mpps: Vec<f64> = of.iter().map(|s| s.mpps).collect();
                 let mut ns: Vec<f64> = of.iter().map(|s| s.ns_per_packet).collect();
+                let mut si: Vec<f64> = of.iter().map(|s| s.softirq_ns_per_packet).collect();
                 let mut zl: Vec<f64> = zero_loss.iter().filter(|(v, p, _)| *v == variant && *p == point).map(|z| z.2 / 1e6).collect();
                 Summary {
                     runs: of.len(),
@@ -223,6 +230,7 @@ impl Results {
                     max_mpps: mpps.iter().cloned().fold(0.0, f64::max),
                     median_mpps: median(&mut mpps),
                     median_ns_per_packet: median(&mut ns),
+                    median_softirq_ns_per_packet: median(&mut si),
                     zero_loss_mpps: (!zl.is_empty()).then(|| median(&mut zl)),
                     variant,
                     point,
@@ -267,7 +275,7 @@ impl Results {
         let mut head = vec![
             "experiment", "kernel", "cpu_model", "cores", "xnf_version", "variant", "size", "flows", "ipv6", "routes", "queues", "netfilter", "run", "kind",
             "offered_pps", "seconds", "sent", "received", "sent_mpps", "mpps", "loss_pct", "loss_gen_to_dut", "loss_in_dut", "loss_dut_to_sink",
-            "ns_per_packet",
+            "ns_per_packet", "softirq_ns_per_packet",
         ]
         .into_iter()
         .map(String::from)
@@ -312,6 +320,7 @@ impl Results {
                 s.loss.in_dut.to_string(),
                 s.loss.dut_to_sink.to_string(),
                 format!("{:.1}", s.ns_per_packet),
+                format!("{:.1}", s.softirq_ns_per_packet),
             ];
             for c in 0..ncpu {
                 let share = s.cpus.get(c).copied().unwrap_or_default();
@@ -353,6 +362,7 @@ mod tests {
             loss: Loss::default(),
             cpus: vec![CpuShare { cpu: 0, user_pct: 1.0, system_pct: 2.0, softirq_pct: 50.0, busy_pct: 53.0 }],
             ns_per_packet: 100.0,
+            softirq_ns_per_packet: 90.0,
         }
     }
 

@@ -1,48 +1,36 @@
 //! `xnf lab router`: kernel forwarding against `xnf router` on the same
-//! gen -> dut -> sink veth line, variants alternated within one run.
+//! topology (built-in `line`: gen -> dut -> sink), variants alternated
+//! within each run, swept over packet size, flows, queues/CPUs, route-table
+//! size and a netfilter ruleset.
 //!
 //! The generator sends as fast as it can (live frames, XDP_TX into gen's
 //! veth); the sink counts in XDP and drops. The forwarded rate is what the
-//! sink counts per second. A third variant, "dut-drop", drops every frame at
-//! dut's ingress: it is the cost of generating and receiving alone, so
+//! sink counts per second. The "dut-drop" variant drops every frame at
+//! dut's ingress: the cost of generating and receiving alone, so
 //! (1/rate - 1/rate_drop) estimates what forwarding itself costs.
 //!
 //! On veth, frames are processed in softirq on the *sending* CPU: the
 //! generator, dut's receive and forwarding, and the sink's receive all run
-//! on the generator's CPU, so the rate is of the whole chain; the CPU table
+//! on the generator's CPU, so the rate is of the whole chain; the CPU split
 //! shows where the time went.
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xnf_bpf::gen::GenConfig;
-use xnf_netns::{LineConfig, LineTopology};
 use xnf_packet::PacketBuilder;
 
-use super::cpu::{self, CpuTimes};
-use super::search::{loss_pct, search, SearchOptions, SearchResult};
-use super::{Generator, LabAttachment};
+use super::measure::{self, Generators, Labels, Probe, Timing};
+use super::progress::Progress;
+use super::results::{Point, Results};
+use super::topology::{BuiltTopology, TopologySpec};
+use super::{LabAttachment, RouterGuard};
 
-/// Options of one `xnf lab router` run.
-#[derive(Clone, Debug, Serialize)]
-pub struct Options {
-    pub runs: u32,
-    pub seconds: f64,
-    pub warmup: f64,
-    pub flows: u32,
-    /// Frame size on the wire, FCS included (64 = minimum Ethernet).
-    pub size: usize,
-    pub ipv6: bool,
-    pub cpu: usize,
-    /// Also search each variant's zero-loss rate, with this loss tolerance (%).
-    pub zero_loss: Option<f64>,
-    /// Measured seconds per search trial (after a discarded warm-up second).
-    pub trial_seconds: f64,
-}
+/// The ruleset loaded on dut at points with `netfilter` on.
+pub const NETFILTER_RULESET: &str = include_str!("../../../../topologies/router.nft");
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Variant {
     /// The kernel forwards (dut ingress has the XDP_PASS program).
@@ -54,7 +42,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Variant::Kernel => "kernel",
             Variant::Xnf => "xnf",
@@ -63,280 +51,338 @@ impl Variant {
     }
 }
 
-/// One measured interval.
+/// Options of one `xnf lab router` run; every list is a sweep.
 #[derive(Clone, Debug, Serialize)]
-pub struct Sample {
-    pub variant: Variant,
-    pub run: u32,
-    pub seconds: f64,
-    pub sent: u64,
-    /// Counted at the sink (or at dut's ingress for dut-drop).
-    pub received: u64,
-    pub sent_mpps: f64,
-    pub mpps: f64,
-    pub loss_pct: f64,
-    /// Per-CPU busy share over the interval, in percent.
-    pub cpu_busy_pct: Vec<f64>,
-    pub cpu_softirq_pct: Vec<f64>,
-    /// All CPUs' busy time divided by packets received.
-    pub ns_per_packet: f64,
-    /// The zero-loss search, when asked for.
-    pub zero_loss: Option<SearchResult>,
+pub struct Options {
+    /// Built-in scenario name or TOML file (needs [roles]).
+    pub topology: String,
+    pub runs: u32,
+    pub timing: Timing,
+    /// Frame sizes on the wire, FCS included (64 = minimum Ethernet).
+    pub sizes: Vec<u32>,
+    pub flows: Vec<u32>,
+    pub ipv6: bool,
+    /// Queues per veth = generator CPUs.
+    pub queues: Vec<u32>,
+    /// Synthetic routes added to dut's table.
+    pub routes: Vec<u64>,
+    /// Points without and/or with the netfilter ruleset on dut.
+    pub netfilter: Vec<bool>,
+    pub variants: Vec<Variant>,
+    /// Generator CPUs with one queue (more queues use CPUs 0..queues).
+    pub cpu: usize,
+    /// Also search each variant's zero-loss rate, with this loss tolerance (%).
+    pub zero_loss: Option<f64>,
+    /// Offered-load steps for the CPU-vs-load curve (0: none).
+    pub load_steps: u32,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Summary {
-    pub variant: Variant,
-    pub median_mpps: f64,
-    pub min_mpps: f64,
-    pub max_mpps: f64,
-    pub median_ns_per_packet: f64,
-    /// Median zero-loss rate, when searched.
-    pub median_zero_loss_mpps: Option<f64>,
+impl Options {
+    /// Checks everything before anything is built.
+    pub fn validate(&self, ncpu: usize) -> Result<()> {
+        ensure!(self.runs >= 1, "--runs must be at least 1");
+        ensure!(self.timing.seconds > 0.0 && self.timing.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
+        ensure!(self.timing.trial_seconds > 0.0, "--trial-seconds must be positive");
+        for &s in &self.sizes {
+            ensure!(s == 0 || (64..=1518).contains(&s), "--size {s}: sizes must be 64..=1518 bytes (wire size with FCS) or imix");
+            ensure!(!self.ipv6 || s == 0 || s >= 66, "--size {s}: IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS)");
+        }
+        for &f in &self.flows {
+            ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
+        }
+        for &q in &self.queues {
+            ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
+        }
+        ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
+        if let Some(tol) = self.zero_loss {
+            ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
+        }
+        ensure!(self.load_steps <= 50, "--load-curve: at most 50 steps");
+        ensure!(!self.variants.is_empty(), "--variants: name at least one");
+        for &r in &self.routes {
+            ensure!(r <= 2_000_000, "--routes {r}: at most 2,000,000");
+        }
+        if self.netfilter.contains(&true) {
+            which("nft").context("--netfilter needs nft (apt-get install nftables; `make deps` installs it)")?;
+        }
+        Ok(())
+    }
+
+    fn points(&self) -> Vec<Point> {
+        let mut v = Vec::new();
+        for &queues in &self.queues {
+            for &routes in &self.routes {
+                for &netfilter in &self.netfilter {
+                    for &size in &self.sizes {
+                        for &flows in &self.flows {
+                            v.push(Point { size, flows, ipv6: self.ipv6, routes, queues, netfilter });
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn gen_cpus(&self, queues: u32) -> Vec<usize> {
+        if queues == 1 {
+            vec![self.cpu]
+        } else {
+            (0..queues as usize).collect()
+        }
+    }
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Report {
-    pub options: Options,
-    pub kernel_release: String,
-    pub cpus: usize,
-    pub samples: Vec<Sample>,
-    pub summary: Vec<Summary>,
-    /// Median xnf rate over median kernel rate.
-    pub ratio_xnf_over_kernel: f64,
-}
-
-fn template(line: &LineTopology, o: &Options) -> Result<GenConfig> {
-    let (src, dst): (IpAddr, IpAddr) =
-        if o.ipv6 { (line.gen_v6.into(), line.sink_v6.into()) } else { (line.gen_v4.into(), line.sink_v4.into()) };
-    let frame = PacketBuilder::ethernet(line.gen_mac, line.dut_gen_mac)
-        .ip(src, dst)
-        .udp(1024, 9)
-        .frame_len(o.size - 4)
-        .try_build()?;
-    Ok(GenConfig { template: frame, ipv6: o.ipv6, flows: o.flows, base_sport: 1024 })
-}
-
-/// Runs this `xnf` binary in network namespace `ns`, as a user would.
-fn xnf_cmd(ns: &str, args: &[&str]) -> Result<()> {
-    let out = std::process::Command::new(std::env::current_exe()?).arg("--netns").arg(ns).args(args).output()?;
-    ensure!(out.status.success(), "xnf {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+fn which(cmd: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+        .unwrap_or(false)
+        || ["/usr/sbin", "/sbin"].iter().any(|d| std::path::Path::new(d).join(cmd).is_file());
+    ensure!(found, "{cmd} not found");
     Ok(())
 }
 
-/// Sets a variant up on dut; the returned guard tears it down.
+/// The generator's frames at `p`: UDP from gen to the sink's address (size
+/// 0: the AMS-IX IMIX). With synthetic routes, destinations spread over
+/// the table's prefixes inside the lab's range, one per flow.
+fn template(t: &BuiltTopology, p: &Point, dsts: &[IpAddr]) -> Result<GenConfig> {
+    let roles = t.roles()?;
+    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, p.ipv6)?, t.addr(&roles.sink, p.ipv6)?);
+    let (len, sizes) = match p.size {
+        0 => (1514, xnf_bpf::gen::imix_sequence(if p.ipv6 { 62 } else { 60 })),
+        s => (s as usize - 4, Vec::new()),
+    };
+    let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
+    let mut cfg = GenConfig { template: frame, ipv6: p.ipv6, flows: p.flows, base_sport: 1024, sizes, ..Default::default() };
+    if !dsts.is_empty() {
+        // Each flow its own destination: as many as flows, ports fixed.
+        cfg.dst_addrs = dsts.iter().cycle().take(p.flows as usize).copied().collect();
+        cfg.flows = 1;
+    }
+    Ok(cfg)
+}
+
+/// A variant set up on dut; dropping it tears it down.
 enum Setup {
     Attachment(LabAttachment),
-    Router { line_dut: String, ifaces: [String; 2] },
+    // Held for its Drop (detach).
+    Router(#[allow(dead_code)] RouterGuard),
 }
 
-impl Drop for Setup {
-    fn drop(&mut self) {
-        if let Setup::Router { line_dut, ifaces } = self {
-            let _ = xnf_cmd(line_dut, &["router", "detach", &ifaces[0], &ifaces[1]]);
-        }
-    }
-}
-
-fn setup(line: &LineTopology, v: Variant) -> Result<Setup> {
-    let dut = line.dut();
+fn setup(t: &BuiltTopology, v: Variant) -> Result<Setup> {
+    let roles = t.roles()?;
+    let (dut, din) = t.endpoint(&roles.dut_in)?;
+    let (_, dout) = t.endpoint(&roles.dut_out)?;
     Ok(match v {
-        Variant::Kernel => Setup::Attachment(LabAttachment::pass(dut, &line.dut_gen_if)?),
-        Variant::DutDrop => Setup::Attachment(LabAttachment::sink(dut, &line.dut_gen_if)?),
-        Variant::Xnf => {
-            xnf_cmd(dut.name(), &["router", "attach", &line.dut_gen_if, &line.dut_sink_if, "--no-follow"])?;
-            Setup::Router { line_dut: dut.name().to_string(), ifaces: [line.dut_gen_if.clone(), line.dut_sink_if.clone()] }
-        }
+        Variant::Kernel => Setup::Attachment(LabAttachment::pass(dut, &din)?),
+        Variant::DutDrop => Setup::Attachment(LabAttachment::sink(dut, &din)?),
+        Variant::Xnf => Setup::Router(RouterGuard::attach(dut, &[din, dout])?),
     })
 }
 
-fn measure(line: &LineTopology, sink: &LabAttachment, v: Variant, run: u32, o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Sample> {
-    let setup = setup(line, v)?;
-    let counter = match &setup {
-        Setup::Attachment(a) if v == Variant::DutDrop => a,
-        _ => sink,
-    };
-    let gen = Generator::start(line.gen(), &line.gen_if, template(line, o)?, o.cpu, 0)?;
-    progress(&format!("run {}/{} {:<8} warming up", run + 1, o.runs, v.name()));
-    std::thread::sleep(Duration::from_secs_f64(o.warmup));
-    let (c0, s0, r0, t0) = (cpu::sample()?, gen.sent()?, counter.packets()?, Instant::now());
-    progress(&format!("run {}/{} {:<8} measuring {:.0} s", run + 1, o.runs, v.name(), o.seconds));
-    std::thread::sleep(Duration::from_secs_f64(o.seconds));
-    let (c1, s1, r1, secs) = (cpu::sample()?, gen.sent()?, counter.packets()?, t0.elapsed().as_secs_f64());
-    let zero_loss = match o.zero_loss {
-        Some(tol) => Some(find_zero_loss(&gen, counter, (s1 - s0) as f64 / secs, tol, o, &mut |t| {
-            progress(&format!("run {}/{} {:<8} zero-loss search: {t}", run + 1, o.runs, v.name()))
-        })?),
-        None => None,
-    };
-    gen.stop()?;
-    drop(setup);
+/// Loads the netfilter ruleset on dut for as long as it lives.
+struct Netfilter<'a>(&'a xnf_netns::Netns);
 
-    let cpus = cpu::delta(&c1, &c0);
-    let pct = |f: fn(&CpuTimes) -> u64| cpus.iter().map(|c| 100.0 * f(c) as f64 / c.total().max(1) as f64).collect::<Vec<_>>();
-    let (sent, received) = (s1 - s0, r1 - r0);
-    let busy_ns: f64 = cpus.iter().map(|c| c.busy() as f64).sum::<f64>() * 1e9 / clk_tck();
-    Ok(Sample {
-        variant: v,
-        run,
-        seconds: secs,
-        sent,
-        received,
-        sent_mpps: sent as f64 / secs / 1e6,
-        mpps: received as f64 / secs / 1e6,
-        // Frames in flight (at most a veth ring) blur the boundaries slightly.
-        loss_pct: loss_pct(sent, received),
-        cpu_busy_pct: pct(CpuTimes::busy),
-        cpu_softirq_pct: pct(|c| c.softirq),
-        ns_per_packet: if received > 0 { busy_ns / received as f64 } else { f64::NAN },
-        zero_loss,
-    })
-}
-
-/// Searches the highest rate up to `top` with at most `tol` % loss, the
-/// variant already set up and the generator running.
-fn find_zero_loss(gen: &Generator, counter: &LabAttachment, top: f64, tol: f64, o: &Options, progress: &mut dyn FnMut(&str)) -> Result<SearchResult> {
-    let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tol, resolution: top / 100.0, max_trials: 20 };
-    let mut n = 0;
-    // Counters are read only while the generator is paused and the path has
-    // drained, so frames in flight at a boundary never count as lost.
-    let quiet_counts = || -> Result<(u64, u64)> {
-        gen.set_rate(1)?;
-        std::thread::sleep(Duration::from_millis(50));
-        Ok((gen.sent()?, counter.packets()?))
-    };
-    search(&so, |rate| {
-        n += 1;
-        progress(&format!("trial {n} at {:.3} Mpps", rate / 1e6));
-        // The first interval after a rate change is discarded.
-        gen.set_rate(rate as u64)?;
-        std::thread::sleep(Duration::from_secs_f64(o.warmup.max(0.5)));
-        let (s0, r0) = quiet_counts()?;
-        gen.set_rate(rate as u64)?;
-        std::thread::sleep(Duration::from_secs_f64(o.trial_seconds));
-        let (s1, r1) = quiet_counts()?;
-        Ok((s1 - s0, r1 - r0))
-    })
-}
-
-fn clk_tck() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+impl<'a> Netfilter<'a> {
+    fn load(ns: &'a xnf_netns::Netns) -> Result<Self> {
+        use std::io::Write;
+        let mut child = ns.command("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()?;
+        child.stdin.take().context("nft stdin")?.write_all(NETFILTER_RULESET.as_bytes())?;
+        let out = child.wait_with_output()?;
+        ensure!(out.status.success(), "loading the netfilter ruleset: {}", String::from_utf8_lossy(&out.stderr).trim());
+        Ok(Netfilter(ns))
     }
 }
 
-pub fn summarize(samples: &[Sample], v: Variant) -> Summary {
-    let mut mpps: Vec<f64> = samples.iter().filter(|s| s.variant == v).map(|s| s.mpps).collect();
-    let mut ns: Vec<f64> = samples.iter().filter(|s| s.variant == v).map(|s| s.ns_per_packet).collect();
-    let mut zl: Vec<f64> = samples.iter().filter(|s| s.variant == v).filter_map(|s| s.zero_loss.as_ref()).map(|z| z.rate / 1e6).collect();
-    Summary {
-        median_zero_loss_mpps: (!zl.is_empty()).then(|| median(&mut zl)),
-        variant: v,
-        min_mpps: mpps.iter().cloned().fold(f64::INFINITY, f64::min),
-        max_mpps: mpps.iter().cloned().fold(0.0, f64::max),
-        median_mpps: median(&mut mpps),
-        median_ns_per_packet: median(&mut ns),
+impl Drop for Netfilter<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.exec(&["nft", "flush", "ruleset"]);
     }
 }
 
-/// Runs the experiment; `progress` receives one-line status updates.
-pub fn run(o: &Options, progress: &mut dyn FnMut(&str)) -> Result<Report> {
-    ensure!(o.runs >= 1, "--runs must be at least 1");
-    ensure!(o.size >= 64 && o.size <= 1518, "--size must be 64..=1518 bytes (wire size with FCS)");
-    ensure!(!o.ipv6 || o.size >= 66, "IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS): use --size 66 or more");
+/// Measures one variant at one point: full speed, then the load curve and
+/// the zero-loss search when asked for.
+#[allow(clippy::too_many_arguments)]
+fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts: &[IpAddr], res: &mut Results, zl: &mut Vec<(String, Point, f64)>, pg: &mut Progress) -> Result<()> {
+    let roles = t.roles()?;
+    let _setup = setup(t, v)?;
+    let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
+    let gens = Generators::start(gen_ns, &gen_if, &template(t, &l.point, dsts)?, &o.gen_cpus(l.point.queues), 0)?;
+    let sink = t.attachment(&roles.sink)?;
+    let (dut, din) = t.endpoint(&roles.dut_in)?;
+    let (_, dout) = t.endpoint(&roles.dut_out)?;
+    let drop_at_dut = match &_setup {
+        Setup::Attachment(a) if v == Variant::DutDrop => Some(a),
+        _ => None,
+    };
+    let probe = Probe {
+        gens: &gens,
+        dut_in: (dut, din),
+        dut_out: drop_at_dut.is_none().then_some((dut, dout)),
+        received: match drop_at_dut {
+            Some(a) => Box::new(|| a.packets()),
+            None => Box::new(|| sink.packets()),
+        },
+    };
+    pg.message("full speed");
+    let max = measure::at_full_speed(&probe, l, &o.timing)?;
+    let top = max.sent as f64 / max.seconds;
+    res.samples.push(max);
+    if o.load_steps > 0 {
+        let s = measure::load_curve(&probe, l, &o.timing, top, o.load_steps, &mut |m| pg.message(m))?;
+        res.samples.extend(s);
+    }
     if let Some(tol) = o.zero_loss {
-        ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
-        ensure!(o.trial_seconds > 0.0, "--trial-seconds must be positive");
+        let (r, s) = measure::zero_loss(&probe, l, &o.timing, top, tol, &mut |m| pg.message(m))?;
+        res.samples.extend(s);
+        zl.push((l.variant.clone(), l.point.clone(), r.rate));
     }
-    ensure!(o.seconds > 0.0 && o.warmup >= 0.0, "--seconds must be positive");
-    ensure!(o.flows >= 1 && o.flows <= 64511, "--flows must be 1..=64511 (source ports 1024..65535)");
-    let ncpu = cpu::sample()?.len();
-    ensure!(o.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", o.cpu);
-    for name in xnf_netns::cleanup_stale()? {
-        progress(&format!("removed {name}, left by a lab or test run that was killed"));
-    }
-    progress("building gen -> dut -> sink");
-    let line = LineTopology::new(&LineConfig::default())?;
-    // dut knows sink's MAC up front: no neighbour resolution while measuring.
-    let sink_ip = if o.ipv6 { line.sink_v6.to_string() } else { line.sink_v4.to_string() };
-    line.dut().neigh_add(&sink_ip, line.sink_mac, &line.dut_sink_if)?;
-    let sink = LabAttachment::sink(line.sink(), &line.sink_if)?;
+    drop(probe);
+    gens.stop()?;
+    Ok(())
+}
 
-    let mut samples = Vec::new();
-    let variants = [Variant::Kernel, Variant::Xnf, Variant::DutDrop];
-    for run in 0..o.runs {
-        // Alternate the order so drift over time does not favour one variant.
-        let mut order = variants;
-        if run % 2 == 1 {
-            order.reverse();
+/// Runs the experiment.
+pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
+    let ncpu = super::cpu::sample()?.len();
+    o.validate(ncpu)?;
+    let spec = TopologySpec::load(&o.topology)?;
+    spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
+    for name in xnf_netns::cleanup_stale()? {
+        pg_lines(&format!("removed {name}, left by a lab or test run that was killed"));
+    }
+    let points = o.points();
+    let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
+    let mut pg = Progress::new(per_variant * (points.len() * o.variants.len() * o.runs as usize) as f64);
+    let mut res = Results::new("router", o);
+    let mut zl = Vec::new();
+    let mut built: Option<(u32, BuiltTopology)> = None;
+    for (pi, point) in points.iter().enumerate() {
+        // Rebuild only when the queue count changes.
+        if built.as_ref().is_none_or(|(q, _)| *q != point.queues) {
+            // The old topology goes before the new one is built.
+            drop(built.take());
+            let mut s = spec.clone();
+            s.set_queues(point.queues);
+            pg.message(&format!("building topology `{}` with {} queue(s)", o.topology, point.queues));
+            built = Some((point.queues, BuiltTopology::build(&s, &mut |m| pg.message(m))?));
         }
-        for v in order {
-            samples.push(measure(&line, &sink, v, run, o, progress)?);
+        let t = &built.as_ref().unwrap().1;
+        let roles = t.roles()?.clone();
+        let (dut, dout) = t.endpoint(&roles.dut_out)?;
+        let routes = if point.routes > 0 {
+            let via = t.addr(&roles.sink, point.ipv6)?.to_string();
+            pg.message(&format!("installing {} routes", point.routes));
+            let r = super::routes::Installed::synthetic(dut, point.ipv6, point.routes, &via, &dout)?;
+            pg.println(&format!("installed {} synthetic routes in {:.1} s", point.routes, r.install_seconds()));
+            Some(r)
+        } else {
+            None
+        };
+        let dsts = match &routes {
+            Some(r) => r.targets(point.flows as usize)?,
+            None => Vec::new(),
+        };
+        let _nft = if point.netfilter { Some(Netfilter::load(dut)?) } else { None };
+        for run in 0..o.runs {
+            // Alternate the order so drift over time favours no variant.
+            let mut order = o.variants.clone();
+            if run % 2 == 1 {
+                order.reverse();
+            }
+            for v in order {
+                let l = Labels { variant: v.name().into(), point: point.clone(), run };
+                pg.set_prefix(format!("point {}/{} ({}), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
+                measure_variant(t, o, &l, v, &dsts, &mut res, &mut zl, &mut pg)?;
+                pg.advance(per_variant);
+            }
         }
     }
-    let summary: Vec<Summary> = variants.iter().map(|v| summarize(&samples, *v)).collect();
-    let ratio = summary[1].median_mpps / summary[0].median_mpps;
-    Ok(Report {
-        options: o.clone(),
-        kernel_release: nix::sys::utsname::uname()?.release().to_string_lossy().into_owned(),
-        cpus: ncpu,
-        samples,
-        summary,
-        ratio_xnf_over_kernel: ratio,
+    drop(built);
+    pg.finish();
+    res.summarize(&zl);
+    res.add_ratios("xnf", "kernel");
+    res.notes.push(format!(
+        "veth: every stage (generator, dut, sink) runs in softirq on the generator's CPU(s) {}; rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
+        o.gen_cpus(1).iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+    ));
+    Ok(res)
+}
+
+/// Parses a comma-separated list ("64,128,1518").
+pub fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
+    s.split(',').map(|x| x.trim().parse::<T>().map_err(|e| format!("`{x}`: {e}"))).collect()
+}
+
+/// `--netfilter` values: off, on, or both (a sweep).
+pub fn netfilter_points(v: &str) -> Result<Vec<bool>> {
+    Ok(match v {
+        "off" => vec![false],
+        "on" => vec![true],
+        "both" => vec![false, true],
+        _ => bail!("--netfilter takes off, on or both"),
     })
 }
 
-pub fn print(r: &Report) {
-    println!(
-        "\nxnf lab router — {}-byte {} UDP, {} flow(s), generator on CPU {}, {} run(s) of {:.0} s, kernel {}",
-        r.options.size,
-        if r.options.ipv6 { "IPv6" } else { "IPv4" },
-        r.options.flows,
-        r.options.cpu,
-        r.options.runs,
-        r.options.seconds,
-        r.kernel_release
-    );
-    println!("\n{:<9} {:>3} {:>10} {:>10} {:>7} {:>9}  CPU busy% (softirq%) per CPU", "variant", "run", "sent Mpps", "fwd Mpps", "loss%", "ns/pkt");
-    for s in &r.samples {
-        let cpus: Vec<String> = s.cpu_busy_pct.iter().zip(&s.cpu_softirq_pct).map(|(b, si)| format!("{b:.0} ({si:.0})")).collect();
-        println!(
-            "{:<9} {:>3} {:>10.3} {:>10.3} {:>7.2} {:>9.0}  {}",
-            s.variant.name(),
-            s.run + 1,
-            s.sent_mpps,
-            s.mpps,
-            s.loss_pct,
-            s.ns_per_packet,
-            cpus.join("  ")
-        );
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options {
+            topology: "line".into(),
+            runs: 1,
+            timing: Timing { warmup: 0.0, seconds: 1.0, trial_seconds: 1.0 },
+            sizes: vec![64, 1518],
+            flows: vec![1, 100],
+            ipv6: false,
+            queues: vec![1],
+            routes: vec![0],
+            netfilter: vec![false],
+            variants: vec![Variant::Kernel, Variant::Xnf],
+            cpu: 0,
+            zero_loss: None,
+            load_steps: 0,
+        }
     }
-    println!("\n{:<9} {:>12} {:>10} {:>10} {:>14} {:>16}", "variant", "median Mpps", "min", "max", "median ns/pkt", "zero-loss Mpps");
-    for s in &r.summary {
-        let zl = s.median_zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
-        println!("{:<9} {:>12.3} {:>10.3} {:>10.3} {:>14.0} {:>16}", s.variant.name(), s.median_mpps, s.min_mpps, s.max_mpps, s.median_ns_per_packet, zl);
+
+    #[test]
+    fn points_are_the_cartesian_product_of_the_sweeps() {
+        let p = opts().points();
+        assert_eq!(p.len(), 4);
+        assert_eq!((p[0].size, p[0].flows), (64, 1));
+        assert_eq!((p[3].size, p[3].flows), (1518, 100));
     }
-    let ns = |v: Variant| r.summary.iter().find(|s| s.variant == v).map(|s| 1e3 / s.median_mpps).unwrap_or(f64::NAN);
-    println!(
-        "\nxnf / kernel = {:.2}x   (time per packet: kernel {:.0} ns, xnf {:.0} ns, of which generating + receiving {:.0} ns)",
-        r.ratio_xnf_over_kernel,
-        ns(Variant::Kernel),
-        ns(Variant::Xnf),
-        ns(Variant::DutDrop)
-    );
-    println!(
-        "forwarding + sink receive (minus dut-drop): kernel {:.0} ns, xnf {:.0} ns per packet, {:.2}x",
-        ns(Variant::Kernel) - ns(Variant::DutDrop),
-        ns(Variant::Xnf) - ns(Variant::DutDrop),
-        (ns(Variant::Kernel) - ns(Variant::DutDrop)) / (ns(Variant::Xnf) - ns(Variant::DutDrop))
-    );
+
+    #[test]
+    fn bad_options_are_refused_with_the_flag_named() {
+        let check = |f: &dyn Fn(&mut Options), want: &str| {
+            let mut o = opts();
+            f(&mut o);
+            let e = format!("{:#}", o.validate(2).unwrap_err());
+            assert!(e.contains(want), "{e} lacks {want}");
+        };
+        check(&|o| o.sizes = vec![63], "--size 63");
+        check(&|o| o.sizes = vec![1519], "--size 1519");
+        check(&|o| o.flows = vec![70000], "--flows 70000");
+        check(&|o| o.flows = vec![0], "--flows 0");
+        check(&|o| o.queues = vec![3], "--queues 3");
+        check(&|o| o.runs = 0, "--runs");
+        check(&|o| o.cpu = 2, "--cpu 2");
+        check(&|o| o.zero_loss = Some(100.0), "--zero-loss");
+        check(&|o| o.timing.seconds = 0.0, "--seconds");
+        check(&|o| (o.ipv6, o.sizes) = (true, vec![64]), "IPv6");
+        assert!(opts().validate(2).is_ok());
+    }
+
+    #[test]
+    fn lists_parse_and_name_the_bad_element() {
+        assert_eq!(parse_list::<u32>("64, 128,1518").unwrap(), vec![64, 128, 1518]);
+        assert!(parse_list::<u32>("64,-5").unwrap_err().contains("`-5`"));
+        assert_eq!(netfilter_points("both").unwrap(), vec![false, true]);
+        assert!(netfilter_points("maybe").is_err());
+    }
 }

@@ -293,13 +293,6 @@ impl TopologySpec {
     }
 }
 
-/// Synthetic route sets installed by [`BuiltTopology::build`].
-pub struct SyntheticRoutes {
-    pub ns: String,
-    pub count: u64,
-    pub ipv6: bool,
-}
-
 /// A built topology: the namespaces (removed when dropped) and the
 /// functions it attached.
 pub struct BuiltTopology {

@@ -1,0 +1,222 @@
+//! Command-line arguments of the lab experiments and `xnf lab up`, and what
+//! runs them: options are checked before anything is built, results go to
+//! the terminal and, when asked, to JSON / CSV files.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use super::measure::Timing;
+use super::results::Results;
+use super::router::{netfilter_points, parse_list, Variant};
+
+/// Options every experiment shares.
+#[derive(Args, Debug)]
+pub struct Common {
+    /// Topology: a built-in scenario (line, pair) or a TOML file with [roles].
+    #[arg(long, default_value = "line", value_name = "NAME|FILE")]
+    pub topology: String,
+    /// Repetitions; variants alternate within each.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Measured seconds per variant and run at full speed.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Seconds of traffic before each measured interval (discarded).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// CPU the generator runs on with one queue (default: the last one).
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Also search each variant's highest rate with at most PCT % loss
+    /// (RFC 2544 style: step halved on each change of direction, the first
+    /// interval after a rate change discarded).
+    #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "0")]
+    pub zero_loss: Option<f64>,
+    /// Also measure CPU and loss at STEPS offered rates up to each variant's
+    /// full-speed rate (the CPU-vs-offered-load curve).
+    #[arg(long, value_name = "STEPS", num_args = 0..=1, default_missing_value = "10", default_value_t = 0)]
+    pub load_curve: u32,
+    /// Measured seconds per offered-rate step or search trial.
+    #[arg(long, default_value_t = 2.0)]
+    pub trial_seconds: f64,
+    /// Write every sample, the summary, ratios and the machine as JSON
+    /// (input of `xnf lab report`).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write every sample as CSV (one row per sample, machine included).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+impl Common {
+    pub fn timing(&self) -> Timing {
+        Timing { warmup: self.warmup, seconds: self.seconds, trial_seconds: self.trial_seconds }
+    }
+
+    pub fn cpu(&self) -> Result<usize> {
+        let ncpu = super::cpu::sample()?.len();
+        Ok(self.cpu.unwrap_or(ncpu.saturating_sub(1)))
+    }
+
+    /// Writes the files asked for.
+    pub fn write(&self, r: &Results) -> Result<()> {
+        if let Some(path) = &self.json {
+            r.write_json(path)?;
+            eprintln!("xnf lab: wrote {} (draw it with `xnf lab report {}`)", path.display(), path.display());
+        }
+        if let Some(path) = &self.csv {
+            let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            r.write_csv(&mut f)?;
+            eprintln!("xnf lab: wrote {}", path.display());
+        }
+        Ok(())
+    }
+}
+
+/// `xnf lab router`.
+#[derive(Args, Debug)]
+pub struct RouterArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Frame sizes on the wire, FCS included (64..=1518), or imix (the
+    /// AMS-IX mix); a list sweeps, e.g. 64,128,256,512,1024,1518,imix.
+    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES|imix[,...]")]
+    pub sizes: Vec<Vec<u32>>,
+    /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
+    #[arg(long, default_value = "4", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
+    pub flows: Vec<Vec<u32>>,
+    /// IPv6 instead of IPv4.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// RX/TX queues per veth = generator CPUs (CPUs 0..N); a list sweeps.
+    #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
+    pub queues: Vec<Vec<u32>>,
+    /// Synthetic routes added to dut's table (realistic prefix-length mix,
+    /// installed by netlink batches); a list sweeps, e.g. 0,10000,1000000.
+    #[arg(long, default_value = "0", value_parser = parse_list::<u64>, value_name = "N[,N...]")]
+    pub routes: Vec<Vec<u64>>,
+    /// Load a realistic netfilter ruleset (conntrack, sets, counters) on
+    /// dut: off, on, or both (a sweep).
+    #[arg(long, default_value = "off", value_name = "off|on|both")]
+    pub netfilter: String,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf,dut-drop")]
+    pub variants: Vec<Variant>,
+}
+
+pub fn router(a: RouterArgs) -> Result<()> {
+    let c = &a.common;
+    let opts = super::router::Options {
+        topology: c.topology.clone(),
+        runs: c.runs,
+        timing: c.timing(),
+        sizes: a.sizes.into_iter().flatten().collect(),
+        flows: a.flows.into_iter().flatten().collect(),
+        ipv6: a.ipv6,
+        queues: a.queues.into_iter().flatten().collect(),
+        routes: a.routes.into_iter().flatten().collect(),
+        netfilter: netfilter_points(&a.netfilter)?,
+        variants: a.variants,
+        cpu: c.cpu()?,
+        zero_loss: c.zero_loss,
+        load_steps: c.load_curve,
+    };
+    let r = super::router::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
+    super::table::print(&r);
+    c.write(&r)
+}
+
+/// `xnf lab actions`.
+#[derive(Args, Debug)]
+pub struct ActionsArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
+    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES|imix[,...]")]
+    pub sizes: Vec<Vec<u32>>,
+    /// Flows (distinct UDP source ports).
+    #[arg(long, default_value_t = 4)]
+    pub flows: u32,
+    /// IPv6 instead of IPv4.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "xdp-drop,xdp-pass,xdp-tx,xdp-redirect,xdp-cpumap,linux-drop")]
+    pub variants: Vec<super::actions::Variant>,
+}
+
+pub fn actions(a: ActionsArgs) -> Result<()> {
+    let c = &a.common;
+    let opts = super::actions::Options {
+        topology: c.topology.clone(),
+        runs: c.runs,
+        timing: c.timing(),
+        sizes: a.sizes.into_iter().flatten().collect(),
+        flows: a.flows,
+        ipv6: a.ipv6,
+        variants: a.variants,
+        cpu: c.cpu()?,
+        zero_loss: c.zero_loss,
+        load_steps: c.load_curve,
+    };
+    let r = super::actions::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
+    super::table::print(&r);
+    c.write(&r)
+}
+
+/// Sizes: numbers or `imix` (stored as 0).
+pub fn parse_sizes(s: &str) -> Result<Vec<u32>, String> {
+    s.split(',')
+        .map(|x| match x.trim() {
+            "imix" | "IMIX" => Ok(0),
+            n => n.parse::<u32>().map_err(|e| format!("`{n}`: {e} (sizes are bytes on the wire, e.g. 64, or imix)")),
+        })
+        .collect()
+}
+
+/// `xnf lab up`.
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// A built-in scenario (line, pair) or a TOML topology file.
+    #[arg(default_value = "line", value_name = "NAME|FILE")]
+    pub topology: String,
+    /// Only parse and check the topology; build nothing.
+    #[arg(long)]
+    pub check: bool,
+    /// Print the built-in scenario's TOML (a starting point for your own).
+    #[arg(long)]
+    pub print: bool,
+}
+
+pub fn up(a: UpArgs) -> Result<()> {
+    if a.print {
+        let (_, text) = super::topology::BUILTIN
+            .iter()
+            .find(|(n, _)| *n == a.topology)
+            .with_context(|| format!("--print shows built-in scenarios only: {}", builtin_names()))?;
+        print!("{text}");
+        return Ok(());
+    }
+    let spec = super::topology::TopologySpec::load(&a.topology)?;
+    if a.check {
+        println!("{}: valid ({} namespaces, {} links)", a.topology, spec.namespaces.len(), spec.links.len());
+        return Ok(());
+    }
+    let t = super::topology::BuiltTopology::build(&spec, &mut |m| eprintln!("xnf lab: {m}"))?;
+    println!("{}\n\n{:<8} {:<28} interfaces", spec.description, "name", "namespace");
+    for line in t.describe() {
+        println!("{line}");
+    }
+    println!("\nUp until Ctrl-C (then everything is removed). Try: ip -n <namespace> addr");
+    // Ctrl-C is handled by the lab's signal thread, which removes the
+    // namespaces and exits.
+    loop {
+        std::thread::park();
+    }
+}
+
+fn builtin_names() -> String {
+    super::topology::BUILTIN.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,225 @@
+//! Measuring one variant on a built topology: counters along the path
+//! (generator, dut ingress, dut egress, receiver) and per-CPU time, read at
+//! interval boundaries; intervals at full speed, at offered rates (the
+//! CPU-vs-load curve) and as zero-loss search trials.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use xnf_bpf::gen::GenConfig;
+use xnf_netns::Netns;
+
+use super::cpu::{self, CpuTimes};
+use super::results::{Loss, Point, Sample, SampleKind};
+use super::search::{loss_pct, search, SearchOptions, SearchResult};
+use super::Generator;
+
+/// One generator thread per CPU, each sending its share of the rate. On a
+/// multi-queue veth each CPU's frames land on a different queue of the peer
+/// (veth picks the peer's queue by the sending CPU).
+pub struct Generators(Vec<Generator>);
+
+impl Generators {
+    pub fn start(ns: &Netns, dev: &str, cfg: &GenConfig, cpus: &[usize], rate: u64) -> Result<Generators> {
+        let mut g = Vec::new();
+        for &cpu in cpus {
+            g.push(Generator::start(ns, dev, cfg.clone(), cpu, per_cpu(rate, cpus.len()))?);
+        }
+        Ok(Generators(g))
+    }
+
+    pub fn sent(&self) -> Result<u64> {
+        self.0.iter().map(Generator::sent).sum()
+    }
+
+    /// Total rate over all CPUs (0: as fast as possible).
+    pub fn set_rate(&self, pps: u64) -> Result<()> {
+        self.0.iter().try_for_each(|g| g.set_rate(per_cpu(pps, self.0.len())))
+    }
+
+    pub fn stop(self) -> Result<u64> {
+        self.0.into_iter().map(Generator::stop).sum()
+    }
+}
+
+fn per_cpu(rate: u64, n: usize) -> u64 {
+    if rate == 0 {
+        0
+    } else {
+        (rate / n as u64).max(1)
+    }
+}
+
+/// Reads the frames that completed the path (a sink counter, an XDP
+/// program's count, an interface counter).
+pub type Received<'a> = Box<dyn Fn() -> Result<u64> + 'a>;
+
+/// The counters of one measured path.
+pub struct Probe<'a> {
+    pub gens: &'a Generators,
+    /// dut's ingress interface: its rx counter.
+    pub dut_in: (&'a Netns, String),
+    /// dut's egress interface: its tx counter (None when dut does not send).
+    pub dut_out: Option<(&'a Netns, String)>,
+    pub received: Received<'a>,
+}
+
+/// Counters at one instant.
+#[derive(Clone, Debug)]
+pub struct Counts {
+    sent: u64,
+    dut_rx: u64,
+    dut_tx: Option<u64>,
+    received: u64,
+    cpus: Vec<CpuTimes>,
+}
+
+impl Probe<'_> {
+    pub fn read(&self) -> Result<Counts> {
+        Ok(Counts {
+            sent: self.gens.sent()?,
+            dut_rx: self.dut_in.0.link_stats(&self.dut_in.1)?.rx_packets,
+            dut_tx: match &self.dut_out {
+                Some((ns, dev)) => Some(ns.link_stats(dev)?.tx_packets),
+                None => None,
+            },
+            received: (self.received)().context("reading the receive counter")?,
+            cpus: cpu::sample()?,
+        })
+    }
+
+    /// Pauses the generator, lets the path drain and reads the counters, so
+    /// frames in flight never count as lost.
+    fn pause_and_read(&self) -> Result<Counts> {
+        self.gens.set_rate(PAUSED)?;
+        std::thread::sleep(Duration::from_millis(50));
+        self.read()
+    }
+
+    /// Resumes the generator at `rate` (0: full speed); returns when.
+    fn resume(&self, rate: u64) -> Result<Instant> {
+        self.gens.set_rate(rate)?;
+        Ok(Instant::now())
+    }
+
+    /// One interval: pause and read, resume at `rate` for `secs`, pause and
+    /// read. The rate is over the time the generator was sending.
+    fn interval(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64) -> Result<Sample> {
+        let a = self.pause_and_read()?;
+        let t0 = self.resume(rate)?;
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        self.gens.set_rate(PAUSED)?;
+        let sending = t0.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_millis(50));
+        let b = self.read()?;
+        self.gens.set_rate(rate)?;
+        Ok(sample(l, kind, &a, &b, sending))
+    }
+}
+
+/// The generator's rate while paused (1 frame per second per CPU: the
+/// program drops every frame that is not due, so nearly nothing goes).
+const PAUSED: u64 = 1;
+
+/// What a sample is of.
+#[derive(Clone, Debug)]
+pub struct Labels {
+    pub variant: String,
+    pub point: Point,
+    pub run: u32,
+}
+
+/// The sample of the interval between two readings, the generator having
+/// sent for `secs` of it.
+pub fn sample(l: &Labels, kind: SampleKind, a: &Counts, b: &Counts, secs: f64) -> Sample {
+    let sent = b.sent - a.sent;
+    let received = b.received - a.received;
+    let dut_rx = (b.dut_rx - a.dut_rx) as i64;
+    let loss = match (a.dut_tx, b.dut_tx) {
+        (Some(t0), Some(t1)) => {
+            let dut_tx = (t1 - t0) as i64;
+            Loss { gen_to_dut: sent as i64 - dut_rx, in_dut: dut_rx - dut_tx, dut_to_sink: dut_tx - received as i64 }
+        }
+        _ => Loss { gen_to_dut: sent as i64 - dut_rx, in_dut: dut_rx - received as i64, dut_to_sink: 0 },
+    };
+    let cpus = cpu::delta(&b.cpus, &a.cpus);
+    let per_packet = |ns: f64| if received > 0 { ns / received as f64 } else { f64::NAN };
+    Sample {
+        variant: l.variant.clone(),
+        point: l.point.clone(),
+        run: l.run,
+        kind,
+        seconds: secs,
+        sent,
+        received,
+        sent_mpps: sent as f64 / secs / 1e6,
+        mpps: received as f64 / secs / 1e6,
+        loss_pct: loss_pct(sent, received),
+        loss,
+        cpus: cpu::shares(&cpus),
+        ns_per_packet: per_packet(cpu::busy_ns(&cpus)),
+        softirq_ns_per_packet: per_packet(cpu::softirq_ns(&cpus)),
+    }
+}
+
+/// Timing of measurements.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Timing {
+    /// Seconds of traffic before each measured interval (discarded).
+    pub warmup: f64,
+    /// Measured seconds at full speed.
+    pub seconds: f64,
+    /// Measured seconds per offered-rate step or search trial.
+    pub trial_seconds: f64,
+}
+
+/// The generator at full speed: warm up, then one interval.
+pub fn at_full_speed(p: &Probe, l: &Labels, t: &Timing) -> Result<Sample> {
+    p.gens.set_rate(0)?;
+    std::thread::sleep(Duration::from_secs_f64(t.warmup));
+    p.interval(l, SampleKind::Max, 0, t.seconds)
+}
+
+/// One interval at `rate` frames per second, after a discarded one.
+fn at_rate(p: &Probe, l: &Labels, t: &Timing, rate: f64, kind: SampleKind) -> Result<Sample> {
+    let rate = rate.max(1.0) as u64;
+    p.gens.set_rate(rate)?;
+    // The first interval after a rate change is discarded (seed 001 §5.3.8).
+    std::thread::sleep(Duration::from_secs_f64(t.warmup.max(0.5)));
+    p.interval(l, kind, rate, t.trial_seconds)
+}
+
+/// The CPU-vs-offered-load curve (seed 001 §5.3.6): `steps` rates evenly
+/// spaced up to `top` (the variant's full-speed rate), one interval each.
+pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, steps: u32, progress: &mut dyn FnMut(&str)) -> Result<Vec<Sample>> {
+    (1..=steps)
+        .map(|i| {
+            let rate = top * i as f64 / steps as f64;
+            progress(&format!("offered load {:.3} Mpps ({i}/{steps})", rate / 1e6));
+            at_rate(p, l, t, rate, SampleKind::Load { offered_pps: rate })
+        })
+        .collect()
+}
+
+/// The zero-loss search up to `top` with `tolerance` % loss; every trial is
+/// also returned as a `Search` sample (the loss-vs-rate chart).
+pub fn zero_loss(p: &Probe, l: &Labels, t: &Timing, top: f64, tolerance: f64, progress: &mut dyn FnMut(&str)) -> Result<(SearchResult, Vec<Sample>)> {
+    let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tolerance, resolution: top / 100.0, max_trials: 20 };
+    let mut samples = Vec::new();
+    let mut n = 0;
+    let result = search(&so, |rate| {
+        n += 1;
+        progress(&format!("zero-loss search: trial {n} at {:.3} Mpps", rate / 1e6));
+        let s = at_rate(p, l, t, rate, SampleKind::Search { offered_pps: rate })?;
+        let r = (s.sent, s.received);
+        samples.push(s);
+        Ok(r)
+    })?;
+    Ok((result, samples))
+}
+
+/// Planned seconds of one variant's measurement, for the progress bar.
+pub fn planned_seconds(t: &Timing, load_steps: u32, search: bool) -> f64 {
+    let step = t.warmup.max(0.5) + t.trial_seconds + 0.1;
+    t.warmup + t.seconds + load_steps as f64 * step + if search { 8.0 * step } else { 0.0 }
+}

@@ -1,0 +1,78 @@
+//! The terminal tables of an experiment's results: every sample, the
+//! summary per variant and point, and the ratios.
+
+use super::results::{Results, SampleKind};
+
+/// Prints the per-sample table, the summary and the ratios.
+pub fn print(r: &Results) {
+    let m = &r.machine;
+    println!("\nxnf lab {} — kernel {}, {} × {}, xnf {}", r.experiment, m.kernel, m.cores, m.cpu_model, m.xnf_version);
+    println!(
+        "\n{:<12} {:<30} {:>3} {:>12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7}  CPU busy% (softirq/sys/user) per CPU",
+        "variant", "point", "run", "kind", "sent Mpps", "recv Mpps", "loss%", "lost where", "ns/pkt", "softirq"
+    );
+    for s in &r.samples {
+        let cpus: Vec<String> = s.cpus.iter().map(|c| format!("{:.0} ({:.0}/{:.0}/{:.0})", c.busy_pct, c.softirq_pct, c.system_pct, c.user_pct)).collect();
+        let kind = match s.kind {
+            SampleKind::Max => "max".to_string(),
+            SampleKind::Load { offered_pps } => format!("load {:.2}", offered_pps / 1e6),
+            SampleKind::Search { offered_pps } => format!("search {:.2}", offered_pps / 1e6),
+        };
+        let l = &s.loss;
+        let lost = if l.gen_to_dut.abs() + l.in_dut.abs() + l.dut_to_sink.abs() == 0 { "-".into() } else { format!("{}/{}/{}", l.gen_to_dut, l.in_dut, l.dut_to_sink) };
+        println!(
+            "{:<12} {:<30} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
+            s.variant,
+            s.point.label(),
+            s.run + 1,
+            kind,
+            s.sent_mpps,
+            s.mpps,
+            s.loss_pct,
+            lost,
+            s.ns_per_packet,
+            s.softirq_ns_per_packet,
+            cpus.join("  ")
+        );
+    }
+    println!("(lost where = before dut / inside dut / after dut; ns/pkt = all CPU time per received packet, softirq = the receive side's share: dut + sink)");
+    print_summary(r);
+}
+
+/// The summary and ratio tables (shared by the experiments).
+pub fn print_summary(r: &Results) {
+    println!("\n{:<13} {:<30} {:>11} {:>8} {:>8} {:>7} {:>8} {:>15}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq", "zero-loss Mpps");
+    for s in &r.summary {
+        let zl = s.zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
+        println!(
+            "{:<13} {:<30} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
+            s.variant,
+            s.point.label(),
+            s.median_mpps,
+            s.min_mpps,
+            s.max_mpps,
+            s.median_ns_per_packet,
+            s.median_softirq_ns_per_packet,
+            zl
+        );
+    }
+    for ratio in &r.ratios {
+        let ns = |v: &str| r.summary_of(v, &ratio.point).map(|s| 1e3 / s.median_mpps);
+        print!("\n{} / {} = {:.2}x at {}", ratio.numerator, ratio.denominator, ratio.ratio, ratio.point.label());
+        if let (Some(k), Some(x), Some(d)) = (ns(&ratio.denominator), ns(&ratio.numerator), ns("dut-drop")) {
+            print!(
+                "\n  time per packet: {} {k:.0} ns, {} {x:.0} ns, generating + receiving {d:.0} ns; forwarding + sink receive: {:.0} vs {:.0} ns = {:.2}x",
+                ratio.denominator,
+                ratio.numerator,
+                k - d,
+                x - d,
+                (k - d) / (x - d)
+            );
+        }
+    }
+    println!();
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+}
+
