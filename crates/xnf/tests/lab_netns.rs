@@ -93,6 +93,48 @@ fn bad_topology_files_name_the_line_and_field() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The built-in line with `extra` appended (more routes, functions...).
+fn line_with(extra: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xnf")).args(["lab", "up", "--print", "line"]).output().unwrap();
+    assert!(out.status.success());
+    let dir = std::env::temp_dir().join(format!("xnf-topo-{}-{}", std::process::id(), extra.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("line.toml");
+    std::fs::write(&file, format!("{}\n{extra}", String::from_utf8_lossy(&out.stdout))).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn a_topology_failing_half_way_through_its_build_leaves_nothing() {
+    // Valid as a file; the kernel refuses the route (no such gateway on
+    // the link) after the namespaces and links exist.
+    let (dir, file) = line_with("[[route]]\nns = \"dut\"\nto = \"198.19.0.0/16\"\nvia = \"198.18.9.9\"\n");
+    let (ok, err) = xnf_fails(&["lab", "router", "--topology", file.to_str().unwrap(), "--runs", "1", "--seconds", "0.2"]);
+    assert!(!ok, "an unreachable gateway was accepted");
+    assert!(err.contains("198.19.0.0/16"), "the error names the route: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn synthetic_route_tables_are_installed_looked_up_and_removed() {
+    // In a topology file (stay with the namespace) ...
+    let (dir, file) = line_with("[[route]]\nns = \"dut\"\nto = \"synthetic-ipv4\"\ncount = 5000\nvia = \"198.18.1.2\"\ndev = \"out\"\n");
+    let (v, csv) = run_experiment(&["router", "--topology", file.to_str().unwrap(), "--variants", "xnf", "--flows", "100"]);
+    check_accounting(&v, &csv);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // ... and swept by the experiment, the flows spread over the table's
+    // prefixes, every frame forwarded by a route of the table.
+    let (v, csv) = run_experiment(&["router", "--routes", "10000", "--flows", "100", "--variants", "kernel,xnf"]);
+    check_accounting(&v, &csv);
+    for s in v["samples"].as_array().unwrap() {
+        assert_eq!(s["point"]["routes"], 10000, "{s}");
+        // Every frame forwarded, give or take the one frame per CPU the
+        // paused generator may send while the counters are read.
+        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
+        assert!(received > 0 && (sent - received).abs() <= 2, "{} lost frames: {s}", s["variant"]);
+    }
+}
+
 /// Runs a short experiment and returns its JSON and CSV.
 fn run_experiment(args: &[&str]) -> (serde_json::Value, String) {
     let dir = std::env::temp_dir().join(format!("xnf-lab-test-{}-{}", std::process::id(), args[0]));

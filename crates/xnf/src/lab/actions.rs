@@ -6,25 +6,25 @@
 //!
 //! Where each variant's frames are counted:
 //! - xdp-drop, xdp-pass: by the program (pass then costs the stack's
-//!   receive of a UDP datagram nobody listens to, on the same CPU);
-//! - xdp-tx: at gen's interface, which the frames come back to;
+//!   receive up to its route lookup, which drops the frame: dut does not
+//!   forward in this experiment);
+//! - xdp-tx: by an XDP sink on gen's interface, which the frames come back
+//!   to (it replaces gen's pass program for this variant, so the bound is
+//!   not lowered by gen's stack receiving frames addressed elsewhere);
 //! - xdp-redirect: at the sink, behind dut's other port;
 //! - xdp-cpumap: by a CPUMAP program on the other CPU, which drops them;
 //! - linux-drop: by an nftables rule in prerouting at raw priority (the
 //!   earliest the IP stack can drop), dut's ingress passing frames up.
 
-use std::net::IpAddr;
 
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
-use xnf_bpf::gen::GenConfig;
-use xnf_packet::PacketBuilder;
 
 use super::measure::{self, Generators, Labels, Probe, Received, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
 use super::topology::{BuiltTopology, TopologySpec};
-use super::{ActionKind, LabAttachment};
+use super::{nft, ActionKind, LabAttachment};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -67,25 +67,13 @@ pub struct Options {
 
 impl Options {
     pub fn validate(&self, ncpu: usize) -> Result<()> {
-        ensure!(self.runs >= 1, "--runs must be at least 1");
-        ensure!(self.timing.seconds > 0.0 && self.timing.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
-        ensure!(self.timing.trial_seconds > 0.0, "--trial-seconds must be positive");
-        for &s in &self.sizes {
-            ensure!(s == 0 || (64..=1518).contains(&s), "--size {s}: sizes must be 64..=1518 bytes (wire size with FCS) or imix");
-            ensure!(!self.ipv6 || s == 0 || s >= 66, "--size {s}: IPv6 UDP needs at least 66 bytes on the wire");
-        }
+        measure::check_options(self.runs, &self.timing, &self.sizes, self.ipv6, self.zero_loss, self.load_steps)?;
         ensure!((1..=64511).contains(&self.flows), "--flows {}: flows must be 1..=64511 (distinct UDP source ports)", self.flows);
         ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
         ensure!(!self.variants.contains(&Variant::XdpCpumap) || ncpu >= 2, "xdp-cpumap needs a second CPU");
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
-        if let Some(tol) = self.zero_loss {
-            ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
-        }
         if self.variants.contains(&Variant::LinuxDrop) {
-            ensure!(
-                std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).chain(["/usr/sbin".into()]).any(|d| d.join("nft").is_file()),
-                "linux-drop needs nft (apt-get install nftables; `make deps` installs it)"
-            );
+            nft::require("linux-drop")?;
         }
         Ok(())
     }
@@ -93,31 +81,6 @@ impl Options {
 
 /// The nftables rule of linux-drop, and how to read its counter.
 const LINUX_DROP: &str = "table inet xnfraw {\n\tcounter dropped { }\n\tchain pre {\n\t\ttype filter hook prerouting priority raw; policy accept;\n\t\tudp dport 9 counter name \"dropped\" drop\n\t}\n}\n";
-
-fn nft(ns: &xnf_netns::Netns, args: &[&str], stdin: Option<&str>) -> Result<String> {
-    use std::io::Write;
-    let mut c = ns.command("nft");
-    c.args(args).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let mut child = c.spawn().context("running nft")?;
-    if let Some(text) = stdin {
-        child.stdin.take().context("nft stdin")?.write_all(text.as_bytes())?;
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output()?;
-    ensure!(out.status.success(), "nft {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Packets of `counter dropped { packets N bytes M }` in `nft list counter` output.
-fn nft_packets(text: &str) -> Result<u64> {
-    let mut words = text.split_whitespace();
-    while let Some(w) = words.next() {
-        if w == "packets" {
-            return words.next().and_then(|n| n.parse().ok()).context("nft counter: no number after `packets`");
-        }
-    }
-    anyhow::bail!("nft counter output has no packet count: {text}")
-}
 
 /// A variant set up on dut, removed when dropped.
 struct Setup<'a> {
@@ -128,7 +91,7 @@ struct Setup<'a> {
 impl Drop for Setup<'_> {
     fn drop(&mut self) {
         if let Some(ns) = self.nft_in {
-            let _ = nft(ns, &["delete", "table", "inet", "xnfraw"], None);
+            let _ = nft::nft(ns, &["delete", "table", "inet", "xnfraw"], None);
         }
     }
 }
@@ -147,21 +110,10 @@ fn setup<'a>(t: &'a BuiltTopology, v: Variant, cpu: usize) -> Result<Setup<'a>> 
         Variant::XdpCpumap => Setup { attachment: act(ActionKind::Cpumap)?, nft_in: None },
         Variant::LinuxDrop => {
             let attachment = LabAttachment::pass(dut, &din)?;
-            nft(dut, &["-f", "-"], Some(LINUX_DROP))?;
+            nft::nft(dut, &["-f", "-"], Some(LINUX_DROP))?;
             Setup { attachment, nft_in: Some(dut) }
         }
     })
-}
-
-fn template(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
-    let roles = t.roles()?;
-    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, p.ipv6)?, t.addr(&roles.sink, p.ipv6)?);
-    let (len, sizes) = match p.size {
-        0 => (1514, xnf_bpf::gen::imix_sequence(if p.ipv6 { 62 } else { 60 })),
-        s => (s as usize - 4, Vec::new()),
-    };
-    let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
-    Ok(GenConfig { template: frame, ipv6: p.ipv6, flows: p.flows, base_sport: 1024, sizes, ..Default::default() })
 }
 
 fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, res: &mut Results, zl: &mut Vec<(String, Point, f64)>, pg: &mut Progress) -> Result<()> {
@@ -170,31 +122,25 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, res: 
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
     let (dut, din) = t.endpoint(&roles.dut_in)?;
     let (_, dout) = t.endpoint(&roles.dut_out)?;
-    let gens = Generators::start(gen_ns, &gen_if, &template(t, &l.point)?, &[o.cpu], 0)?;
+    let gens = Generators::start(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &[o.cpu], 0)?;
     let a = &setup.attachment;
     let received: Received = match v {
         Variant::XdpDrop | Variant::XdpPass => Box::new(|| Ok(a.action_counts()?.0)),
         Variant::XdpCpumap => Box::new(|| Ok(a.action_counts()?.1)),
-        Variant::XdpTx => Box::new(|| Ok(gen_ns.link_stats(&gen_if)?.rx_packets)),
+        Variant::XdpTx => {
+            let back = t.attachment(&roles.gen)?;
+            Box::new(|| back.packets())
+        }
         Variant::XdpRedirect => {
             let sink = t.attachment(&roles.sink)?;
             Box::new(|| sink.packets())
         }
-        Variant::LinuxDrop => Box::new(|| nft_packets(&nft(dut, &["list", "counter", "inet", "xnfraw", "dropped"], None)?)),
+        Variant::LinuxDrop => Box::new(|| nft::counter_packets(&nft::nft(dut, &["list", "counter", "inet", "xnfraw", "dropped"], None)?)),
     };
     let probe = Probe { gens: &gens, dut_in: (dut, din), dut_out: (v == Variant::XdpRedirect).then_some((dut, dout)), received };
-    pg.message("full speed");
-    let max = measure::at_full_speed(&probe, l, &o.timing)?;
-    let top = max.sent as f64 / max.seconds;
-    res.samples.push(max);
-    if o.load_steps > 0 {
-        res.samples.extend(measure::load_curve(&probe, l, &o.timing, top, o.load_steps, &mut |m| pg.message(m))?);
-    }
-    if let Some(tol) = o.zero_loss {
-        let (r, s) = measure::zero_loss(&probe, l, &o.timing, top, tol, &mut |m| pg.message(m))?;
-        res.samples.extend(s);
-        zl.push((l.variant.clone(), l.point.clone(), r.rate));
-    }
+    let (samples, zero_loss) = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
+    res.samples.extend(samples);
+    zl.extend(zero_loss.map(|r| (l.variant.clone(), l.point.clone(), r)));
     drop(probe);
     gens.stop()?;
     Ok(())
@@ -212,7 +158,15 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
     let mut pg = Progress::new(per_variant * (points.len() * o.variants.len() * o.runs as usize) as f64);
     pg.message(&format!("building topology `{}`", o.topology));
-    let t = BuiltTopology::build(&spec, &mut |m| pg.message(m))?;
+    let mut t = BuiltTopology::build(&spec, &mut |m| pg.message(m))?;
+    let gen_ep = spec.roles.as_ref().map(|r| r.gen.clone()).unwrap_or_default();
+    // No variant needs dut's kernel to forward, and with forwarding on
+    // xdp-pass would measure kernel forwarding: off, the stack drops the
+    // passed frames after its route lookup (not for this host), as it does
+    // under xdp-bench's pass.
+    let (dut, _) = t.endpoint(&spec.roles.as_ref().context("no [roles]")?.dut_in)?;
+    dut.sysctl_set("net.ipv4.ip_forward", "0")?;
+    dut.sysctl_set("net.ipv6.conf.all.forwarding", "0")?;
     let mut res = Results::new("actions", o);
     let mut zl = Vec::new();
     for (pi, point) in points.iter().enumerate() {
@@ -224,7 +178,13 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
             for v in order {
                 let l = Labels { variant: v.name().into(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({}), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
+                if v == Variant::XdpTx {
+                    t.replace_function(&gen_ep, LabAttachment::sink)?;
+                }
                 measure_variant(&t, o, &l, v, &mut res, &mut zl, &mut pg)?;
+                if v == Variant::XdpTx {
+                    t.replace_function(&gen_ep, LabAttachment::pass)?;
+                }
                 pg.advance(per_variant);
             }
         }
@@ -241,16 +201,4 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
         (o.cpu + 1) % ncpu
     ));
     Ok(res)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_the_nft_counter() {
-        let text = "table inet xnfraw {\n\tcounter dropped {\n\t\tpackets 1234 bytes 5678\n\t}\n}\n";
-        assert_eq!(nft_packets(text).unwrap(), 1234);
-        assert!(nft_packets("table inet x {}").is_err());
-    }
 }

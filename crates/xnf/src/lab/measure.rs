@@ -3,13 +3,17 @@
 //! interval boundaries; intervals at full speed, at offered rates (the
 //! CPU-vs-load curve) and as zero-loss search trials.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use xnf_bpf::gen::GenConfig;
 use xnf_netns::Netns;
+use xnf_packet::PacketBuilder;
 
 use super::cpu::{self, CpuTimes};
+use super::progress::Progress;
+use super::topology::BuiltTopology;
 use super::results::{Loss, Point, Sample, SampleKind};
 use super::search::{loss_pct, search, SearchOptions, SearchResult};
 use super::Generator;
@@ -216,6 +220,64 @@ pub fn zero_loss(p: &Probe, l: &Labels, t: &Timing, top: f64, tolerance: f64, pr
         Ok(r)
     })?;
     Ok((result, samples))
+}
+
+/// Everything measured of one variant at one point: the full-speed
+/// interval, then the load curve (`load_steps` > 0) and the zero-loss
+/// search (`zero_loss` = tolerance %) when asked for. Returns the samples
+/// and the zero-loss rate.
+pub fn variant(
+    p: &Probe,
+    l: &Labels,
+    t: &Timing,
+    load_steps: u32,
+    zero_loss: Option<f64>,
+    pg: &mut Progress,
+) -> Result<(Vec<Sample>, Option<f64>)> {
+    pg.message("full speed");
+    let max = at_full_speed(p, l, t)?;
+    let top = max.sent as f64 / max.seconds;
+    let mut samples = vec![max];
+    if load_steps > 0 {
+        samples.extend(load_curve(p, l, t, top, load_steps, &mut |m| pg.message(m))?);
+    }
+    let mut rate = None;
+    if let Some(tol) = zero_loss {
+        let (r, s) = self::zero_loss(p, l, t, top, tol, &mut |m| pg.message(m))?;
+        samples.extend(s);
+        rate = Some(r.rate);
+    }
+    Ok((samples, rate))
+}
+
+/// Checks the options every experiment shares, naming the flag at fault.
+pub fn check_options(runs: u32, t: &Timing, sizes: &[u32], ipv6: bool, zero_loss: Option<f64>, load_steps: u32) -> Result<()> {
+    ensure!(runs >= 1, "--runs must be at least 1");
+    ensure!(t.seconds > 0.0 && t.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
+    ensure!(t.trial_seconds > 0.0, "--trial-seconds must be positive");
+    for &s in sizes {
+        ensure!(s == 0 || (64..=1518).contains(&s), "--size {s}: sizes must be 64..=1518 bytes (wire size with FCS) or imix");
+        ensure!(!ipv6 || s == 0 || s >= 66, "--size {s}: IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS)");
+    }
+    if let Some(tol) = zero_loss {
+        ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
+    }
+    ensure!(load_steps <= 50, "--load-curve: at most 50 steps");
+    Ok(())
+}
+
+/// The experiments' traffic at `p`: UDP to port 9 from gen's address to
+/// the sink's, addressed to dut's ingress MAC, `p.flows` source ports;
+/// size 0 is the AMS-IX IMIX.
+pub fn udp_traffic(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
+    let roles = t.roles()?;
+    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, p.ipv6)?, t.addr(&roles.sink, p.ipv6)?);
+    let (len, sizes) = match p.size {
+        0 => (1514, xnf_bpf::gen::imix_sequence(if p.ipv6 { 62 } else { 60 })),
+        s => (s as usize - 4, Vec::new()),
+    };
+    let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
+    Ok(GenConfig { template: frame, ipv6: p.ipv6, flows: p.flows, base_sport: 1024, sizes, ..Default::default() })
 }
 
 /// Planned seconds of one variant's measurement, for the progress bar.

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod cpu;
 pub mod gen;
 pub mod measure;
+pub mod nft;
 pub mod progress;
 pub mod report;
 pub mod results;

@@ -19,13 +19,12 @@ use std::net::IpAddr;
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xnf_bpf::gen::GenConfig;
-use xnf_packet::PacketBuilder;
 
 use super::measure::{self, Generators, Labels, Probe, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
 use super::topology::{BuiltTopology, TopologySpec};
-use super::{LabAttachment, RouterGuard};
+use super::{nft, LabAttachment, RouterGuard};
 
 /// The ruleset loaded on dut at points with `netfilter` on.
 pub const NETFILTER_RULESET: &str = include_str!("../../../../topologies/router.nft");
@@ -80,13 +79,7 @@ pub struct Options {
 impl Options {
     /// Checks everything before anything is built.
     pub fn validate(&self, ncpu: usize) -> Result<()> {
-        ensure!(self.runs >= 1, "--runs must be at least 1");
-        ensure!(self.timing.seconds > 0.0 && self.timing.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
-        ensure!(self.timing.trial_seconds > 0.0, "--trial-seconds must be positive");
-        for &s in &self.sizes {
-            ensure!(s == 0 || (64..=1518).contains(&s), "--size {s}: sizes must be 64..=1518 bytes (wire size with FCS) or imix");
-            ensure!(!self.ipv6 || s == 0 || s >= 66, "--size {s}: IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS)");
-        }
+        measure::check_options(self.runs, &self.timing, &self.sizes, self.ipv6, self.zero_loss, self.load_steps)?;
         for &f in &self.flows {
             ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
         }
@@ -94,16 +87,12 @@ impl Options {
             ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
         }
         ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
-        if let Some(tol) = self.zero_loss {
-            ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
-        }
-        ensure!(self.load_steps <= 50, "--load-curve: at most 50 steps");
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
         for &r in &self.routes {
             ensure!(r <= 2_000_000, "--routes {r}: at most 2,000,000");
         }
         if self.netfilter.contains(&true) {
-            which("nft").context("--netfilter needs nft (apt-get install nftables; `make deps` installs it)")?;
+            nft::require("--netfilter")?;
         }
         Ok(())
     }
@@ -133,33 +122,25 @@ impl Options {
     }
 }
 
-fn which(cmd: &str) -> Result<()> {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
-        .unwrap_or(false)
-        || ["/usr/sbin", "/sbin"].iter().any(|d| std::path::Path::new(d).join(cmd).is_file());
-    ensure!(found, "{cmd} not found");
-    Ok(())
-}
-
-/// The generator's frames at `p`: UDP from gen to the sink's address (size
-/// 0: the AMS-IX IMIX). With synthetic routes, destinations spread over
+/// The generator's frames at `p` ([`measure::udp_traffic`]). With synthetic routes, destinations spread over
 /// the table's prefixes inside the lab's range, one per flow.
 fn template(t: &BuiltTopology, p: &Point, dsts: &[IpAddr]) -> Result<GenConfig> {
-    let roles = t.roles()?;
-    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, p.ipv6)?, t.addr(&roles.sink, p.ipv6)?);
-    let (len, sizes) = match p.size {
-        0 => (1514, xnf_bpf::gen::imix_sequence(if p.ipv6 { 62 } else { 60 })),
-        s => (s as usize - 4, Vec::new()),
-    };
-    let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
-    let mut cfg = GenConfig { template: frame, ipv6: p.ipv6, flows: p.flows, base_sport: 1024, sizes, ..Default::default() };
+    let mut cfg = measure::udp_traffic(t, p)?;
     if !dsts.is_empty() {
-        // Each flow its own destination: as many as flows, ports fixed.
-        cfg.dst_addrs = dsts.iter().cycle().take(p.flows as usize).copied().collect();
-        cfg.flows = 1;
+        // Spread the flows over as many destinations (prefixes) as the
+        // table offers: d addresses × flows/d source ports, d the largest
+        // divisor of the flow count the table can serve, so the number of
+        // distinct flows is exactly the point's.
+        let d = spread(p.flows, dsts.len());
+        cfg.dst_addrs = dsts[..d as usize].to_vec();
+        cfg.flows = p.flows / d;
     }
     Ok(cfg)
+}
+
+/// The largest divisor of `flows` that is at most `targets`.
+fn spread(flows: u32, targets: usize) -> u32 {
+    (1..=flows.min(targets as u32)).rev().find(|d| flows.is_multiple_of(*d)).unwrap_or(1)
 }
 
 /// A variant set up on dut; dropping it tears it down.
@@ -185,18 +166,15 @@ struct Netfilter<'a>(&'a xnf_netns::Netns);
 
 impl<'a> Netfilter<'a> {
     fn load(ns: &'a xnf_netns::Netns) -> Result<Self> {
-        use std::io::Write;
-        let mut child = ns.command("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn()?;
-        child.stdin.take().context("nft stdin")?.write_all(NETFILTER_RULESET.as_bytes())?;
-        let out = child.wait_with_output()?;
-        ensure!(out.status.success(), "loading the netfilter ruleset: {}", String::from_utf8_lossy(&out.stderr).trim());
+        nft::nft(ns, &["-f", "-"], Some(NETFILTER_RULESET)).context("loading the netfilter ruleset")?;
         Ok(Netfilter(ns))
     }
 }
 
 impl Drop for Netfilter<'_> {
     fn drop(&mut self) {
-        let _ = self.0.exec(&["nft", "flush", "ruleset"]);
+        // dut is the lab's own namespace: its whole ruleset is ours.
+        let _ = nft::nft(self.0, &["flush", "ruleset"], None);
     }
 }
 
@@ -224,19 +202,9 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts:
             None => Box::new(|| sink.packets()),
         },
     };
-    pg.message("full speed");
-    let max = measure::at_full_speed(&probe, l, &o.timing)?;
-    let top = max.sent as f64 / max.seconds;
-    res.samples.push(max);
-    if o.load_steps > 0 {
-        let s = measure::load_curve(&probe, l, &o.timing, top, o.load_steps, &mut |m| pg.message(m))?;
-        res.samples.extend(s);
-    }
-    if let Some(tol) = o.zero_loss {
-        let (r, s) = measure::zero_loss(&probe, l, &o.timing, top, tol, &mut |m| pg.message(m))?;
-        res.samples.extend(s);
-        zl.push((l.variant.clone(), l.point.clone(), r.rate));
-    }
+    let (samples, zero_loss) = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
+    res.samples.extend(samples);
+    zl.extend(zero_loss.map(|r| (l.variant.clone(), l.point.clone(), r)));
     drop(probe);
     gens.stop()?;
     Ok(())
@@ -303,8 +271,8 @@ pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
     res.summarize(&zl);
     res.add_ratios("xnf", "kernel");
     res.notes.push(format!(
-        "veth: every stage (generator, dut, sink) runs in softirq on the generator's CPU(s) {}; rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
-        o.gen_cpus(1).iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+        "veth: every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
+        o.cpu
     ));
     Ok(res)
 }
@@ -376,6 +344,14 @@ mod tests {
         check(&|o| o.timing.seconds = 0.0, "--seconds");
         check(&|o| (o.ipv6, o.sizes) = (true, vec![64]), "IPv6");
         assert!(opts().validate(2).is_ok());
+    }
+
+    #[test]
+    fn flows_spread_over_destinations_keep_their_count() {
+        assert_eq!(spread(10000, 20000), 10000);
+        assert_eq!(spread(10000, 3000), 2500);
+        assert_eq!(spread(7, 5), 1);
+        assert_eq!(spread(1, 0), 1);
     }
 
     #[test]

@@ -6,9 +6,10 @@ use super::results::{Results, SampleKind};
 /// Prints the per-sample table, the summary and the ratios.
 pub fn print(r: &Results) {
     let m = &r.machine;
+    let w = point_width(r);
     println!("\nxnf lab {} — kernel {}, {} × {}, xnf {}", r.experiment, m.kernel, m.cores, m.cpu_model, m.xnf_version);
     println!(
-        "\n{:<12} {:<30} {:>3} {:>12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7}  CPU busy% (softirq/sys/user) per CPU",
+        "\n{:<12} {:<w$} {:>3} {:>12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7}  CPU busy% (softirq/sys/user) per CPU",
         "variant", "point", "run", "kind", "sent Mpps", "recv Mpps", "loss%", "lost where", "ns/pkt", "softirq"
     );
     for s in &r.samples {
@@ -21,7 +22,7 @@ pub fn print(r: &Results) {
         let l = &s.loss;
         let lost = if l.gen_to_dut.abs() + l.in_dut.abs() + l.dut_to_sink.abs() == 0 { "-".into() } else { format!("{}/{}/{}", l.gen_to_dut, l.in_dut, l.dut_to_sink) };
         println!(
-            "{:<12} {:<30} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
+            "{:<12} {:<w$} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
             s.variant,
             s.point.label(),
             s.run + 1,
@@ -41,11 +42,12 @@ pub fn print(r: &Results) {
 
 /// The summary and ratio tables (shared by the experiments).
 pub fn print_summary(r: &Results) {
-    println!("\n{:<13} {:<30} {:>11} {:>8} {:>8} {:>7} {:>8} {:>15}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq", "zero-loss Mpps");
+    let w = point_width(r);
+    println!("\n{:<13} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>8} {:>15}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq", "zero-loss Mpps");
     for s in &r.summary {
         let zl = s.zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
         println!(
-            "{:<13} {:<30} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
+            "{:<13} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
             s.variant,
             s.point.label(),
             s.median_mpps,
@@ -76,3 +78,8 @@ pub fn print_summary(r: &Results) {
     }
 }
 
+
+/// Width of the point column: the longest label.
+fn point_width(r: &Results) -> usize {
+    r.summary.iter().map(|s| s.point.label().len()).chain(r.samples.iter().map(|s| s.point.label().len())).max().unwrap_or(0).max(5)
+}

@@ -388,6 +388,23 @@ impl BuiltTopology {
             .with_context(|| format!("the topology runs no sink or pass function on `{ep}`: add a [[function]] for it"))
     }
 
+    /// Replaces the sink or pass function on `ep` by what `attach` makes
+    /// (e.g. [`LabAttachment::sink`]). The old program is detached first:
+    /// an interface has one XDP program.
+    pub fn replace_function(&mut self, ep: &str, attach: impl FnOnce(&Netns, &str) -> Result<LabAttachment>) -> Result<()> {
+        let (ns, dev) = split_endpoint(ep)?;
+        let dev = ifname(dev);
+        let i = self
+            .attachments
+            .iter()
+            .position(|(n, d, _)| n == ns && *d == dev)
+            .with_context(|| format!("the topology runs no sink or pass function on `{ep}`: add a [[function]] for it"))?;
+        drop(self.attachments.remove(i));
+        let a = attach(self.ns(ns)?, &dev).with_context(|| format!("replacing the function on `{ep}`"))?;
+        self.attachments.push((ns.to_string(), dev, a));
+        Ok(())
+    }
+
     pub fn ns(&self, name: &str) -> Result<&Netns> {
         let i = self.names.get(name).with_context(|| format!("no namespace `{name}` in this topology"))?;
         Ok(&self.topo.nodes()[*i])
