@@ -251,6 +251,10 @@ pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
             Some(r) => r.targets(point.flows as usize)?,
             None => Vec::new(),
         };
+        if !dsts.is_empty() {
+            let d = spread(point.flows, dsts.len());
+            res.notes.push(format!("{}: the flows go to {d} destinations in distinct prefixes of the table", point.label()));
+        }
         let _nft = if point.netfilter { Some(Netfilter::load(dut)?) } else { None };
         for run in 0..o.runs {
             // Alternate the order so drift over time favours no variant.
