@@ -20,7 +20,7 @@
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 
-use super::measure::{self, Generators, Labels, Probe, Received, Timing};
+use super::measure::{self, Labels, Probe, Received, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
 use super::topology::{BuiltTopology, TopologySpec};
@@ -122,7 +122,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, res: 
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
     let (dut, din) = t.endpoint(&roles.dut_in)?;
     let (_, dout) = t.endpoint(&roles.dut_out)?;
-    let gens = Generators::start(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &[o.cpu], 0)?;
+    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &[o.cpu], 0)?;
     let a = &setup.attachment;
     let received: Received = match v {
         Variant::XdpDrop | Variant::XdpPass => Box::new(|| Ok(a.action_counts()?.0)),

@@ -16,42 +16,15 @@ use super::progress::Progress;
 use super::topology::BuiltTopology;
 use super::results::{Loss, Point, Sample, SampleKind};
 use super::search::{loss_pct, search, SearchOptions, SearchResult};
-use super::Generator;
+use super::{GenOptions, Generator};
 
-/// One generator thread per CPU, each sending its share of the rate. On a
-/// multi-queue veth each CPU's frames land on a different queue of the peer
-/// (veth picks the peer's queue by the sending CPU).
-pub struct Generators(Vec<Generator>);
-
-impl Generators {
-    pub fn start(ns: &Netns, dev: &str, cfg: &GenConfig, cpus: &[usize], rate: u64) -> Result<Generators> {
-        let mut g = Vec::new();
-        for &cpu in cpus {
-            g.push(Generator::start(ns, dev, cfg.clone(), cpu, per_cpu(rate, cpus.len()))?);
-        }
-        Ok(Generators(g))
-    }
-
-    pub fn sent(&self) -> Result<u64> {
-        self.0.iter().map(Generator::sent).sum()
-    }
-
-    /// Total rate over all CPUs (0: as fast as possible).
-    pub fn set_rate(&self, pps: u64) -> Result<()> {
-        self.0.iter().try_for_each(|g| g.set_rate(per_cpu(pps, self.0.len())))
-    }
-
-    pub fn stop(self) -> Result<u64> {
-        self.0.into_iter().map(Generator::stop).sum()
-    }
-}
-
-fn per_cpu(rate: u64, n: usize) -> u64 {
-    if rate == 0 {
-        0
-    } else {
-        (rate / n as u64).max(1)
-    }
+/// The experiments' generator: one thread per CPU of `cpus`, each sending
+/// its share of `rate` (0: as fast as possible), thread i as if on queue i.
+/// On a multi-queue veth each CPU's frames land on a different queue of the
+/// peer (veth picks the peer's queue by the sending CPU).
+pub fn start_generators(ns: &Netns, dev: &str, cfg: &GenConfig, cpus: &[usize], rate: u64) -> Result<Generator> {
+    let o = GenOptions { cpus: cpus.to_vec(), rate, count: None, queues: cpus.len() as u32, seconds: None };
+    Generator::start_on(ns, dev, cfg.clone(), &o)
 }
 
 /// Reads the frames that completed the path (a sink counter, an XDP
@@ -60,7 +33,7 @@ pub type Received<'a> = Box<dyn Fn() -> Result<u64> + 'a>;
 
 /// The counters of one measured path.
 pub struct Probe<'a> {
-    pub gens: &'a Generators,
+    pub gens: &'a Generator,
     /// dut's ingress interface: its rx counter.
     pub dut_in: (&'a Netns, String),
     /// dut's egress interface: its tx counter (None when dut does not send).

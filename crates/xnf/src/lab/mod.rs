@@ -220,12 +220,6 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// Starts sending `cfg` out of `dev` in `ns`, from CPU `cpu`, at `rate`
-    /// frames per second (0: as fast as possible).
-    pub fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize, rate: u64) -> Result<Self> {
-        Self::start_on(ns, dev, cfg, &GenOptions { cpus: vec![cpu], rate, count: None, queues: 1, seconds: None })
-    }
-
     /// Starts one thread per CPU of `o.cpus`, each sending its share of the
     /// rate and of the count.
     pub fn start_on(ns: &Netns, dev: &str, cfg: GenConfig, o: &GenOptions) -> Result<Self> {

@@ -20,7 +20,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xnf_bpf::gen::GenConfig;
 
-use super::measure::{self, Generators, Labels, Probe, Timing};
+use super::measure::{self, Labels, Probe, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
 use super::topology::{BuiltTopology, TopologySpec};
@@ -185,7 +185,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts:
     let roles = t.roles()?;
     let _setup = setup(t, v)?;
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = Generators::start(gen_ns, &gen_if, &template(t, &l.point, dsts)?, &o.gen_cpus(l.point.queues), 0)?;
+    let gens = measure::start_generators(gen_ns, &gen_if, &template(t, &l.point, dsts)?, &o.gen_cpus(l.point.queues), 0)?;
     let sink = t.attachment(&roles.sink)?;
     let (dut, din) = t.endpoint(&roles.dut_in)?;
     let (_, dout) = t.endpoint(&roles.dut_out)?;

@@ -549,7 +549,10 @@ b_addr = ["198.18.0.2/24"]
             .unwrap();
             std::thread::sleep(std::time::Duration::from_millis(100));
             assert_eq!(forwarded() - f0, 5, "dut's kernel forwarded the datagrams");
-            assert_eq!(t.attachment(&roles.sink).unwrap().packets().unwrap() - c0, 5, "the sink counted them");
+            // At least: dut's fresh interface may also send IPv6 router
+            // solicitations or MLD reports, which the sink counts too.
+            let counted = t.attachment(&roles.sink).unwrap().packets().unwrap() - c0;
+            assert!(counted >= 5, "the sink counted {counted} of the 5 datagrams");
             names = spec.namespaces.iter().map(|n| t.ns(&n.name).unwrap().name().to_string()).collect();
         }
         let live = xnf_netns::live_namespaces();
