@@ -128,10 +128,12 @@ fn synthetic_route_tables_are_installed_looked_up_and_removed() {
     check_accounting(&v, &csv);
     for s in v["samples"].as_array().unwrap() {
         assert_eq!(s["point"]["routes"], 10000, "{s}");
-        // Every frame forwarded, give or take the one frame per CPU the
-        // paused generator may send while the counters are read.
-        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
-        assert!(received > 0 && (sent - received).abs() <= 2, "{} lost frames: {s}", s["variant"]);
+        // The frames that reached dut were forwarded: a destination without
+        // a route is dropped inside dut, all of its frames. (Not "none
+        // lost": under overload a full veth ring drops a few, before dut
+        // or at its egress.)
+        let (in_dut, sent) = (s["loss"]["in_dut"].as_i64().unwrap(), s["sent"].as_i64().unwrap());
+        assert!(s["received"].as_u64().unwrap() > 0 && in_dut * 100 < sent, "{} lost frames inside dut: {s}", s["variant"]);
     }
 }
 
