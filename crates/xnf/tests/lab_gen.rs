@@ -4,15 +4,8 @@
 
 use std::process::{Command, Output, Stdio};
 
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("xnf-{pid}-")))
-        .map(String::from)
-        .collect()
-}
+mod common;
+use common::namespaces_of;
 
 fn gen(args: &[&str]) -> (Output, u32) {
     let child = Command::new(env!("CARGO_BIN_EXE_xnf"))

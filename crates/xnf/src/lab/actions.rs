@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::measure::{self, Labels, Probe, Received, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
-use super::topology::{BuiltTopology, TopologySpec};
+use super::topology::BuiltTopology;
 use super::{nft, ActionKind, LabAttachment};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -149,11 +149,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, res: 
 pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let ncpu = super::cpu::sample()?.len();
     o.validate(ncpu)?;
-    let spec = TopologySpec::load(&o.topology)?;
-    spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
-    for name in xnf_netns::cleanup_stale()? {
-        lines(&format!("removed {name}, left by a lab or test run that was killed"));
-    }
+    let spec = super::experiment_topology(&o.topology, lines)?;
     let points: Vec<Point> = o.sizes.iter().map(|&size| Point { size, flows: o.flows, ipv6: o.ipv6, routes: 0, queues: 1, netfilter: false }).collect();
     let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
     let mut pg = Progress::new(per_variant * (points.len() * o.variants.len() * o.runs as usize) as f64);

@@ -51,6 +51,18 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
     Ok(())
 }
 
+/// An experiment's topology: loaded (built-in name or TOML file) and
+/// checked to have the roles experiments measure by, after removing what
+/// killed runs left behind (reported through `lines`).
+pub fn experiment_topology(name: &str, lines: &mut dyn FnMut(&str)) -> Result<topology::TopologySpec> {
+    let spec = topology::TopologySpec::load(name)?;
+    spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
+    for stale in xnf_netns::cleanup_stale()? {
+        lines(&format!("removed {stale}, left by a lab or test run that was killed"));
+    }
+    Ok(spec)
+}
+
 /// The raw XDP verdicts of the `actions` experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActionKind {

@@ -23,7 +23,7 @@ use xnf_bpf::gen::GenConfig;
 use super::measure::{self, Labels, Probe, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
-use super::topology::{BuiltTopology, TopologySpec};
+use super::topology::BuiltTopology;
 use super::{nft, LabAttachment, RouterGuard};
 
 /// The ruleset loaded on dut at points with `netfilter` on.
@@ -214,11 +214,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts:
 pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let ncpu = super::cpu::sample()?.len();
     o.validate(ncpu)?;
-    let spec = TopologySpec::load(&o.topology)?;
-    spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
-    for name in xnf_netns::cleanup_stale()? {
-        pg_lines(&format!("removed {name}, left by a lab or test run that was killed"));
-    }
+    let spec = super::experiment_topology(&o.topology, pg_lines)?;
     let points = o.points();
     let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
     let mut pg = Progress::new(per_variant * (points.len() * o.variants.len() * o.runs as usize) as f64);

@@ -9,6 +9,17 @@ use std::time::{Duration, Instant};
 
 use xnf_netns::{LineConfig, LineTopology, Netns};
 
+/// The namespaces a lab process with `pid` has made (`xnf-PID-…`).
+pub fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = std::process::Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("xnf-{pid}-")))
+        .map(String::from)
+        .collect()
+}
+
 /// Runs `xnf --netns NS args...`.
 pub fn xnf(ns: &Netns, args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_xnf"))
