@@ -138,9 +138,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, res: 
         Variant::LinuxDrop => Box::new(|| nft::counter_packets(&nft::nft(dut, &["list", "counter", "inet", "xnfraw", "dropped"], None)?)),
     };
     let probe = Probe { gens: &gens, dut_in: (dut, din), dut_out: (v == Variant::XdpRedirect).then_some((dut, dout)), received };
-    let (samples, zero_loss) = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
-    res.samples.extend(samples);
-    zl.extend(zero_loss.map(|r| (l.variant.clone(), l.point.clone(), r)));
+    measure::record(res, zl, l, measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?);
     drop(probe);
     gens.stop()?;
     Ok(())
@@ -167,11 +165,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let mut zl = Vec::new();
     for (pi, point) in points.iter().enumerate() {
         for run in 0..o.runs {
-            let mut order = o.variants.clone();
-            if run % 2 == 1 {
-                order.reverse();
-            }
-            for v in order {
+            for v in measure::alternated(&o.variants, run) {
                 let l = Labels { variant: v.name().into(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({}), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
                 if v == Variant::XdpTx {

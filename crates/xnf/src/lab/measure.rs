@@ -14,7 +14,7 @@ use xnf_packet::PacketBuilder;
 use super::cpu::{self, CpuTimes};
 use super::progress::Progress;
 use super::topology::BuiltTopology;
-use super::results::{Loss, Point, Sample, SampleKind};
+use super::results::{Loss, Point, Results, Sample, SampleKind};
 use super::search::{loss_pct, search, SearchOptions, SearchResult};
 use super::{GenOptions, Generator};
 
@@ -223,6 +223,23 @@ pub fn variant(
     Ok((samples, rate))
 }
 
+/// The variants in the order to measure them in `run`: reversed on every
+/// other run, so drift over time favours no variant.
+pub fn alternated<V: Clone>(variants: &[V], run: u32) -> Vec<V> {
+    let mut order = variants.to_vec();
+    if run % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// Keeps what [`variant`] measured: its samples, and its zero-loss rate
+/// for the summary.
+pub fn record(res: &mut Results, zl: &mut Vec<(String, Point, f64)>, l: &Labels, (samples, rate): (Vec<Sample>, Option<f64>)) {
+    res.samples.extend(samples);
+    zl.extend(rate.map(|r| (l.variant.clone(), l.point.clone(), r)));
+}
+
 /// Checks the options every experiment shares, naming the flag at fault.
 pub fn check_options(runs: u32, t: &Timing, sizes: &[u32], ipv6: bool, zero_loss: Option<f64>, load_steps: u32) -> Result<()> {
     ensure!(runs >= 1, "--runs must be at least 1");
@@ -257,4 +274,16 @@ pub fn udp_traffic(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
 pub fn planned_seconds(t: &Timing, load_steps: u32, search: bool) -> f64 {
     let step = t.warmup.max(0.5) + t.trial_seconds + 0.1;
     t.warmup + t.seconds + load_steps as f64 * step + if search { 8.0 * step } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_alternate_their_order_between_runs() {
+        assert_eq!(alternated(&["a", "b", "c"], 0), ["a", "b", "c"]);
+        assert_eq!(alternated(&["a", "b", "c"], 1), ["c", "b", "a"]);
+        assert_eq!(alternated(&["a", "b", "c"], 2), ["a", "b", "c"]);
+    }
 }

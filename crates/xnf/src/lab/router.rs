@@ -202,9 +202,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts:
             None => Box::new(|| sink.packets()),
         },
     };
-    let (samples, zero_loss) = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
-    res.samples.extend(samples);
-    zl.extend(zero_loss.map(|r| (l.variant.clone(), l.point.clone(), r)));
+    measure::record(res, zl, l, measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?);
     drop(probe);
     gens.stop()?;
     Ok(())
@@ -253,12 +251,7 @@ pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
         }
         let _nft = if point.netfilter { Some(Netfilter::load(dut)?) } else { None };
         for run in 0..o.runs {
-            // Alternate the order so drift over time favours no variant.
-            let mut order = o.variants.clone();
-            if run % 2 == 1 {
-                order.reverse();
-            }
-            for v in order {
+            for v in measure::alternated(&o.variants, run) {
                 let l = Labels { variant: v.name().into(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({}), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
                 measure_variant(t, o, &l, v, &dsts, &mut res, &mut zl, &mut pg)?;
