@@ -57,3 +57,9 @@ static __always_inline __u32 bytes_left(const void *hdr, const struct cursor *c)
 {
 	return c->end - hdr;
 }
+
+static __always_inline int mac_eq(const __u8 *a, const __u8 *b)
+{
+	return *(const __u32 *)a == *(const __u32 *)b &&
+	       *(const __u16 *)(a + 4) == *(const __u16 *)(b + 4);
+}

@@ -19,12 +19,20 @@ pub mod skel {
     pub mod actions {
         include!(concat!(env!("OUT_DIR"), "/actions.skel.rs"));
     }
+    pub mod chain {
+        include!(concat!(env!("OUT_DIR"), "/chain.skel.rs"));
+    }
+    pub mod reflect {
+        include!(concat!(env!("OUT_DIR"), "/reflect.skel.rs"));
+    }
 }
 
 mod pod;
 pub mod actions;
+pub mod chain;
 pub mod gen;
 pub mod pass;
+pub mod reflect;
 pub mod router;
 pub mod sink;
 pub mod testrun;
