@@ -1,20 +1,15 @@
 //! `xnf`: eXpress Network Functions.
 
-mod lab;
-mod netlink;
-mod pass;
-mod router;
-mod state;
-mod xdp_link;
+use xnf::{chain, lab, pass, router, runtime};
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use router::AttachOptions;
-use xdp_link::XdpMode;
+use xnf::xdp_link::XdpMode;
 
 /// XDP network functions: a router on the kernel FIB, and the tools around it.
 #[derive(Parser)]
@@ -22,7 +17,7 @@ use xdp_link::XdpMode;
 struct Cli {
     /// Act in this network namespace: a name from `ip netns` or a path such as
     /// /proc/PID/ns/net. Use this instead of `ip netns exec`, which hides bpffs.
-    #[arg(long, global = true, value_name = "NAME|PATH")]
+    #[arg(long, value_name = "NAME|PATH")]
     netns: Option<String>,
 
     #[command(subcommand)]
@@ -37,9 +32,111 @@ enum Command {
     /// Attach a do-nothing XDP program so a veth end receives redirected frames.
     #[command(subcommand)]
     Pass(PassCmd),
+    /// Network functions: network namespaces (containers) joined to the host
+    /// by a veth pair that xnf creates and prepares for XDP.
+    #[command(subcommand)]
+    Nf(NfCmd),
+    /// Chains: steer classes of traffic from an ingress through NFs in XDP,
+    /// then route them out with the kernel FIB.
+    #[command(subcommand)]
+    Chain(ChainCmd),
+    /// Converge NFs and chains to a TOML file (idempotent: a second run
+    /// changes nothing; what the file no longer has is removed).
+    Apply {
+        /// The file: [[nf]] and [[chain]] tables (see the README).
+        file: std::path::PathBuf,
+    },
     /// Build test topologies in namespaces, generate traffic and measure.
     #[command(subcommand)]
     Lab(LabCmd),
+}
+
+#[derive(Subcommand)]
+enum NfCmd {
+    /// Join a network namespace to the host as an NF: creates the veth pair
+    /// (host end xnf-NAME), sets queues and offloads for XDP, and attaches
+    /// the NF's function to its end.
+    Create {
+        /// NF name: 1-11 characters from a-z, 0-9, -, _.
+        name: String,
+        /// Its network namespace: a name from `ip netns` or a path such as /proc/PID/ns/net.
+        #[arg(long, value_name = "NAME|PATH", required_unless_present = "container")]
+        netns: Option<String>,
+        /// A Docker or Podman container: its network namespace.
+        #[arg(long, value_name = "NAME", conflicts_with = "netns")]
+        container: Option<String>,
+        /// Name of the NF's end of the veth, inside its namespace.
+        #[arg(long, default_value = "xnf0")]
+        ifname: String,
+        /// RX/TX queues of the veth [default: one per CPU].
+        #[arg(long)]
+        queues: Option<u32>,
+        /// What xnf attaches to the NF's end: pass (its Linux stack or your
+        /// program handles frames), reflect (XDP_TX every frame back), none
+        /// (your own XDP program is attached there).
+        #[arg(long, value_enum, default_value = "pass")]
+        function: chain::model::Function,
+        /// Make the NF's Linux stack forward frames back to the host:
+        /// forwarding on, default routes through the host end.
+        #[arg(long)]
+        forward: bool,
+        /// Use the veth IFNAME that already exists in the namespace (made by
+        /// a container runtime, say) instead of creating one.
+        #[arg(long)]
+        existing: bool,
+    },
+    /// Remove an NF: its veth (if xnf made it) and what xnf attached.
+    Delete {
+        name: String,
+        /// Even while chains use it: they then drop their traffic until an
+        /// NF of that name exists again.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChainCmd {
+    /// Steer traffic matching --match on --ingress through the NFs, in order.
+    ///
+    /// Example: xnf chain create web --ingress eth0 --egress eth1
+    ///   --match dst=198.18.16.0/24,proto=udp --nf fw --nf nat
+    Create {
+        name: String,
+        /// Where the traffic arrives.
+        #[arg(long)]
+        ingress: String,
+        /// An interface the chain may route out of in XDP (repeat); other
+        /// egresses work through the kernel.
+        #[arg(long)]
+        egress: Vec<String>,
+        /// A traffic class (repeat for several): key=value pairs from src,
+        /// dst (prefixes), proto (udp, tcp, icmp, icmpv6, number), sport,
+        /// dport (N or LO-HI), vlan (ID), family (ipv4, ipv6); or `all`.
+        #[arg(long = "match", required = true, value_name = "K=V,...")]
+        matches: Vec<String>,
+        /// The NFs in order (repeat).
+        #[arg(long = "nf", required = true, value_name = "NF")]
+        nfs: Vec<String>,
+        /// Lower wins where classes of chains on one ingress overlap.
+        #[arg(long, default_value_t = 100)]
+        priority: u32,
+    },
+    /// Remove a chain; its traffic takes the kernel path again.
+    Delete { name: String },
+    /// NFs and chains, with their state.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per chain and hop: packets in, out, dropped by the NF, and how they left.
+    Stats {
+        #[arg(long)]
+        json: bool,
+        /// Show rates, refreshed every SECS seconds (default 1).
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        watch: Option<f64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -143,39 +240,73 @@ enum PassCmd {
     Detach { iface: String },
 }
 
-fn enter_netns(ns: &str) -> Result<()> {
-    let path = if ns.contains('/') { ns.to_string() } else { format!("/run/netns/{ns}") };
-    let f = std::fs::File::open(&path).with_context(|| format!("no network namespace {ns:?} ({path} not found; see `ip netns`)"))?;
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| format!("entering network namespace {ns} (are you root?)"))
-}
-
-/// BPF memory is charged to the memory cgroup since Linux 5.11; before, it
-/// counted against RLIMIT_MEMLOCK. Raise the limit when we may, never fail.
-fn raise_memlock() {
-    let inf = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
-    // SAFETY: plain syscall with a valid struct.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &inf) } != 0 && !kernel_at_least(5, 11) {
-        eprintln!("xnf: warning: cannot raise RLIMIT_MEMLOCK on a kernel older than 5.11; large maps may fail to load");
-    }
-}
-
-fn kernel_at_least(major: u32, minor: u32) -> bool {
-    let Ok(u) = nix::sys::utsname::uname() else { return true };
-    let rel = u.release().to_string_lossy().into_owned();
-    let mut it = rel.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse::<u32>().ok());
-    (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (major, minor)
-}
-
 fn run(cli: Cli) -> Result<()> {
     if let Some(ns) = &cli.netns {
-        enter_netns(ns)?;
+        runtime::enter_netns(ns)?;
     }
-    raise_memlock();
+    runtime::raise_memlock();
     match cli.command {
         Command::Router(cmd) => run_router(cmd),
         Command::Pass(PassCmd::Attach { iface, mode }) => pass::attach(&iface, mode),
         Command::Pass(PassCmd::Detach { iface }) => pass::detach(&iface),
         Command::Lab(cmd) => run_lab(cmd),
+        Command::Nf(cmd) => run_nf(cmd),
+        Command::Chain(cmd) => run_chain(cmd),
+        Command::Apply { file } => {
+            let (changes, warnings) = chain::apply::apply(&file)?;
+            warn(&warnings);
+            changes.iter().for_each(|c| println!("{c}"));
+            Ok(())
+        }
+    }
+}
+
+fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("xnf: warning: {w}");
+    }
+}
+
+fn watch_period(watch: Option<f64>) -> Result<Option<Duration>> {
+    match watch {
+        Some(s) if !(s > 0.0 && s.is_finite()) => anyhow::bail!("--watch needs a positive number of seconds"),
+        Some(s) => Ok(Some(Duration::from_secs_f64(s))),
+        None => Ok(None),
+    }
+}
+
+fn run_nf(cmd: NfCmd) -> Result<()> {
+    match cmd {
+        NfCmd::Create { name, netns, container, ifname, queues, function, forward, existing } => {
+            let spec = chain::model::NfSpec { name: name.clone(), netns, container, ifname, queues, function, forward, existing };
+            warn(&chain::nf_create(spec, chain::model::Origin::Cli)?);
+            println!("created NF {name} (port {})", chain::host_ifname(&name));
+            Ok(())
+        }
+        NfCmd::Delete { name, force } => {
+            warn(&chain::nf_delete(&name, force)?);
+            println!("deleted NF {name}");
+            Ok(())
+        }
+    }
+}
+
+fn run_chain(cmd: ChainCmd) -> Result<()> {
+    match cmd {
+        ChainCmd::Create { name, ingress, egress, matches, nfs, priority } => {
+            let matches = matches.iter().map(|m| chain::model::MatchSpec::parse(m)).collect::<Result<Vec<_>>>()?;
+            let spec = chain::model::ChainSpec { name: name.clone(), ingress, egress, matches, nfs, priority };
+            warn(&chain::chain_create(spec, chain::model::Origin::Cli)?);
+            println!("created chain {name}");
+            Ok(())
+        }
+        ChainCmd::Delete { name } => {
+            warn(&chain::chain_delete(&name)?);
+            println!("deleted chain {name}");
+            Ok(())
+        }
+        ChainCmd::List { json } => chain::report::list(json),
+        ChainCmd::Stats { json, watch } => chain::report::stats(json, watch_period(watch)?),
     }
 }
 
@@ -221,14 +352,7 @@ fn run_router(cmd: RouterCmd) -> Result<()> {
             Ok(())
         }
         RouterCmd::Status { json } => router::report::status(json),
-        RouterCmd::Stats { json, watch } => {
-            let watch = match watch {
-                Some(s) if !(s > 0.0 && s.is_finite()) => anyhow::bail!("--watch needs a positive number of seconds"),
-                Some(s) => Some(Duration::from_secs_f64(s)),
-                None => None,
-            };
-            router::report::stats(json, watch)
-        }
+        RouterCmd::Stats { json, watch } => router::report::stats(json, watch_period(watch)?),
         RouterCmd::Follow => router::follow::run(),
     }
 }

@@ -5,9 +5,11 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+};
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp,
+    InfoData, InfoKind, InfoVeth, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -147,6 +149,65 @@ pub fn link_by_name(name: &str) -> Result<Link> {
         .into_iter()
         .find(|l| l.name == name)
         .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))
+}
+
+/// Sends one request and waits for its acknowledgement.
+fn request(msg: RouteNetlinkMessage, flags: u16, what: &str) -> Result<()> {
+    let s = socket()?;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    header.sequence_number = 1;
+    let mut req = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+    req.finalize();
+    let mut buf = vec![0u8; req.buffer_len()];
+    req.serialize(&mut buf);
+    s.send_to(&buf, &SocketAddr::new(0, 0), 0).with_context(|| format!("{what}: sending the request"))?;
+    loop {
+        let (data, _) = s.recv_from_full().with_context(|| format!("{what}: receiving the answer"))?;
+        let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data).with_context(|| format!("{what}: decoding the answer"))?;
+        if let NetlinkPayload::Error(e) = msg.payload {
+            return match e.code {
+                None => Ok(()),
+                Some(code) => Err(std::io::Error::from_raw_os_error(-code.get())).with_context(|| what.to_string()),
+            };
+        }
+    }
+}
+
+/// Creates a veth pair: `name` here, `peer` (with that name) in the network
+/// namespace open as `peer_ns`, both with `queues` RX and TX queues.
+pub fn create_veth(name: &str, peer: &str, peer_ns: std::os::fd::BorrowedFd<'_>, queues: u32) -> Result<()> {
+    let mut p = LinkMessage::default();
+    p.attributes = vec![
+        LinkAttribute::IfName(peer.into()),
+        LinkAttribute::NetNsFd(peer_ns.as_raw_fd()),
+        LinkAttribute::NumTxQueues(queues),
+        LinkAttribute::NumRxQueues(queues),
+    ];
+    let mut m = LinkMessage::default();
+    m.attributes = vec![
+        LinkAttribute::IfName(name.into()),
+        LinkAttribute::NumTxQueues(queues),
+        LinkAttribute::NumRxQueues(queues),
+        LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Veth), LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(p)))]),
+    ];
+    request(RouteNetlinkMessage::NewLink(m), NLM_F_CREATE | NLM_F_EXCL, &format!("creating veth {name} (peer {peer})"))
+}
+
+/// Sets an interface of the current network namespace up.
+pub fn set_up(ifindex: u32, name: &str) -> Result<()> {
+    let mut m = LinkMessage::default();
+    m.header.index = ifindex;
+    m.header.flags = LinkFlags::Up;
+    m.header.change_mask = LinkFlags::Up;
+    request(RouteNetlinkMessage::SetLink(m), 0, &format!("setting {name} up"))
+}
+
+/// Deletes an interface of the current network namespace (a veth takes its peer along).
+pub fn delete_link(ifindex: u32, name: &str) -> Result<()> {
+    let mut m = LinkMessage::default();
+    m.header.index = ifindex;
+    request(RouteNetlinkMessage::DelLink(m), 0, &format!("deleting {name}"))
 }
 
 /// A netlink socket subscribed to link changes.

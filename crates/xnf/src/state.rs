@@ -30,9 +30,51 @@ fn same_mount_ns_as_init() -> bool {
     }
 }
 
+/// `SO_NETNS_COOKIE` (Linux 5.14): a 64-bit ID of the network namespace
+/// that, unlike its inode number, is never reused.
+fn netns_cookie() -> Option<u64> {
+    const SO_NETNS_COOKIE: libc::c_int = 71;
+    // SAFETY: plain socket/getsockopt/close with valid buffers.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if fd < 0 {
+            return None;
+        }
+        let mut v = 0u64;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        let rc = libc::getsockopt(fd, libc::SOL_SOCKET, SO_NETNS_COOKIE, (&mut v as *mut u64).cast(), &mut len);
+        libc::close(fd);
+        (rc == 0).then_some(v)
+    }
+}
+
+/// A namespace's inode number is reused once it is gone, so state keyed by
+/// it may belong to a dead namespace that nothing cleaned up. The run
+/// folder records the namespace cookie; when it differs, the pins and run
+/// files are a dead namespace's and are removed before anyone trusts them.
+fn forget_if_stale() -> Result<()> {
+    let Some(cookie) = netns_cookie() else { return Ok(()) };
+    let key = netns_key()?;
+    let run = Path::new("/run/xnf").join(&key);
+    let marker = run.join("netns-cookie");
+    match std::fs::read_to_string(&marker) {
+        Ok(s) if s.trim() == cookie.to_string() => return Ok(()),
+        Ok(_) => {
+            let pins = Path::new(BPFFS).join("xnf").join(&key);
+            let _ = std::fs::remove_dir_all(&pins);
+            let _ = std::fs::remove_dir_all(&run);
+            eprintln!("xnf: removed state of a deleted network namespace whose inode this one reuses");
+        }
+        Err(_) => {}
+    }
+    std::fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
+    std::fs::write(&marker, cookie.to_string()).with_context(|| format!("writing {}", marker.display()))
+}
+
 /// Makes sure bpffs is mounted at /sys/fs/bpf, mounting it if needed, and
 /// clears pins left by network namespaces that are gone.
 pub fn ensure_bpffs() -> Result<()> {
+    forget_if_stale()?;
     if is_bpffs(BPFFS) {
         for dir in gc_dead_namespaces() {
             eprintln!("xnf: removed pins of a deleted network namespace: {}", dir.display());
@@ -58,6 +100,7 @@ pub fn pin_dir(nf: &str) -> Result<PathBuf> {
 
 /// Run-file folder of this namespace, created on demand.
 pub fn run_dir() -> Result<PathBuf> {
+    forget_if_stale()?;
     let dir = Path::new("/run/xnf").join(netns_key()?);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir)
@@ -111,6 +154,9 @@ pub fn gc_dead_namespaces() -> Vec<PathBuf> {
             continue;
         }
         if std::fs::remove_dir_all(&dir).is_ok() {
+            if let Some(name) = dir.file_name() {
+                let _ = std::fs::remove_dir_all(Path::new("/run/xnf").join(name));
+            }
             removed.push(dir);
         }
     }

@@ -44,6 +44,29 @@ fn cpath(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_encoded_bytes()).context("path contains a NUL byte")
 }
 
+/// Pins any BPF object (program, map, link) open as `fd` at `path`.
+pub fn pin_fd(fd: impl AsFd, path: &Path) -> Result<()> {
+    let c = cpath(path)?;
+    // SAFETY: valid fd and C string.
+    let rc = unsafe { libbpf_sys::bpf_obj_pin(fd.as_fd().as_raw_fd(), c.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::from_raw_os_error(-rc)).with_context(|| format!("pinning at {}", path.display()));
+    }
+    Ok(())
+}
+
+/// Opens a pinned BPF object.
+pub fn open_pinned(path: &Path) -> Result<OwnedFd> {
+    let c = cpath(path)?;
+    // SAFETY: valid C string.
+    let fd = unsafe { libbpf_sys::bpf_obj_get(c.as_ptr()) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error()).with_context(|| format!("opening pinned {}", path.display()));
+    }
+    // SAFETY: new fd owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 impl XdpLink {
     /// Attaches `prog_fd` to `ifindex` in `mode`. `ifname` is for messages.
     pub fn create(prog: impl AsFd, ifindex: u32, ifname: &str, mode: XdpMode) -> Result<Self> {
@@ -79,24 +102,11 @@ impl XdpLink {
 
     /// Opens a pinned link.
     pub fn open(path: &Path) -> Result<Self> {
-        let c = cpath(path)?;
-        // SAFETY: valid C string.
-        let fd = unsafe { libbpf_sys::bpf_obj_get(c.as_ptr()) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error()).with_context(|| format!("opening pinned link {}", path.display()));
-        }
-        // SAFETY: new fd owned by us.
-        Ok(Self { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Self { fd: open_pinned(path).context("opening a pinned XDP link")? })
     }
 
     pub fn pin(&self, path: &Path) -> Result<()> {
-        let c = cpath(path)?;
-        // SAFETY: valid fd and C string.
-        let rc = unsafe { libbpf_sys::bpf_obj_pin(self.fd.as_raw_fd(), c.as_ptr()) };
-        if rc < 0 {
-            return Err(io::Error::from_raw_os_error(-rc)).with_context(|| format!("pinning link at {}", path.display()));
-        }
-        Ok(())
+        pin_fd(&self.fd, path).context("pinning an XDP link")
     }
 
     /// Atomically replaces the attached program.

@@ -217,7 +217,7 @@ fn warnings(targets: &[Link], links: &[Link], opts: AttachOptions) -> Vec<String
 }
 
 /// Frames redirected into a veth are only received if its peer runs XDP.
-fn veth_peer_warning(link: &Link, links: &[Link]) -> Option<String> {
+pub(crate) fn veth_peer_warning(link: &Link, links: &[Link]) -> Option<String> {
     let peer = link.parent?;
     if link.parent_netnsid.is_none() {
         let p = links.iter().find(|l| l.ifindex == peer)?;

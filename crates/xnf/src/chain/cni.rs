@@ -1,0 +1,1 @@
+//! `xnf-cni`: the CNI plugin (written by the CNI work item).

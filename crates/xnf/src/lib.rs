@@ -1,0 +1,10 @@
+//! xnf as a library: everything the `xnf` and `xnf-cni` binaries share.
+
+pub mod chain;
+pub mod lab;
+pub mod netlink;
+pub mod pass;
+pub mod router;
+pub mod runtime;
+pub mod state;
+pub mod xdp_link;
