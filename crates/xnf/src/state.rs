@@ -12,7 +12,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
 /// Identifies the current network namespace: the inode of its nsfs file.
 pub fn netns_key() -> Result<String> {
-    let ino = std::fs::metadata("/proc/self/ns/net").context("reading /proc/self/ns/net")?.ino();
+    let ino = std::fs::metadata("/proc/thread-self/ns/net").context("reading /proc/thread-self/ns/net")?.ino();
     Ok(format!("net-{ino}"))
 }
 

@@ -55,7 +55,7 @@ pub fn inode(path: &std::path::Path) -> Result<u64> {
 
 /// Inode of the network namespace this process is in.
 pub fn own_inode() -> Result<u64> {
-    inode(std::path::Path::new("/proc/self/ns/net"))
+    inode(std::path::Path::new("/proc/thread-self/ns/net"))
 }
 
 /// Runs `f` on a thread that has entered the network namespace at `path`
