@@ -51,7 +51,8 @@ pub struct Plan {
 pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
     let mut p = Plan::default();
     let by_name = |n: &str| links.iter().find(|l| l.name == n);
-    let names: BTreeSet<String> = reg.nfs.keys().cloned().collect();
+    // NFs deleted by force still name their place in the chains that used them.
+    let names: BTreeSet<String> = reg.nfs.keys().chain(reg.chains.values().flat_map(|c| &c.spec.nfs)).cloned().collect();
     let chains: Vec<_> = reg.chains.values().map(|c| &c.spec).collect();
     let next = successors(&names, &chains)?;
     let up: BTreeMap<&str, &Nf> = reg.nfs.iter().filter(|(_, n)| present(n, links)).map(|(k, n)| (k.as_str(), n)).collect();
@@ -60,7 +61,14 @@ pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
         let succ = next.get(*name).cloned().flatten();
         // A successor that is gone keeps its slot in the entry: the slot is
         // empty, so frames for it are dropped and counted, never routed around it.
-        let next_slot = succ.map(|s| reg.nfs[&s].slot);
+        let next_slot = match succ {
+            None => None,
+            Some(s) => match reg.nfs.get(&s) {
+                Some(n) => Some(n.slot),
+                // Deleted: point at a slot no NF holds, so frames are dropped.
+                None => Some(unused_slot(reg)),
+            },
+        };
         p.nfs.insert(nf.slot, NfEntry { ifindex: nf.host_ifindex, next: next_slot, host_mac: nf.host_mac, nf_mac: nf.nf_mac });
         p.ports.insert(nf.host_ifindex, Port::Nf { slot: nf.slot });
         p.tx.insert(nf.host_ifindex);
@@ -117,6 +125,11 @@ pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
     p.warnings.sort();
     p.warnings.dedup();
     Ok(p)
+}
+
+/// A slot no NF holds (its table entry stays empty).
+fn unused_slot(reg: &Registry) -> u32 {
+    Registry::free_slot(reg.nfs.values().map(|n| n.slot), MAX_NFS, "NF").unwrap_or(MAX_NFS - 1)
 }
 
 /// The pinned program and maps, loading and pinning them the first time.
