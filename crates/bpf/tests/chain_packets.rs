@@ -174,10 +174,10 @@ impl Table<'_> {
     fn eth_in(&self) -> PacketBuilder {
         PacketBuilder::ethernet(GEN_MAC, self.f.in0_mac)
     }
-    fn into_a(&self) -> PacketBuilder {
+    fn to_nf_a(&self) -> PacketBuilder {
         PacketBuilder::ethernet(self.f.nfa_host, NFA_MAC)
     }
-    fn into_b(&self) -> PacketBuilder {
+    fn to_nf_b(&self) -> PacketBuilder {
         PacketBuilder::ethernet(self.f.nfb_host, NFB_MAC)
     }
     fn out0(&self) -> PacketBuilder {
@@ -205,29 +205,29 @@ fn cases(f: &Fixture) -> Vec<Case> {
     // --- Classification at the ingress -------------------------------------
     for (desc, l4) in [("UDP", L4::Udp(9)), ("TCP", L4::Tcp(80))] {
         let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, l4).build();
-        let output = l3(t.into_a(), s4, CHAIN0_4.into(), 64, l4).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 64, l4).build();
         t.steered(format!("IPv4 {desc} in chain 0's prefix enters NF a, only the MACs change"), input, 0, output);
     }
     {
         let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build();
-        let output = l3(t.into_a(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build();
         t.steered("TTL 1 is steered too: the chain is not a routing hop, the exit is", input, 0, output);
         let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).fragment(185, false).ident(5).build();
-        let output = l3(t.into_a(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).fragment(185, false).ident(5).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).fragment(185, false).ident(5).build();
         t.steered("IPv4 later fragment matches a prefix-only rule", input, 0, output);
         let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).min_frame_len(60).build();
-        let output = l3(t.into_a(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).min_frame_len(60).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).min_frame_len(60).build();
         t.steered("Ethernet padding after the IPv4 packet is kept", input, 0, output);
     }
     {
         let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).build();
-        let output = l3(t.into_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).build();
         t.steered("UDP port 7 to chain 3's prefix enters NF b (first rule wins)", input, 1, output);
         let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).ipv4_options(&[1, 1, 1, 0]).build();
-        let output = l3(t.into_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).ipv4_options(&[1, 1, 1, 0]).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).ipv4_options(&[1, 1, 1, 0]).build();
         t.steered("IPv4 options: ports are read after them", input, 1, output);
         let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(0, true).ident(9).build();
-        let output = l3(t.into_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(0, true).ident(9).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(0, true).ident(9).build();
         t.steered("IPv4 first fragment carries ports and matches a port rule", input, 1, output);
         let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(185, false).ident(9).build();
         t.ingress_pass("IPv4 later fragment has no ports: no port rule matches", input, IngressReason::NoMatch);
@@ -236,7 +236,7 @@ fn cases(f: &Fixture) -> Vec<Case> {
     }
     for port in [5000, 5001] {
         let input = l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(port)).build();
-        let output = l3(t.into_a(), s6, CHAIN2_6.into(), 64, L4::Udp(port)).build();
+        let output = l3(t.to_nf_a(), s6, CHAIN2_6.into(), 64, L4::Udp(port)).build();
         t.steered(format!("IPv6 UDP port {port} in chain 2's range enters NF a"), input, 0, output);
     }
     t.ingress_pass("IPv6 UDP port 5002: outside the range", l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5002)).build(), IngressReason::NoMatch);
@@ -259,10 +259,10 @@ fn cases(f: &Fixture) -> Vec<Case> {
     // --- VLANs --------------------------------------------------------------
     {
         let input = l3(t.eth_in().vlan_pcp(100, 3), s4, OTHER4.into(), 64, L4::Udp(9)).build();
-        let output = l3(t.into_b(), s4, OTHER4.into(), 64, L4::Udp(9)).build();
+        let output = l3(t.to_nf_b(), s4, OTHER4.into(), 64, L4::Udp(9)).build();
         t.steered("VLAN 100 enters NF b with its tag removed", input, 1, output);
         let input = l3(t.eth_in().vlan(100), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).build();
-        let output = l3(t.into_b(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).build();
+        let output = l3(t.to_nf_b(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).build();
         t.steered("IPv6 on VLAN 100 follows the VLAN rule (untagged rules skip tagged frames)", input, 1, output);
     }
     t.ingress_pass("VLAN 200: no rule for it", l3(t.eth_in().vlan(200), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), IngressReason::NoMatch);
@@ -316,10 +316,10 @@ fn cases(f: &Fixture) -> Vec<Case> {
     // --- Between NFs: whatever NF a sends goes to NF b ---------------------------
     {
         let input = l3(PacketBuilder::ethernet(NFA_MAC, f.nfa_host), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
-        let output = l3(t.into_b(), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
         t.push("NF a's output (TTL rewritten by it) goes to NF b as it is", At::FromNfA, input, Verdict::Redirect, Count::Into(1), Out::Frame(output));
         let input = l3(PacketBuilder::ethernet(NFA_MAC, f.nfa_host), s6, CHAIN2_6.into(), 2, L4::Tcp(1)).build();
-        let output = l3(t.into_b(), s6, CHAIN2_6.into(), 2, L4::Tcp(1)).build();
+        let output = l3(t.to_nf_b(), s6, CHAIN2_6.into(), 2, L4::Tcp(1)).build();
         t.push("NF a's IPv6 answer, of any class, goes to NF b", At::FromNfA, input, Verdict::Redirect, Count::Into(1), Out::Frame(output));
         let input = PacketBuilder::ethernet(NFA_MAC, f.nfa_host).arp_request(NFA_MAC, SRC4, OTHER4).build();
         let output = PacketBuilder::ethernet(f.nfb_host, NFB_MAC).arp_request(NFA_MAC, SRC4, OTHER4).build();

@@ -178,7 +178,7 @@ pub fn sync(reg: &Registry) -> Result<Vec<String>> {
     maps.set_rules(&plan.rules)?;
 
     let attached: BTreeSet<u32> = attached_ports(&dir);
-    for (ifindex, _) in &plan.ports {
+    for ifindex in plan.ports.keys() {
         if attached.contains(ifindex) {
             continue;
         }

@@ -372,7 +372,7 @@ mod tests {
     }
 
     #[test]
-    fn names() {
+    fn name_rules() {
         assert!(check_name("NF", "fw-1", NF_NAME_MAX).is_ok());
         assert!(check_name("NF", "much-too-long", NF_NAME_MAX).is_err());
         assert!(check_name("NF", "", NF_NAME_MAX).is_err());

@@ -174,7 +174,9 @@ pub fn prepare_nf_end(path: &std::path::Path, ifname: &str, forward: bool, host_
 }
 
 /// The NF's end as it is now: (ifindex, MAC, peer ifindex in the host, XDP program id).
-pub fn nf_end(path: &std::path::Path, ifname: &str) -> Result<(u32, [u8; 6], Option<u32>, Option<u32>)> {
+pub type NfEndInfo = (u32, [u8; 6], Option<u32>, Option<u32>);
+
+pub fn nf_end(path: &std::path::Path, ifname: &str) -> Result<NfEndInfo> {
     let ifname = ifname.to_string();
     run_in(path, move || {
         let l = netlink::link_by_name(&ifname)?;
