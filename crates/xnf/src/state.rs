@@ -144,9 +144,18 @@ fn live_netns_inodes() -> std::collections::HashSet<u64> {
 /// (deleted while something was attached): their links are defunct and
 /// their maps unused. Returns the folders removed.
 pub fn gc_dead_namespaces() -> Vec<PathBuf> {
+    let live = live_netns_inodes();
+    // Run files of dead namespaces (registries, locks) go quietly.
+    if let Ok(rd) = std::fs::read_dir("/run/xnf") {
+        for dir in rd.flatten().map(|e| e.path()) {
+            let ino = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("net-")).and_then(|n| n.parse::<u64>().ok());
+            if ino.is_some_and(|i| !live.contains(&i)) {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
     let root = Path::new(BPFFS).join("xnf");
     let Ok(rd) = std::fs::read_dir(&root) else { return Vec::new() };
-    let live = live_netns_inodes();
     let mut removed = Vec::new();
     for dir in rd.flatten().map(|e| e.path()) {
         let ino = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("net-")).and_then(|n| n.parse::<u64>().ok());
