@@ -267,6 +267,8 @@ fn bad_input_is_refused_with_nothing_half_built() {
         (vec!["nf", "create", "Bad", "--netns", lab.nfs[1].name()], "NF name"),
         (vec!["nf", "create", "b", "--netns", lab.nfs[0].name()], "already has an interface xnf0"),
         (vec!["nf", "delete", "nope"], "no NF named"),
+        // Without docker/podman installed the error says so; with one, it says no such container.
+        (vec!["nf", "create", "d", "--container", "xnf-no-such-container"], "docker"),
         (vec!["chain", "delete", "nope"], "no chain named"),
     ];
     for (args, want) in cases {
