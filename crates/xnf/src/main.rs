@@ -155,6 +155,18 @@ enum LabCmd {
     /// frames (nftables, prerouting, raw priority): the upper bounds every
     /// network function is compared with (seed 003 §4, xdp-bench).
     Actions(Box<lab::cli::ActionsArgs>),
+    /// The NF-chain path of seed 000 (Fig. 8: host ingress -> NF chain ->
+    /// host egress) three ways: `linux` (the NFs' and dut's kernels route,
+    /// dut steering by policy rules), `xnf` (`xnf chain` steering in XDP,
+    /// reflector NFs), `xnf-linux-nf` (xnf steering, NFs forwarding with
+    /// their Linux stack), for chains of 1..8 NFs.
+    ///
+    /// The NFs are lab namespaces hanging off dut in the gen -> dut -> sink
+    /// line. Variants (named VARIANT/N for N NFs) alternate within each run;
+    /// reports Mpps (median, min, max), CPU per packet, loss and where it
+    /// happened hop by hop, dut's kernel forwarding (zero for xnf), and the
+    /// ratios to linux. Optionally the zero-loss rate and the load curve.
+    Chain(Box<lab::cli::ChainArgs>),
     /// The traffic generator on its own: sends UDP or TCP, IPv4 or IPv6,
     /// fixed sizes or IMIX, over many flows, at a rate or as fast as
     /// possible, a count or a time, from one or more pinned CPUs, into an
@@ -320,6 +332,7 @@ fn run_lab(cmd: LabCmd) -> Result<()> {
         }
         LabCmd::Router(a) => lab::cli::router(*a),
         LabCmd::Actions(a) => lab::cli::actions(*a),
+        LabCmd::Chain(a) => lab::cli::chain(*a),
         LabCmd::Gen(a) => lab::gen::run(*a),
         LabCmd::Up(a) => lab::cli::up(a),
     }

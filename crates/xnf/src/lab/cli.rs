@@ -166,6 +166,45 @@ pub fn actions(a: ActionsArgs) -> Result<()> {
     c.write(&r)
 }
 
+/// `xnf lab chain`.
+#[derive(Args, Debug)]
+pub struct ChainArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Chain lengths: NFs in the chain (1..=8); a list sweeps.
+    #[arg(long = "length", default_value = "1,2,4", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
+    pub lengths: Vec<Vec<u32>>,
+    /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
+    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES|imix[,...]")]
+    pub sizes: Vec<Vec<u32>>,
+    /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
+    #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
+    pub flows: Vec<Vec<u32>>,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "linux,xnf,xnf-linux-nf")]
+    pub variants: Vec<super::chain::Variant>,
+}
+
+pub fn chain(a: ChainArgs) -> Result<()> {
+    let c = &a.common;
+    let opts = super::chain::Options {
+        topology: c.topology.clone(),
+        runs: c.runs,
+        timing: c.timing(),
+        sizes: a.sizes.into_iter().flatten().collect(),
+        flows: a.flows.into_iter().flatten().collect(),
+        lengths: a.lengths.into_iter().flatten().collect(),
+        variants: a.variants,
+        cpu: c.cpu()?,
+        zero_loss: c.zero_loss,
+        load_steps: c.load_curve,
+    };
+    let r = super::chain::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
+    super::table::print(&r);
+    super::chain::print_by_length(&r, &opts);
+    c.write(&r)
+}
+
 /// Sizes: numbers or `imix` (stored as 0).
 pub fn parse_sizes(s: &str) -> Result<Vec<u32>, String> {
     s.split(',')
