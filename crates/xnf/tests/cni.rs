@@ -280,6 +280,18 @@ fn broken_and_vanished_pods() {
     assert!(long.starts_with("vanish") && long.len() == 11, "long pod names are shortened with a hash: {long}");
     assert!(xdp_prog(vanished.ns(), &vanished.ifname).is_none(), "function none attaches nothing to the pod end");
 
+    // Someone renames the pod's interface: CHECK finds CNI_IFNAME missing,
+    // and passes again once it is back.
+    let renamed = ifname("mv");
+    broken.ns().ip(&["link", "set", &broken.ifname, "name", &renamed]).unwrap();
+    let e = fails(&host, "CHECK", &benv, &bconf, 101);
+    assert!(e["msg"].as_str().unwrap().contains("missing"), "{e}");
+    broken.ns().ip(&["link", "set", &renamed, "name", &broken.ifname]).unwrap();
+    ok(&host, "CHECK", &benv, &bconf);
+    // CHECK with a configuration asking for another function than ADD attached.
+    let e = fails(&host, "CHECK", &benv, &broken.conf(json!({"function": "reflect"})), 101);
+    assert!(e["msg"].as_str().unwrap().contains("function"), "{e}");
+
     // The pod's end of the veth is deleted (the host end goes with it).
     broken.ns().ip(&["link", "del", &broken.ifname]).unwrap();
     let e = fails(&host, "CHECK", &benv, &bconf, 101);

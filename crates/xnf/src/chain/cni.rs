@@ -393,6 +393,15 @@ fn check(env: &Env, conf: &NetConf, name: &str) -> Result<(), CniError> {
     if !same_pod(&nf, env.netns.as_deref(), &env.ifname) {
         return Err(check_failed(format!("NF {name} is {} in namespace {}, not this pod's", nf.spec.ifname, nf.netns_path.display())));
     }
+    if nf.spec.function != conf.function || nf.spec.forward != conf.forward {
+        return Err(check_failed(format!(
+            "NF {name} was added with function {} and forward {}, the configuration now says function {} and forward {} (DEL and ADD the pod to apply it)",
+            nf.spec.function.name(),
+            nf.spec.forward,
+            conf.function.name(),
+            conf.forward
+        )));
+    }
     if !is_present(&nf).map_err(fail)? {
         return Err(check_failed(format!("NF {name}: its host port {} (ifindex {}) vanished", nf.host_ifname, nf.host_ifindex)));
     }
