@@ -84,10 +84,19 @@ const N: usize = 400;
 fn three_nf_chain_forwards_ipv4_and_ipv6_end_to_end() {
     let lab = Lab::new(3);
     let _g = ChainGuard { dut: lab.dut() };
-    lab.nf("a", 0, &["--forward"]);
+    lab.nf("a", 0, &["--forward", "--queues", "2"]);
     lab.nf("b", 1, &["--forward"]);
     lab.nf("c", 2, &["--function", "reflect"]);
     lab.chain("web", &["dst=198.18.1.0/24", "dst=2001:db8:1::/64"], &["a", "b", "c"]);
+    // Each CPU transmits on its own queue in the NF (XPS), so a Linux-stack
+    // NF's output stays on the peer queue of the CPU it came in on.
+    for q in 0..2 {
+        let out = lab.nfs[0].exec(&["cat", &format!("/sys/class/net/xnf0/queues/tx-{q}/xps_cpus")]).unwrap();
+        let mask = u64::from_str_radix(String::from_utf8_lossy(&out.stdout).trim().replace(',', "").as_str(), 16).unwrap();
+        let ncpu = std::thread::available_parallelism().unwrap().get();
+        let want: u64 = (0..ncpu).filter(|c| c % 2 == q).map(|c| 1u64 << c).sum();
+        assert_eq!(mask, want, "xps_cpus of tx-{q}");
+    }
     let before = lab.stats();
     let (f4, f6) = (lab.line.forw_v4(), lab.line.forw_v6());
     assert_eq!(lab.line.send_udp(false, N), N, "IPv4 through a -> b -> c");

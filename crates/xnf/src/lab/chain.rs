@@ -93,10 +93,12 @@ pub struct Options {
     /// Frame sizes on the wire, FCS included.
     pub sizes: Vec<u32>,
     pub flows: Vec<u32>,
+    /// Queues per veth = generator CPUs (the seed's cores, Table 11).
+    pub queues: Vec<u32>,
     /// Chain lengths (NFs per chain).
     pub lengths: Vec<u32>,
     pub variants: Vec<Variant>,
-    /// The generator's CPU.
+    /// The generator's CPU with one queue (more queues use CPUs 0..queues).
     pub cpu: usize,
     pub zero_loss: Option<f64>,
     pub load_steps: u32,
@@ -116,6 +118,9 @@ impl Options {
         for &f in &self.flows {
             ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
         }
+        for &q in &self.queues {
+            ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
+        }
         ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
         Ok(())
@@ -123,12 +128,22 @@ impl Options {
 
     fn points(&self) -> Vec<Point> {
         let mut v = Vec::new();
-        for &size in &self.sizes {
-            for &flows in &self.flows {
-                v.push(Point { size, flows, ipv6: false, routes: 0, queues: 1, netfilter: false });
+        for &queues in &self.queues {
+            for &size in &self.sizes {
+                for &flows in &self.flows {
+                    v.push(Point { size, flows, ipv6: false, routes: 0, queues, netfilter: false });
+                }
             }
         }
         v
+    }
+
+    fn gen_cpus(&self, queues: u32) -> Vec<usize> {
+        if queues == 1 {
+            vec![self.cpu]
+        } else {
+            (0..queues as usize).collect()
+        }
     }
 }
 
@@ -204,12 +219,19 @@ impl Drop for LinuxChain<'_> {
     }
 }
 
-fn setup_linux<'a>(dut: &'a Netns, din: &str, nfs: &[Netns], n: u32, sink: IpAddr) -> Result<LinuxChain<'a>> {
+/// XPS by CPU on `dev` in `ns`.
+fn xps(ns: &Netns, dev: &str) -> Result<()> {
+    let d = dev.to_string();
+    crate::chain::ns::run_in(&ns.path(), move || crate::chain::ns::xps_per_cpu(&d)).with_context(|| format!("XPS on {dev} in {}", ns.name()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn setup_linux<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, queues: u32, sink: IpAddr) -> Result<LinuxChain<'a>> {
     let mut c = LinuxChain { dut, links: 0, rules: 0, _pass: None };
     for i in 1..=n {
         let nf = &nfs[i as usize - 1];
         let (host_addr, nf_addr) = link_addrs(i);
-        xnf_netns::veth(dut, &port(i), nf, NF_IF, Some(1))?;
+        xnf_netns::veth(dut, &port(i), nf, NF_IF, Some(queues))?;
         c.links = i;
         let (host_mac, nf_mac) = (dut.mac(&port(i))?, nf.mac(NF_IF)?);
         dut.batch()
@@ -227,7 +249,12 @@ fn setup_linux<'a>(dut: &'a Netns, din: &str, nfs: &[Netns], n: u32, sink: IpAdd
             .with_context(|| format!("configuring {NF_IF} in {}", nf.name()))?;
         nf.sysctl_set(&format!("net/ipv4/conf/{NF_IF}/rp_filter"), "0")?;
         dut.sysctl_set(&format!("net/ipv4/conf/{}/rp_filter", port(i)), "0")?;
+        // Every kernel transmit on the queue of its CPU, as xnf sets up its
+        // NFs (see chain::ns::xps_per_cpu): the baseline gets the same tuning.
+        xps(nf, NF_IF)?;
+        xps(dut, &port(i))?;
     }
+    xps(dut, dout)?;
     for i in 1..=n {
         let from = if i == 1 { din.to_string() } else { port(i - 1) };
         let (_, nf_addr) = link_addrs(i);
@@ -283,7 +310,8 @@ impl Drop for XnfChain<'_> {
 }
 
 /// Also returns the warnings of `xnf nf create` / `xnf chain create` worth showing.
-fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, sink: IpAddr, v: Variant) -> Result<(XnfChain<'a>, Vec<String>)> {
+#[allow(clippy::too_many_arguments)]
+fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, queues: u32, sink: IpAddr, v: Variant) -> Result<(XnfChain<'a>, Vec<String>)> {
     let (function, forward) = match v {
         Variant::Xnf => (Function::Reflect, false),
         _ => (Function::Pass, true),
@@ -296,7 +324,7 @@ fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, s
             netns: Some(nfs[i as usize - 1].path().display().to_string()),
             container: None,
             ifname: NF_IF.into(),
-            queues: Some(1),
+            queues: Some(queues),
             function,
             forward,
             existing: false,
@@ -458,15 +486,15 @@ fn measure_variant(
     let sink_addr = t.addr(&roles.sink, false)?;
     let (mut linux, mut xnf) = (None, None);
     match v {
-        Variant::Linux => linux = Some(setup_linux(dut, &din, nfs, n, sink_addr)?),
+        Variant::Linux => linux = Some(setup_linux(dut, &din, &dout, nfs, n, l.point.queues, sink_addr)?),
         _ => {
-            let (c, warnings) = setup_xnf(dut, &din, &dout, nfs, n, sink_addr, v)?;
+            let (c, warnings) = setup_xnf(dut, &din, &dout, nfs, n, l.point.queues, sink_addr, v)?;
             warnings.iter().for_each(|w| pg.println(&format!("xnf chain: {w}")));
             xnf = Some(c);
         }
     }
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &[o.cpu], 0)?;
+    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &o.gen_cpus(l.point.queues), 0)?;
     let sink = t.attachment(&roles.sink)?;
     // Every reading of the probe also reads dut's counters; the first two
     // bracket the full-speed interval (measure::variant measures it first).
@@ -513,14 +541,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
     let total = points.len() * o.lengths.len() * o.variants.len() * o.runs as usize;
     let mut pg = Progress::new(per_variant * total as f64);
-    pg.message(&format!("building topology `{}`", o.topology));
-    let t = BuiltTopology::build(&spec, &mut |m| pg.message(m))?;
-    {
-        let (dut, _) = t.endpoint(&t.roles()?.dut_in)?;
-        for (k, v) in [("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")] {
-            dut.sysctl_set(k, v)?;
-        }
-    }
+    let mut built: Option<(u32, BuiltTopology)> = None;
     let longest = o.lengths.iter().copied().max().unwrap_or(1);
     pg.message(&format!("making {longest} NF namespaces"));
     let nfs = nf_namespaces(longest)?;
@@ -528,12 +549,27 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let mut zl = Vec::new();
     let mut hops: BTreeMap<(u32, usize, String), HopLoss> = BTreeMap::new();
     for (pi, point) in points.iter().enumerate() {
+        // Rebuilt only when the queue count changes; the NFs' veths are
+        // made per variant with the point's queue count.
+        if built.as_ref().is_none_or(|(q, _)| *q != point.queues) {
+            drop(built.take());
+            let mut s = spec.clone();
+            s.set_queues(point.queues);
+            pg.message(&format!("building topology `{}` with {} queue(s)", o.topology, point.queues));
+            let t = BuiltTopology::build(&s, &mut |m| pg.message(m))?;
+            let (dut, _) = t.endpoint(&t.roles()?.dut_in)?;
+            for (k, v) in [("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")] {
+                dut.sysctl_set(k, v)?;
+            }
+            built = Some((point.queues, t));
+        }
+        let t = &built.as_ref().unwrap().1;
         for &n in &o.lengths {
             for run in 0..o.runs {
                 for v in measure::alternated(&o.variants, run) {
                     let l = Labels { variant: v.label(n), point: point.clone(), run };
                     pg.set_prefix(format!("point {}/{} ({}), {n} NF(s), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
-                    let h = measure_variant(&t, &nfs, o, &l, v, n, &mut res, &mut zl, &mut pg)?;
+                    let h = measure_variant(t, &nfs, o, &l, v, n, &mut res, &mut zl, &mut pg)?;
                     let key = (n, pi, v.name().to_string());
                     hops.entry(key).or_default().add(&h);
                     pg.advance(per_variant);
@@ -542,7 +578,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
         }
     }
     drop(nfs);
-    drop(t);
+    drop(built);
     // xnf's run files of dut, which is gone now.
     crate::state::gc_dead_namespaces();
     pg.finish();
@@ -552,7 +588,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
         res.add_ratios(&Variant::XnfLinuxNf.label(n), &Variant::Linux.label(n));
     }
     res.notes.push(format!(
-        "variant/N: a chain of N NFs. veth: the generator, dut, every NF and the sink run in softirq on the generating CPU (CPU {}); rates are of the whole path.",
+        "variant/N: a chain of N NFs. veth: the generator, dut, every NF and the sink run in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole path.",
         o.cpu
     ));
     for ((n, pi, v), h) in &hops {
@@ -606,6 +642,7 @@ mod tests {
             timing: Timing { warmup: 0.0, seconds: 1.0, trial_seconds: 1.0 },
             sizes: vec![64],
             flows: vec![1, 100],
+            queues: vec![1],
             lengths: vec![1, 2, 4],
             variants: vec![Variant::Linux, Variant::Xnf, Variant::XnfLinuxNf],
             cpu: 0,
@@ -629,6 +666,8 @@ mod tests {
         check(&|o| o.flows = vec![0], "--flows 0");
         check(&|o| o.sizes = vec![63], "--size 63");
         check(&|o| o.cpu = 2, "--cpu 2");
+        check(&|o| o.queues = vec![3], "--queues 3");
+        check(&|o| o.queues = vec![0], "--queues 0");
         check(&|o| o.variants = vec![], "--variants");
         assert!(opts().validate(2).is_ok());
     }

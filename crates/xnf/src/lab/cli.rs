@@ -180,6 +180,10 @@ pub struct ChainArgs {
     /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
     #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
     pub flows: Vec<Vec<u32>>,
+    /// RX/TX queues per veth (the line's and the NFs') = generator CPUs
+    /// (CPUs 0..N); a list sweeps, like the seed's 1, 2, 4, 8 cores.
+    #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
+    pub queues: Vec<Vec<u32>>,
     /// Variants to compare.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "linux,xnf,xnf-linux-nf")]
     pub variants: Vec<super::chain::Variant>,
@@ -193,6 +197,7 @@ pub fn chain(a: ChainArgs) -> Result<()> {
         timing: c.timing(),
         sizes: a.sizes.into_iter().flatten().collect(),
         flows: a.flows.into_iter().flatten().collect(),
+        queues: a.queues.into_iter().flatten().collect(),
         lengths: a.lengths.into_iter().flatten().collect(),
         variants: a.variants,
         cpu: c.cpu()?,
