@@ -88,18 +88,6 @@ struct {
 	__type(value, struct xnf_nf_stats);
 } nf_stats SEC(".maps");
 
-/* The header fields rules look at. */
-struct flow {
-	__u32 src[4], dst[4]; /* network order; IPv4 in word 0 */
-	__u16 sport, dport;   /* host order */
-	__u16 vid;
-	__u8 tagged;
-	__u8 family;
-	__u8 proto;
-	__u8 has_ports;
-	__be16 l3_proto;
-};
-
 static __always_inline __u32 ingress_count(__u32 slot, __u32 reason)
 {
 	struct xnf_ingress_stats *s = bpf_map_lookup_elem(&ingress_stats, &slot);
@@ -153,95 +141,6 @@ static __always_inline __u32 steer(struct xdp_md *ctx, __u32 slot, __be16 l3_pro
 	return XDP_REDIRECT;
 }
 
-/* Source and destination address, protocol and ports of an IPv4 packet.
- * Only a first fragment carries ports; later ones match no port rule. */
-static __always_inline int flow_ipv4(struct cursor *c, struct flow *f)
-{
-	struct iphdr *iph = parse_ipv4(c);
-	__u32 ihl, tot_len;
-
-	if (!iph || iph->version != 4 || iph->ihl < 5)
-		return -1;
-	ihl = iph->ihl * 4;
-	/* The kernel drops what its length fields contradict; so steer nothing
-	 * an NF's stack would only throw away (the kernel does it here). */
-	tot_len = bpf_ntohs(iph->tot_len);
-	if (tot_len < ihl || tot_len > bytes_left(iph, c))
-		return -1;
-	f->family = AF_INET;
-	f->proto = iph->protocol;
-	f->src[0] = iph->saddr;
-	f->dst[0] = iph->daddr;
-	if (iph->frag_off & bpf_htons(0x1fff))
-		return 0;
-	if (f->proto == IPPROTO_UDP || f->proto == IPPROTO_TCP) {
-		__be16 *l4 = (void *)iph + ihl;
-
-		if ((void *)(l4 + 2) > c->end)
-			return 0; /* truncated L4: no port rule matches */
-		f->sport = bpf_ntohs(l4[0]);
-		f->dport = bpf_ntohs(l4[1]);
-		f->has_ports = 1;
-	}
-	return 0;
-}
-
-/* IPv6: ports only when UDP/TCP follows the fixed header directly. */
-static __always_inline int flow_ipv6(struct cursor *c, struct flow *f)
-{
-	struct ipv6hdr *ip6h = parse_ipv6(c);
-
-	if (!ip6h || ip6h->version != 6)
-		return -1;
-	if (bpf_ntohs(ip6h->payload_len) + sizeof(*ip6h) > bytes_left(ip6h, c))
-		return -1;
-	f->family = AF_INET6;
-	f->proto = ip6h->nexthdr;
-	__builtin_memcpy(f->src, &ip6h->saddr, sizeof(f->src));
-	__builtin_memcpy(f->dst, &ip6h->daddr, sizeof(f->dst));
-	if (f->proto == IPPROTO_UDP || f->proto == IPPROTO_TCP) {
-		__be16 *l4 = (void *)(ip6h + 1);
-
-		if ((void *)(l4 + 2) > c->end)
-			return 0;
-		f->sport = bpf_ntohs(l4[0]);
-		f->dport = bpf_ntohs(l4[1]);
-		f->has_ports = 1;
-	}
-	return 0;
-}
-
-static __always_inline int prefix_match(const __u32 *addr, const __u32 *net, const __u32 *mask)
-{
-	return ((addr[0] & mask[0]) == net[0]) & ((addr[1] & mask[1]) == net[1]) &
-	       ((addr[2] & mask[2]) == net[2]) & ((addr[3] & mask[3]) == net[3]);
-}
-
-static __always_inline int rule_matches(const struct xnf_chain_rule *r, const struct flow *f)
-{
-	if (r->flags & XNF_M_VLAN) {
-		if (!f->tagged || f->vid != r->vid)
-			return 0;
-	} else if (f->tagged) {
-		return 0;
-	}
-	if (r->family && r->family != f->family)
-		return 0;
-	if ((r->flags & XNF_M_PROTO) && r->proto != f->proto)
-		return 0;
-	if ((r->flags & (XNF_M_SPORT | XNF_M_DPORT)) && !f->has_ports)
-		return 0;
-	if ((r->flags & XNF_M_SPORT) && (f->sport < r->sport_lo || f->sport > r->sport_hi))
-		return 0;
-	if ((r->flags & XNF_M_DPORT) && (f->dport < r->dport_lo || f->dport > r->dport_hi))
-		return 0;
-	if ((r->flags & XNF_M_SRC) && !prefix_match(f->src, r->src, r->src_mask))
-		return 0;
-	if ((r->flags & XNF_M_DST) && !prefix_match(f->dst, r->dst, r->dst_mask))
-		return 0;
-	return 1;
-}
-
 /* The first rule of the live copy that matches a frame from @ifindex. */
 static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct flow *f)
 {
@@ -255,7 +154,7 @@ static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const stru
 		r = bpf_map_lookup_elem(&rules, &key);
 		if (!r || !r->ifindex)
 			return NULL;
-		if (r->ifindex == ifindex && rule_matches(r, f))
+		if (r->ifindex == ifindex && match_flow(&r->m, f))
 			return r;
 	}
 	return NULL;
@@ -270,7 +169,6 @@ static __always_inline __u32 parse_flow(struct xdp_md *ctx, const struct xnf_cha
 		.end = (void *)(long)ctx->data_end,
 	};
 	struct ethhdr *eth = parse_eth(&c);
-	__be16 proto;
 
 	if (!eth)
 		return XNF_IN_MALFORMED;
@@ -278,26 +176,16 @@ static __always_inline __u32 parse_flow(struct xdp_md *ctx, const struct xnf_cha
 	 * deliver; a chain only takes what this host would route. */
 	if (!mac_eq(eth->h_dest, port->mac))
 		return XNF_IN_NOT_OUR_MAC;
-	proto = eth->h_proto;
-	if (proto == bpf_htons(ETH_P_8021AD))
+	switch (flow_after_eth(&c, eth->h_proto, f)) {
+	case XNF_FLOW_OK:
+		return XNF_IN_STEERED;
+	case XNF_FLOW_QINQ:
 		return XNF_IN_QINQ;
-	if (proto == bpf_htons(ETH_P_8021Q)) {
-		struct vlan_hdr *vh = parse_vlan(&c);
-
-		if (!vh)
-			return XNF_IN_MALFORMED;
-		proto = vh->h_vlan_encapsulated_proto;
-		if (proto_is_vlan(proto))
-			return XNF_IN_QINQ;
-		f->tagged = 1;
-		f->vid = bpf_ntohs(vh->h_vlan_TCI) & VLAN_VID_MASK;
+	case XNF_FLOW_NON_IP:
+		return XNF_IN_NON_IP;
+	default:
+		return XNF_IN_MALFORMED;
 	}
-	f->l3_proto = proto;
-	if (proto == bpf_htons(ETH_P_IP))
-		return flow_ipv4(&c, f) ? XNF_IN_MALFORMED : XNF_IN_STEERED;
-	if (proto == bpf_htons(ETH_P_IPV6))
-		return flow_ipv6(&c, f) ? XNF_IN_MALFORMED : XNF_IN_STEERED;
-	return XNF_IN_NON_IP;
 }
 
 static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_chain_port *port)

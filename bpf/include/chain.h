@@ -7,6 +7,7 @@
 
 #include "xnf_common.h"
 #include "router.h"
+#include "classify.h"
 
 /* Classifier rules, over all ingresses; the rules map holds two copies. */
 #define XNF_CHAIN_MAX_RULES 64
@@ -32,28 +33,12 @@ struct xnf_chain_port {
 	__u32 slot;          /* ingress stats slot, or NF slot */
 };
 
-/* Fields a rule looks at (xnf_chain_rule.flags). */
-#define XNF_M_VLAN  (1 << 0) /* one 802.1Q tag with this VID (else: untagged only) */
-#define XNF_M_PROTO (1 << 1)
-#define XNF_M_SPORT (1 << 2) /* UDP/TCP source port range */
-#define XNF_M_DPORT (1 << 3)
-#define XNF_M_SRC   (1 << 4) /* source prefix */
-#define XNF_M_DST   (1 << 5) /* destination prefix */
-
 /* One class of traffic entering a chain. First match wins, in map order. */
 struct xnf_chain_rule {
 	__u32 ifindex;   /* ingress interface; 0 ends the list */
 	__u32 chain;     /* chain stats slot */
 	__u32 first_nf;  /* NF slot + 1; 0: the chain is down and drops its class */
-	__u16 flags;
-	__u16 vid;
-	__u8 family;     /* 0 (any), AF_INET or AF_INET6 */
-	__u8 proto;
-	__u16 pad;
-	__u16 sport_lo, sport_hi;  /* host order, inclusive */
-	__u16 dport_lo, dport_hi;
-	__u32 src[4], src_mask[4]; /* network order, IPv4 in word 0 */
-	__u32 dst[4], dst_mask[4];
+	struct xnf_match m;
 };
 
 /* Which copy of the rules is live: the control plane writes the other one

@@ -143,12 +143,18 @@ pub struct Rule {
 
 impl Rule {
     fn to_raw(&self) -> Result<types::xnf_chain_rule> {
-        let mut r = types::xnf_chain_rule {
+        Ok(types::xnf_chain_rule {
             ifindex: self.ifindex,
             chain: self.chain,
             first_nf: self.first_nf.map_or(0, |s| s + 1),
-            ..Default::default()
-        };
+            m: self.match_raw()?,
+        })
+    }
+
+    /// The class part of the rule as `struct xnf_match` (`bpf/include/classify.h`),
+    /// which the AF_XDP selector shares.
+    pub fn match_raw(&self) -> Result<types::xnf_match> {
+        let mut r = types::xnf_match::default();
         let mut family = self.ipv6.map(|v6| if v6 { AF_INET6 } else { AF_INET });
         for p in [self.src, self.dst].into_iter().flatten() {
             let f = if p.is_ipv4() { AF_INET } else { AF_INET6 };
