@@ -18,7 +18,7 @@ fn main() {
     };
 
     println!("cargo:rerun-if-changed={}", bpf_dir.display());
-    for prog in ["router", "pass", "gen", "sink", "actions", "chain", "reflect"] {
+    for prog in ["router", "pass", "gen", "sink", "actions", "chain", "reflect", "afxdp"] {
         let src = bpf_dir.join(format!("{prog}.bpf.c"));
         build(&src, &out.join(format!("{prog}.skel.rs")), &bpf_dir, multiarch);
     }

@@ -25,10 +25,14 @@ pub mod skel {
     pub mod reflect {
         include!(concat!(env!("OUT_DIR"), "/reflect.skel.rs"));
     }
+    pub mod afxdp {
+        include!(concat!(env!("OUT_DIR"), "/afxdp.skel.rs"));
+    }
 }
 
 mod pod;
 pub mod actions;
+pub mod afxdp;
 pub mod chain;
 pub mod gen;
 pub mod pass;

@@ -1,0 +1,407 @@
+//! Drives the sockets of one UMEM from one thread: reaps completions,
+//! keeps the FILL rings stocked, takes batches from RX, hands them to the
+//! network function, applies its verdicts, lets generators emit, and wakes
+//! the kernel only when it has to — by `poll()` or by spinning.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+
+use crate::nf::{Batch, Emit, NetworkFunction, Slot, Verdict};
+use crate::socket::{KernelStats, Socket, SocketConfig};
+use crate::umem::{Umem, UmemConfig};
+
+/// How the loop waits when there is nothing to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// `poll()` on the sockets (sleeps; wakes on a frame, costs a wake-up).
+    Poll { timeout_ms: i32 },
+    /// Spin on the rings (burns the CPU, no wake-up delay).
+    Spin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunConfig {
+    /// Packets taken from RX (and emitted) per socket per round.
+    pub batch: u32,
+    pub wait: Wait,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig { batch: 64, wait: Wait::Poll { timeout_ms: 100 } }
+    }
+}
+
+/// Counters of one socket, updated by the loop and readable from any thread.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    /// Dropped by the network function's verdict.
+    pub nf_dropped: AtomicU64,
+    /// Verdict Tx/Forward but the TX ring was full: dropped here.
+    pub tx_ring_full: AtomicU64,
+    /// Frames to refill FILL with were short (all in flight).
+    pub fill_starved: AtomicU64,
+    /// Syscalls made to wake the kernel: receive side, send side, poll().
+    pub rx_wakeups: AtomicU64,
+    pub tx_wakeups: AtomicU64,
+    pub polls: AtomicU64,
+}
+
+/// A snapshot of [`Counters`] and the kernel's per-socket statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub nf_dropped: u64,
+    pub tx_ring_full: u64,
+    pub fill_starved: u64,
+    pub rx_wakeups: u64,
+    pub tx_wakeups: u64,
+    pub polls: u64,
+    pub kernel: KernelStats,
+}
+
+impl Counters {
+    fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self, kernel: KernelStats) -> Snapshot {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Snapshot {
+            rx_packets: g(&self.rx_packets),
+            rx_bytes: g(&self.rx_bytes),
+            tx_packets: g(&self.tx_packets),
+            tx_bytes: g(&self.tx_bytes),
+            nf_dropped: g(&self.nf_dropped),
+            tx_ring_full: g(&self.tx_ring_full),
+            fill_starved: g(&self.fill_starved),
+            rx_wakeups: g(&self.rx_wakeups),
+            tx_wakeups: g(&self.tx_wakeups),
+            polls: g(&self.polls),
+            kernel,
+        }
+    }
+}
+
+/// Where every frame of the UMEM is: the sum must be the frame count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accounting {
+    pub total: usize,
+    pub free: usize,
+    pub fill: usize,
+    pub rx: usize,
+    pub tx: usize,
+    pub completion: usize,
+}
+
+impl Accounting {
+    pub fn balanced(&self) -> bool {
+        self.free + self.fill + self.rx + self.tx + self.completion == self.total
+    }
+}
+
+/// Sockets sharing one UMEM, driven by one thread.
+pub struct XskSet {
+    // Sockets before the UMEM: they are closed before it is unmapped.
+    sockets: Vec<Socket>,
+    counters: Vec<Arc<Counters>>,
+    umem: Umem,
+    run: RunConfig,
+    /// FILL target per socket.
+    fill_target: u32,
+    slots: Vec<Slot>,
+    emitted: Vec<(u64, u32)>,
+    /// Frames in a TX ring or in flight, per socket (for draining).
+    outstanding: Vec<u64>,
+}
+
+/// Where one socket goes: (ifindex, ifname, queue).
+pub type Binding = (u32, String, u32);
+
+impl XskSet {
+    /// Opens one socket per binding over a new UMEM (the first registers
+    /// it, the others share it).
+    pub fn new(umem_cfg: UmemConfig, sock_cfg: &SocketConfig, run: RunConfig, bindings: &[Binding]) -> Result<XskSet> {
+        ensure!(!bindings.is_empty(), "no queue to bind a socket to");
+        ensure!(run.batch >= 1 && run.batch <= sock_cfg.rx_size, "--batch {}: use 1..=--rx-ring ({})", run.batch, sock_cfg.rx_size);
+        let umem = Umem::new(umem_cfg)?;
+        let mut sockets: Vec<Socket> = Vec::new();
+        for (ifindex, ifname, queue) in bindings {
+            let s = Socket::new(&umem, *ifindex, ifname, *queue, sock_cfg, sockets.first())
+                .with_context(|| format!("AF_XDP socket on {ifname} queue {queue}"))?;
+            sockets.push(s);
+        }
+        // Half the frames may sit in FILL rings; the rest carry packets
+        // being processed and sent.
+        let fill_target = (umem_cfg.frame_count / 2 / bindings.len() as u32).min(sock_cfg.fill_size).max(1);
+        let n = sockets.len();
+        Ok(XskSet {
+            sockets,
+            counters: (0..n).map(|_| Arc::new(Counters::default())).collect(),
+            umem,
+            run,
+            fill_target,
+            slots: Vec::with_capacity(run.batch as usize),
+            emitted: Vec::with_capacity(run.batch as usize),
+            outstanding: vec![0; n],
+        })
+    }
+
+    pub fn sockets(&self) -> &[Socket] {
+        &self.sockets
+    }
+
+    pub fn counters(&self) -> Vec<Arc<Counters>> {
+        self.counters.clone()
+    }
+
+    pub fn snapshot(&self, i: usize) -> Result<Snapshot> {
+        Ok(self.counters[i].snapshot(self.sockets[i].kernel_stats()?))
+    }
+
+    pub fn umem(&self) -> &Umem {
+        &self.umem
+    }
+
+    /// Where the frames are right now.
+    pub fn accounting(&self) -> Accounting {
+        let mut a = Accounting { total: self.umem.config().frame_count as usize, free: self.umem.free_frames(), fill: 0, rx: 0, tx: 0, completion: 0 };
+        for s in &self.sockets {
+            a.fill += s.fill.occupied() as usize;
+            a.rx += s.rx.occupied() as usize;
+            a.tx += s.tx.occupied() as usize;
+            a.completion += s.comp.occupied() as usize;
+        }
+        a
+    }
+
+    /// Runs `nf` until `stop` is set, then drains: every frame handed to a
+    /// TX ring is waited for (up to a second) so the accounting balances.
+    pub fn run(&mut self, nf: &mut dyn NetworkFunction, stop: &AtomicBool) -> Result<()> {
+        let receives = nf.receives();
+        while !stop.load(Ordering::Relaxed) {
+            let mut busy = false;
+            for i in 0..self.sockets.len() {
+                busy |= self.complete(i) > 0;
+                if receives {
+                    self.refill(i)?;
+                    busy |= self.receive(i, nf)? > 0;
+                }
+                busy |= self.emit(i, nf)? > 0;
+            }
+            if !busy {
+                self.wait()?;
+            }
+        }
+        self.drain()
+    }
+
+    /// One round without waiting (for tests and callers with their own loop).
+    pub fn step(&mut self, nf: &mut dyn NetworkFunction) -> Result<usize> {
+        let mut n = 0;
+        for i in 0..self.sockets.len() {
+            n += self.complete(i);
+            if nf.receives() {
+                self.refill(i)?;
+                n += self.receive(i, nf)?;
+            }
+            n += self.emit(i, nf)?;
+        }
+        Ok(n)
+    }
+
+    /// Frames the kernel has sent come back to the free list.
+    fn complete(&mut self, i: usize) -> usize {
+        let s = &mut self.sockets[i];
+        let n = s.comp.available(s.comp.size());
+        for k in 0..n {
+            self.umem.free(s.comp.read(k));
+        }
+        s.comp.release(n);
+        self.outstanding[i] -= n as u64;
+        n as usize
+    }
+
+    /// Tops the FILL ring up to its target from the free list.
+    fn refill(&mut self, i: usize) -> Result<()> {
+        let s = &mut self.sockets[i];
+        let in_fill = s.fill.occupied();
+        if in_fill < self.fill_target {
+            let want = (self.fill_target - in_fill).min(s.fill.free(self.fill_target - in_fill));
+            let have = want.min(self.umem.free_frames() as u32);
+            if have < want {
+                Counters::add(&self.counters[i].fill_starved, 1);
+            }
+            for k in 0..have {
+                s.fill.write(k, self.umem.alloc().expect("counted free frames"));
+            }
+            if have > 0 {
+                s.fill.submit(have);
+            }
+        }
+        // With need_wakeup the kernel sets the flag when it stopped taking
+        // frames; with busy polling this call is what runs the driver.
+        if (s.need_wakeup && s.fill.needs_wakeup()) || s.busy_poll.is_some() {
+            s.kick_rx().context("waking the kernel's receive side")?;
+            Counters::add(&self.counters[i].rx_wakeups, 1);
+        }
+        Ok(())
+    }
+
+    fn receive(&mut self, i: usize, nf: &mut dyn NetworkFunction) -> Result<usize> {
+        let s = &mut self.sockets[i];
+        let n = s.rx.available(self.run.batch);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.slots.clear();
+        let mut bytes = 0u64;
+        for k in 0..n {
+            let d = s.rx.read(k);
+            bytes += d.len as u64;
+            self.slots.push(Slot { addr: d.addr, len: d.len, verdict: Verdict::Drop });
+        }
+        s.rx.release(n);
+        let c = &self.counters[i];
+        Counters::add(&c.rx_packets, n as u64);
+        Counters::add(&c.rx_bytes, bytes);
+        let mut slots = std::mem::take(&mut self.slots);
+        nf.process(&mut Batch { umem: &mut self.umem, slots: &mut slots, socket: i });
+        self.apply(i, &slots)?;
+        self.slots = slots;
+        Ok(n as usize)
+    }
+
+    /// Sends or frees every packet of a processed batch.
+    fn apply(&mut self, from: usize, slots: &[Slot]) -> Result<()> {
+        let n = self.sockets.len();
+        // Group by target socket: one reservation and one doorbell each.
+        for target in 0..n {
+            let mut count = 0u32;
+            let mut bytes = 0u64;
+            let want = slots.iter().filter(|s| Self::target(s.verdict, from) == Some(target)).count() as u32;
+            if want == 0 {
+                continue;
+            }
+            let room = self.sockets[target].tx.free(want);
+            for s in slots.iter().filter(|s| Self::target(s.verdict, from) == Some(target)) {
+                if count < room {
+                    self.sockets[target].tx.write(count, libc::xdp_desc { addr: s.addr, len: s.len, options: 0 });
+                    count += 1;
+                    bytes += s.len as u64;
+                } else {
+                    Counters::add(&self.counters[from].tx_ring_full, 1);
+                    self.umem.free(s.addr);
+                }
+            }
+            self.sockets[target].tx.submit(count);
+            self.outstanding[target] += count as u64;
+            Counters::add(&self.counters[target].tx_packets, count as u64);
+            Counters::add(&self.counters[target].tx_bytes, bytes);
+            self.kick(target)?;
+        }
+        for s in slots.iter().filter(|s| s.verdict == Verdict::Drop) {
+            Counters::add(&self.counters[from].nf_dropped, 1);
+            self.umem.free(s.addr);
+        }
+        for s in slots {
+            if let Verdict::Forward(t) = s.verdict {
+                if t >= n {
+                    Counters::add(&self.counters[from].nf_dropped, 1);
+                    self.umem.free(s.addr);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn target(v: Verdict, from: usize) -> Option<usize> {
+        match v {
+            Verdict::Drop => None,
+            Verdict::Tx => Some(from),
+            Verdict::Forward(t) => Some(t),
+        }
+    }
+
+    fn emit(&mut self, i: usize, nf: &mut dyn NetworkFunction) -> Result<usize> {
+        let room = self.sockets[i].tx.free(self.run.batch).min(self.run.batch) as usize;
+        if room == 0 {
+            return Ok(0);
+        }
+        self.emitted.clear();
+        let mut out = std::mem::take(&mut self.emitted);
+        nf.emit(&mut Emit { umem: &mut self.umem, out: &mut out, room, socket: i });
+        let n = out.len() as u32;
+        if n > 0 {
+            let s = &mut self.sockets[i];
+            let mut bytes = 0;
+            for (k, &(addr, len)) in out.iter().enumerate() {
+                s.tx.write(k as u32, libc::xdp_desc { addr, len, options: 0 });
+                bytes += len as u64;
+            }
+            s.tx.submit(n);
+            self.outstanding[i] += n as u64;
+            Counters::add(&self.counters[i].tx_packets, n as u64);
+            Counters::add(&self.counters[i].tx_bytes, bytes);
+            self.kick(i)?;
+        }
+        self.emitted = out;
+        Ok(n as usize)
+    }
+
+    /// The TX doorbell: copy mode always needs it, zero-copy with
+    /// need_wakeup only when the kernel asks.
+    fn kick(&mut self, i: usize) -> Result<()> {
+        let s = &self.sockets[i];
+        if !s.zero_copy || !s.need_wakeup || s.tx.needs_wakeup() {
+            s.kick_tx().with_context(|| format!("sending on {} queue {}", s.ifname, s.queue))?;
+            Counters::add(&self.counters[i].tx_wakeups, 1);
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self) -> Result<()> {
+        match self.run.wait {
+            Wait::Spin => std::hint::spin_loop(),
+            Wait::Poll { timeout_ms } => {
+                let mut fds: Vec<libc::pollfd> = self.sockets.iter().map(|s| libc::pollfd { fd: s.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+                // SAFETY: fds is a valid array of pollfd.
+                let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+                if rc < 0 {
+                    let e = std::io::Error::last_os_error();
+                    ensure!(e.raw_os_error() == Some(libc::EINTR), "poll() on the AF_XDP sockets: {e}");
+                }
+                for c in &self.counters {
+                    Counters::add(&c.polls, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every frame given to a TX ring to come back.
+    fn drain(&mut self) -> Result<()> {
+        let t0 = Instant::now();
+        while self.outstanding.iter().any(|&o| o > 0) && t0.elapsed() < Duration::from_secs(1) {
+            for i in 0..self.sockets.len() {
+                if self.outstanding[i] > 0 {
+                    self.sockets[i].kick_tx().ok();
+                }
+                self.complete(i);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+}
