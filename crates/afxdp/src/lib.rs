@@ -25,7 +25,7 @@ pub mod umem;
 
 pub use nf::{Batch, Emit, NetworkFunction, Verdict};
 pub use runner::{Accounting, Binding, Counters, RunConfig, Snapshot, Wait, XskSet};
-pub use socket::{BusyPoll, KernelStats, Mode, Socket, SocketConfig};
+pub use socket::{kernel_stats, BusyPoll, KernelStats, Mode, Socket, SocketConfig};
 pub use umem::{Umem, UmemConfig};
 
 #[cfg(test)]

@@ -202,10 +202,17 @@ impl Socket {
         }
 
         let mut s = Socket { fd, fill, comp, rx, tx, ifindex, ifname: ifname.into(), queue, zero_copy: false, need_wakeup: cfg.need_wakeup, busy_poll: cfg.busy_poll };
-        let mut flags: u16 = if cfg.need_wakeup { libc::XDP_USE_NEED_WAKEUP } else { 0 };
-        if shared.is_some() {
-            flags |= libc::XDP_SHARED_UMEM;
+        if let Some(first) = shared {
+            // A socket sharing a UMEM may not name a mode or need_wakeup
+            // (the kernel refuses any flag but XDP_SHARED_UMEM): it gets
+            // the first socket's.
+            s.bind(libc::XDP_SHARED_UMEM, Some(first.fd.as_raw_fd()))
+                .map_err(|e| bind_error(&e, if first.zero_copy { libc::XDP_ZEROCOPY } else { libc::XDP_COPY }, ifname, queue, cfg))?;
+            s.zero_copy = first.zero_copy;
+            s.need_wakeup = first.need_wakeup;
+            return Ok(s);
         }
+        let flags: u16 = if cfg.need_wakeup { libc::XDP_USE_NEED_WAKEUP } else { 0 };
         let modes: &[u16] = match cfg.mode {
             Mode::Copy => &[libc::XDP_COPY],
             Mode::ZeroCopy => &[libc::XDP_ZEROCOPY],
@@ -213,7 +220,7 @@ impl Socket {
         };
         let mut last = None;
         for &m in modes {
-            match s.bind(flags | m, shared.map(|x| x.fd.as_raw_fd())) {
+            match s.bind(flags | m, None) {
                 Ok(()) => {
                     s.zero_copy = m == libc::XDP_ZEROCOPY;
                     return Ok(s);
@@ -278,22 +285,28 @@ impl Socket {
 
     /// The kernel's counters of this socket.
     pub fn kernel_stats(&self) -> Result<KernelStats> {
-        // SAFETY: zeroed plain-data struct filled by getsockopt.
-        let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: st is large enough for len bytes.
-        if unsafe { libc::getsockopt(self.fd.as_raw_fd(), libc::SOL_XDP, libc::XDP_STATISTICS, &mut st as *mut _ as *mut libc::c_void, &mut len) } < 0 {
-            return os_err(|_| "reading XDP_STATISTICS".into());
-        }
-        Ok(KernelStats {
-            rx_dropped: st.rx_dropped,
-            rx_invalid_descs: st.rx_invalid_descs,
-            tx_invalid_descs: st.tx_invalid_descs,
-            rx_ring_full: st.rx_ring_full,
-            rx_fill_ring_empty: st.rx_fill_ring_empty_descs,
-            tx_ring_empty: st.tx_ring_empty_descs,
-        })
+        kernel_stats(self.fd())
     }
+}
+
+/// The kernel's counters of the AF_XDP socket `fd` (any descriptor of it,
+/// so a reporting thread can hold a `dup` while another drives the rings).
+pub fn kernel_stats(fd: BorrowedFd<'_>) -> Result<KernelStats> {
+    // SAFETY: zeroed plain-data struct filled by getsockopt.
+    let mut st: libc::xdp_statistics = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
+    // SAFETY: st is large enough for len bytes.
+    if unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_XDP, libc::XDP_STATISTICS, &mut st as *mut _ as *mut libc::c_void, &mut len) } < 0 {
+        return os_err(|_| "reading XDP_STATISTICS".into());
+    }
+    Ok(KernelStats {
+        rx_dropped: st.rx_dropped,
+        rx_invalid_descs: st.rx_invalid_descs,
+        tx_invalid_descs: st.tx_invalid_descs,
+        rx_ring_full: st.rx_ring_full,
+        rx_fill_ring_empty: st.rx_fill_ring_empty_descs,
+        tx_ring_empty: st.tx_ring_empty_descs,
+    })
 }
 
 /// What a failed bind means, in terms of the setting to change.

@@ -1,5 +1,6 @@
 //! xnf as a library: everything the `xnf` and `xnf-cni` binaries share.
 
+pub mod afxdp;
 pub mod chain;
 pub mod lab;
 pub mod netlink;

@@ -1,6 +1,6 @@
 //! `xnf`: eXpress Network Functions.
 
-use xnf::{chain, lab, pass, router, runtime};
+use xnf::{afxdp, chain, lab, pass, router, runtime};
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -49,6 +49,19 @@ enum Command {
     /// Build test topologies in namespaces, generate traffic and measure.
     #[command(subcommand)]
     Lab(LabCmd),
+    /// User-space network functions on AF_XDP sockets: the selected traffic
+    /// goes to user space, the rest stays with the kernel.
+    #[command(subcommand)]
+    Afxdp(AfxdpCmd),
+}
+
+#[derive(Subcommand)]
+enum AfxdpCmd {
+    /// Run a bundled NF (rxdrop, txonly, l2fwd, echo) on AF_XDP sockets of
+    /// IFACE's queues, with live statistics, until Ctrl-C or --seconds.
+    ///
+    /// Example: xnf afxdp run echo --iface eth1 --match proto=udp,dport=7
+    Run(Box<afxdp::RunArgs>),
 }
 
 #[derive(Subcommand)]
@@ -262,6 +275,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Pass(PassCmd::Attach { iface, mode }) => pass::attach(&iface, mode),
         Command::Pass(PassCmd::Detach { iface }) => pass::detach(&iface),
         Command::Lab(cmd) => run_lab(cmd),
+        Command::Afxdp(AfxdpCmd::Run(a)) => afxdp::run(*a),
         Command::Nf(cmd) => run_nf(cmd),
         Command::Chain(cmd) => run_chain(cmd),
         Command::Apply { file } => {
