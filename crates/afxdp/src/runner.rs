@@ -361,12 +361,27 @@ impl XskSet {
     }
 
     /// The TX doorbell: copy mode always needs it, zero-copy with
-    /// need_wakeup only when the kernel asks.
+    /// need_wakeup only when the kernel asks. In copy mode one `sendto`
+    /// sends at most 32 frames (the kernel's per-call budget), so it rings
+    /// until the ring is empty or the kernel stops taking frames.
     fn kick(&mut self, i: usize) -> Result<()> {
         let s = &self.sockets[i];
-        if !s.zero_copy || !s.need_wakeup || s.tx.needs_wakeup() {
+        if s.zero_copy {
+            if !s.need_wakeup || s.tx.needs_wakeup() {
+                s.kick_tx().with_context(|| format!("sending on {} queue {}", s.ifname, s.queue))?;
+                Counters::add(&self.counters[i].tx_wakeups, 1);
+            }
+            return Ok(());
+        }
+        let mut left = s.tx.occupied();
+        while left > 0 {
             s.kick_tx().with_context(|| format!("sending on {} queue {}", s.ifname, s.queue))?;
             Counters::add(&self.counters[i].tx_wakeups, 1);
+            let now = s.tx.occupied();
+            if now >= left {
+                break; // the kernel took nothing (device busy): the next round retries
+            }
+            left = now;
         }
         Ok(())
     }

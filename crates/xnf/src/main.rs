@@ -180,6 +180,10 @@ enum LabCmd {
     /// happened hop by hop, dut's kernel forwarding (zero for xnf), and the
     /// ratios to linux. Optionally the zero-loss rate and the load curve.
     Chain(Box<lab::cli::ChainArgs>),
+    /// User-space packet I/O: xnf's AF_XDP runtime (rxdrop, l2fwd) against
+    /// the kernel delivering the same frames to a UDP socket and to an
+    /// AF_PACKET l2fwd, the application on the CPU the generator leaves free.
+    Afxdp(Box<lab::cli::AfxdpArgs>),
     /// The traffic generator on its own: sends UDP or TCP, IPv4 or IPv6,
     /// fixed sizes or IMIX, over many flows, at a rate or as fast as
     /// possible, a count or a time, from one or more pinned CPUs, into an
@@ -347,6 +351,7 @@ fn run_lab(cmd: LabCmd) -> Result<()> {
         LabCmd::Router(a) => lab::cli::router(*a),
         LabCmd::Actions(a) => lab::cli::actions(*a),
         LabCmd::Chain(a) => lab::cli::chain(*a),
+        LabCmd::Afxdp(a) => lab::cli::afxdp(*a),
         LabCmd::Gen(a) => lab::gen::run(*a),
         LabCmd::Up(a) => lab::cli::up(a),
     }

@@ -132,7 +132,7 @@ impl Raw {
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
             // SAFETY: buf and sa are valid for the sizes passed.
             let n = unsafe { libc::recvfrom(self.fd.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0, &mut sa as *mut _ as *mut libc::sockaddr, &mut len) };
-            if n < 0 || sa.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if n < 0 || sa.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             let f = &buf[..n as usize];

@@ -166,6 +166,46 @@ pub fn actions(a: ActionsArgs) -> Result<()> {
     c.write(&r)
 }
 
+/// `xnf lab afxdp`.
+#[derive(Args, Debug)]
+pub struct AfxdpArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Frame sizes on the wire, FCS included (64..=1518); a list sweeps.
+    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES[,...]")]
+    pub sizes: Vec<Vec<u32>>,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "afxdp-rxdrop,linux-udp,afxdp-l2fwd,linux-afpacket")]
+    pub variants: Vec<super::afxdp::Variant>,
+    /// The application spins instead of sleeping (poll(), blocking recvmmsg) when idle.
+    #[arg(long)]
+    pub spin: bool,
+    /// Packets per batch: AF_XDP RX batch, recvmmsg/sendmmsg vector.
+    #[arg(long, default_value_t = 64)]
+    pub batch: u32,
+}
+
+pub fn afxdp(a: AfxdpArgs) -> Result<()> {
+    let c = &a.common;
+    let sizes: Vec<u32> = a.sizes.into_iter().flatten().collect();
+    anyhow::ensure!(!sizes.contains(&0), "--size imix: this experiment takes fixed sizes");
+    let opts = super::afxdp::Options {
+        topology: c.topology.clone(),
+        runs: c.runs,
+        timing: c.timing(),
+        sizes,
+        variants: a.variants,
+        cpu: c.cpu()?,
+        spin: a.spin,
+        batch: a.batch,
+        zero_loss: c.zero_loss,
+        load_steps: c.load_curve,
+    };
+    let r = super::afxdp::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
+    super::table::print(&r);
+    c.write(&r)
+}
+
 /// `xnf lab chain`.
 #[derive(Args, Debug)]
 pub struct ChainArgs {

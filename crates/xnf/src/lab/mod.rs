@@ -2,6 +2,7 @@
 //! sink, and experiments that compare xnf with the kernel doing the same job.
 
 pub mod actions;
+pub mod afxdp;
 pub mod chain;
 pub mod cli;
 pub mod cpu;
