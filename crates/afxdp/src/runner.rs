@@ -186,6 +186,22 @@ impl XskSet {
         a
     }
 
+    /// The accounting once frames in motion have landed: a frame the kernel
+    /// has taken from FILL but not yet put in RX is in neither for a
+    /// moment, so an unbalanced reading is retried a few times. Detach the
+    /// XDP program (or empty the XSKMAP) first so no new frame arrives.
+    pub fn settled_accounting(&self) -> Accounting {
+        let mut a = self.accounting();
+        for _ in 0..20 {
+            if a.balanced() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            a = self.accounting();
+        }
+        a
+    }
+
     /// Runs `nf` until `stop` is set, then drains: every frame handed to a
     /// TX ring is waited for (up to a second) so the accounting balances.
     pub fn run(&mut self, nf: &mut dyn NetworkFunction, stop: &AtomicBool) -> Result<()> {

@@ -322,7 +322,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     drop(link_guard); // the queues go back to the kernel
     result?;
 
-    let acc = set.accounting();
+    let acc = set.settled_accounting();
     let stats = prog.stats()?;
     let report = Report {
         nf: a.nf,

@@ -184,6 +184,13 @@ enum LabCmd {
     /// the kernel delivering the same frames to a UDP socket and to an
     /// AF_PACKET l2fwd, the application on the CPU the generator leaves free.
     Afxdp(Box<lab::cli::AfxdpArgs>),
+    /// AF_XDP latency (seed 002): ping-pong between two namespaces over
+    /// every combination of busy poll, need_wakeup, poll/spin on each side
+    /// and batch size, repeated; every RTT recorded; runs grouped by
+    /// k-means (k by silhouette) into clusters shown with the parameters
+    /// they share; kernel UDP and AF_PACKET baselines and a saturation
+    /// sweep in the same run; the timestamping overhead measured.
+    Latency(Box<lab::cli::LatencyArgs>),
     /// The traffic generator on its own: sends UDP or TCP, IPv4 or IPv6,
     /// fixed sizes or IMIX, over many flows, at a rate or as fast as
     /// possible, a count or a time, from one or more pinned CPUs, into an
@@ -352,6 +359,7 @@ fn run_lab(cmd: LabCmd) -> Result<()> {
         LabCmd::Actions(a) => lab::cli::actions(*a),
         LabCmd::Chain(a) => lab::cli::chain(*a),
         LabCmd::Afxdp(a) => lab::cli::afxdp(*a),
+        LabCmd::Latency(a) => lab::cli::latency(*a),
         LabCmd::Gen(a) => lab::gen::run(*a),
         LabCmd::Up(a) => lab::cli::up(a),
     }

@@ -175,7 +175,7 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
             let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, &dev, XdpMode::Native)?;
             Ok((prog, set, xdp))
         })();
-        let (_prog, mut set, _xdp) = match r {
+        let (_prog, mut set, xdp) = match r {
             Ok(x) => x,
             Err(e) => {
                 let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
@@ -185,7 +185,8 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
         let _ = ready.send(Ok(Some(set.counters()[0].clone())));
         let mut nf = nf;
         set.run(nf.as_mut(), stop)?;
-        let acc = set.accounting();
+        drop(xdp); // no new frames while the UMEM is counted
+        let acc = set.settled_accounting();
         ensure!(acc.balanced(), "AF_XDP UMEM accounting does not balance after the run: {acc:?}");
         Ok(())
     })

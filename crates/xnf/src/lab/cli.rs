@@ -206,6 +206,70 @@ pub fn afxdp(a: AfxdpArgs) -> Result<()> {
     c.write(&r)
 }
 
+/// `xnf lab latency`.
+#[derive(Args, Debug)]
+pub struct LatencyArgs {
+    /// Probes per second in the matrix runs (64-byte frames, one at a time
+    /// while the RTT is below the interval).
+    #[arg(long, default_value_t = 5000)]
+    pub rate: u64,
+    /// Probes per run.
+    #[arg(long, default_value_t = 2000)]
+    pub count: u64,
+    /// Runs of every configuration (in a shuffled order each time).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: u32,
+    /// Batch sizes in the matrix.
+    #[arg(long = "batch", value_delimiter = ',', default_value = "1,64", value_name = "N[,N...]")]
+    pub batches: Vec<u32>,
+    /// Largest number of clusters tried.
+    #[arg(long, default_value_t = 8)]
+    pub max_k: usize,
+    /// Probe rates of the saturation sweep (empty string: no sweep).
+    #[arg(long, value_delimiter = ',', default_value = "10000,50000,100000,200000,400000", value_name = "PPS[,PPS...]")]
+    pub saturation: Vec<String>,
+    /// CPU of the pinger (sender and receiver) [default: the last one].
+    #[arg(long)]
+    pub ping_cpu: Option<usize>,
+    /// CPU of the forwarder [default: the first one].
+    #[arg(long, default_value_t = 0)]
+    pub fwd_cpu: usize,
+    /// Seed of the run order and of k-means.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write every RTT, the summaries and the clusters as JSON (input of `xnf lab report`).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+pub fn latency(a: LatencyArgs) -> Result<()> {
+    let ncpu = super::cpu::sample()?.len();
+    let saturation_rates = a
+        .saturation
+        .iter()
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u64>().map_err(|_| anyhow::anyhow!("--saturation {s}: not a rate in probes per second")))
+        .collect::<Result<Vec<_>>>()?;
+    let o = super::latency::Options {
+        rate: a.rate,
+        count: a.count,
+        repeats: a.repeats,
+        batches: a.batches,
+        max_k: a.max_k,
+        saturation_rates,
+        ping_cpu: a.ping_cpu.unwrap_or(ncpu.saturating_sub(1)),
+        fwd_cpu: a.fwd_cpu,
+        seed: a.seed,
+    };
+    let r = super::latency::run(&o, &mut |line| eprintln!("xnf lab: {line}"))?;
+    super::latency::print(&r);
+    if let Some(path) = &a.json {
+        r.write_json(path)?;
+        eprintln!("xnf lab: wrote {} (draw it with `xnf lab report {}`)", path.display(), path.display());
+    }
+    Ok(())
+}
+
 /// `xnf lab chain`.
 #[derive(Args, Debug)]
 pub struct ChainArgs {

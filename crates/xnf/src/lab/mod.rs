@@ -7,6 +7,7 @@ pub mod chain;
 pub mod cli;
 pub mod cpu;
 pub mod gen;
+pub mod latency;
 pub mod measure;
 pub mod nft;
 pub mod progress;

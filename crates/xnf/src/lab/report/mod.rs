@@ -18,10 +18,16 @@ use svg::{Chart, Layer, Pt, Scale, Series, Slot, Style};
 /// Reads `input`, writes the report to `output` (default: `input` with an
 /// `.html` extension) and returns where it went.
 pub fn run(input: &Path, output: Option<&Path>) -> Result<PathBuf> {
-    let results = Results::read(input)?;
     let out = output.map_or_else(|| default_output(input), Path::to_path_buf);
     ensure!(out != input, "the report would overwrite its input {}: give another file with -o", input.display());
-    std::fs::write(&out, render(&results)).with_context(|| format!("writing {}", out.display()))?;
+    // `xnf lab latency` writes results of another shape.
+    let text = std::fs::read_to_string(input).with_context(|| format!("reading {}", input.display()))?;
+    let html = if serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v.get("experiment").cloned()) == Some("latency".into()) {
+        super::latency::report::render(&super::latency::LatencyResults::read(input)?)
+    } else {
+        render(&Results::read(input)?)
+    };
+    std::fs::write(&out, html).with_context(|| format!("writing {}", out.display()))?;
     Ok(out)
 }
 
@@ -46,7 +52,7 @@ pub fn esc(s: &str) -> String {
 }
 
 /// Colour-blind-friendly categorical colours (Tableau 10).
-const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+pub(crate) const PALETTE: [&str; 10] = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 
 /// One colour per variant, the same in every chart: variants in the order
 /// they first appear in the summaries, then in the samples.
@@ -151,7 +157,7 @@ fn header(r: &Results) -> String {
     out
 }
 
-fn kv_table(title: &str, rows: impl Iterator<Item = (String, String)>) -> String {
+pub(crate) fn kv_table(title: &str, rows: impl Iterator<Item = (String, String)>) -> String {
     let mut out = format!("<div>\n<h2>{}</h2>\n<table class=\"kv\">\n", esc(title));
     for (k, v) in rows {
         let _ = writeln!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(&k), esc(&v));
@@ -160,7 +166,7 @@ fn kv_table(title: &str, rows: impl Iterator<Item = (String, String)>) -> String
 }
 
 /// The options as key/value rows: an object's members, or the value itself.
-fn option_rows(options: &serde_json::Value) -> Vec<(String, String)> {
+pub(crate) fn option_rows(options: &serde_json::Value) -> Vec<(String, String)> {
     let show = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         serde_json::Value::Null => "—".into(),
@@ -617,7 +623,7 @@ fn add_loss_series(chart: &mut Chart, r: &Results, point: &Point, variant: &str,
     }
 }
 
-const CSS: &str = r#"
+pub(crate) const CSS: &str = r#"
 :root { color-scheme: light; }
 * { box-sizing: border-box; }
 body { margin: 0; background: #f6f7f9; color: #1f2328; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }

@@ -210,6 +210,8 @@ pub enum Style {
     Dashed,
     /// Hollow markers only (individual trials).
     Hollow,
+    /// A smooth line without markers (a density curve).
+    Curve,
 }
 
 /// A legend entry's symbol.
@@ -310,13 +312,15 @@ impl Chart {
             let dash = if s.style == Style::Dashed { r#" stroke-dasharray="6 4""# } else { "" };
             let _ = write!(self.marks, r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2.2"{dash}/>"#, path.join(" "), s.colour);
         }
-        for (x, p) in &pts {
-            self.error_bar(*x, p, s.colour);
-            self.marker(*x, self.py(p.y), s.colour, s.style);
+        if s.style != Style::Curve {
+            for (x, p) in &pts {
+                self.error_bar(*x, p, s.colour);
+                self.marker(*x, self.py(p.y), s.colour, s.style);
+            }
         }
         self.marks.push_str("</g>");
         let swatch = match s.style {
-            Style::Line => Swatch::Line,
+            Style::Line | Style::Curve => Swatch::Line,
             Style::Dashed => Swatch::Dashed,
             Style::Hollow => Swatch::Hollow,
         };
@@ -341,6 +345,7 @@ impl Chart {
             Style::Line => write!(self.marks, r#"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="{colour}"/>"#),
             Style::Dashed => write!(self.marks, r#"<rect x="{:.1}" y="{:.1}" width="6" height="6" fill="{colour}"/>"#, x - 3.0, y - 3.0),
             Style::Hollow => write!(self.marks, r##"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="#fff" stroke="{colour}" stroke-width="1.6"/>"##),
+            Style::Curve => Ok(()),
         };
     }
 
