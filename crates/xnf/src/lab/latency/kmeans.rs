@@ -32,7 +32,10 @@ fn dist2(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum()
 }
 
-/// Each feature scaled to mean 0 and standard deviation 1 (constant features to 0).
+/// Each feature scaled to mean 0 and standard deviation 1. A feature that
+/// barely varies (its standard deviation under 1 % of its mean) is divided
+/// by that 1 % instead: blown up to unit variance, its rounding noise would
+/// decide the clusters.
 pub fn standardise(rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
     if rows.is_empty() {
         return Vec::new();
@@ -44,7 +47,8 @@ pub fn standardise(rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
         let mean = rows.iter().map(|r| r[j]).sum::<f64>() / n;
         let std = (rows.iter().map(|r| (r[j] - mean).powi(2)).sum::<f64>() / n).sqrt();
         for r in out.iter_mut() {
-            r[j] = if std > 0.0 { (r[j] - mean) / std } else { 0.0 };
+            let scale = std.max(0.01 * mean.abs());
+            r[j] = if scale > 0.0 { (r[j] - mean) / scale } else { 0.0 };
         }
     }
     out
@@ -192,8 +196,12 @@ mod tests {
         assert_eq!(a.0.labels, b.0.labels);
         for j in 0..5 {
             let m: f64 = z.iter().map(|r| r[j]).sum::<f64>() / z.len() as f64;
-            assert!(m.abs() < 1e-9);
+            let v: f64 = z.iter().map(|r| r[j] * r[j]).sum::<f64>() / z.len() as f64;
+            assert!(m.abs() < 1e-9 && (v - 1.0).abs() < 1e-9, "feature {j}: mean {m}, variance {v}");
         }
+        // A feature varying by 0.1 % of its value is not blown up to unit variance.
+        let near = standardise(&[vec![100.0], vec![100.1], vec![99.9]]);
+        assert!(near.iter().all(|r| r[0].abs() < 0.2), "{near:?}");
         assert_eq!(standardise(&[vec![1.0, 5.0], vec![1.0, 7.0]])[0][0], 0.0, "a constant feature");
     }
 }

@@ -181,27 +181,25 @@ struct Schedule {
     count: u64,
     next_ns: u64,
     sent_at: Vec<u64>,
+    /// Probes sent so far (the next sequence number).
+    sent: u64,
     rtts: Vec<u64>,
     last_send_ns: u64,
 }
 
 impl Schedule {
     fn new(interval_ns: u64, count: u64) -> Schedule {
-        Schedule { interval_ns, count, next_ns: now_ns(), sent_at: vec![0; count as usize], rtts: Vec::with_capacity(count as usize), last_send_ns: 0 }
+        Schedule { interval_ns, count, next_ns: now_ns(), sent_at: vec![0; count as usize], sent: 0, rtts: Vec::with_capacity(count as usize), last_send_ns: 0 }
     }
 
     /// The next probe's sequence number when one is due now.
     fn due(&self, now: u64) -> Option<u32> {
-        let sent = self.sent();
-        (sent < self.count && now >= self.next_ns).then_some(sent as u32)
-    }
-
-    fn sent(&self) -> u64 {
-        self.sent_at.iter().filter(|&&t| t != 0).count() as u64
+        (self.sent < self.count && now >= self.next_ns).then_some(self.sent as u32)
     }
 
     fn mark_sent(&mut self, seq: u32, at: u64) {
         self.sent_at[seq as usize] = at;
+        self.sent = seq as u64 + 1;
         self.last_send_ns = at;
         // A fixed schedule; after a stall, no burst to catch up.
         self.next_ns = (self.next_ns + self.interval_ns).max(at);
@@ -209,25 +207,26 @@ impl Schedule {
 
     fn arrived(&mut self, seq: u32, at: u64) {
         if let Some(t) = self.sent_at.get_mut(seq as usize) {
-            if *t != 0 {
-                self.rtts.push(at - *t);
-                *t = u64::MAX; // counted once
+            // 0: never sent; MAX: already answered (a duplicate is not a second RTT).
+            if *t != 0 && *t != u64::MAX {
+                self.rtts.push(at.saturating_sub(*t));
+                *t = u64::MAX;
             }
         }
     }
 
     fn done(&self, now: u64) -> bool {
-        let all_sent = self.next_seq_is_last();
+        let all_sent = self.all_sent();
         all_sent && (self.rtts.len() as u64 == self.count || now > self.last_send_ns + 200_000_000)
     }
 
-    fn next_seq_is_last(&self) -> bool {
-        self.sent_at.iter().all(|&t| t != 0)
+    fn all_sent(&self) -> bool {
+        self.sent == self.count
     }
 
     /// Nanoseconds until the next send, for a sleeping receiver.
     fn wait_ns(&self, now: u64) -> u64 {
-        if self.next_seq_is_last() {
+        if self.all_sent() {
             return 1_000_000;
         }
         self.next_ns.saturating_sub(now)
