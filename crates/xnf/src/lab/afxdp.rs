@@ -175,7 +175,7 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
             let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, &dev, XdpMode::Native)?;
             Ok((prog, set, xdp))
         })();
-        let (_prog, mut set, xdp) = match r {
+        let (prog, mut set, xdp) = match r {
             Ok(x) => x,
             Err(e) => {
                 let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
@@ -186,6 +186,9 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
         let mut nf = nf;
         set.run(nf.as_mut(), stop)?;
         drop(xdp); // no new frames while the UMEM is counted
+        // Out of the XSKMAP now: the map, freed later, would keep the
+        // socket bound and the next variant's bind would find the queue busy.
+        prog.del_socket(0)?;
         let acc = set.settled_accounting();
         ensure!(acc.balanced(), "AF_XDP UMEM accounting does not balance after the run: {acc:?}");
         Ok(())

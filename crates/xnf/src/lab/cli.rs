@@ -240,9 +240,24 @@ pub struct LatencyArgs {
     /// Write every RTT, the summaries and the clusters as JSON (input of `xnf lab report`).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Measure nothing: cluster the runs of a results file again (with this
+    /// --max-k and --seed) and print them.
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
 }
 
 pub fn latency(a: LatencyArgs) -> Result<()> {
+    if let Some(from) = &a.from {
+        let mut r = super::latency::LatencyResults::read(from)?;
+        anyhow::ensure!((2..=20).contains(&a.max_k), "--max-k {}: use 2..=20", a.max_k);
+        r.runs.iter_mut().for_each(|x| x.cluster = None);
+        r.clustering = super::latency::cluster(&mut r.runs, a.max_k, a.seed);
+        super::latency::print(&r);
+        if let Some(path) = &a.json {
+            r.write_json(path)?;
+        }
+        return Ok(());
+    }
     let ncpu = super::cpu::sample()?.len();
     let saturation_rates = a
         .saturation

@@ -141,16 +141,24 @@ pub fn silhouette(x: &[Vec<f64>], labels: &[usize], k: usize) -> f64 {
 
 /// The clustering with the best silhouette for k in 2..=max_k (and the score).
 pub fn choose_k(x: &[Vec<f64>], max_k: usize, seed: u64) -> Option<(Clustering, f64)> {
+    let (best, _) = choose_k_scored(x, max_k, seed);
+    best
+}
+
+/// [`choose_k`], also returning every k's silhouette.
+pub fn choose_k_scored(x: &[Vec<f64>], max_k: usize, seed: u64) -> (Option<(Clustering, f64)>, Vec<(usize, f64)>) {
     let mut rng = Rng::new(seed);
     let mut best: Option<(Clustering, f64)> = None;
+    let mut scores = Vec::new();
     for k in 2..=max_k.min(x.len().saturating_sub(1)) {
         let c = kmeans(x, k, 10, &mut rng);
         let s = silhouette(x, &c.labels, k);
+        scores.push((k, s));
         if best.as_ref().is_none_or(|(_, b)| s > *b) {
             best = Some((c, s));
         }
     }
-    best
+    (best, scores)
 }
 
 #[cfg(test)]

@@ -123,6 +123,10 @@ pub struct Cluster {
     pub p99_us: f64,
     /// Parameters with the same value in every member.
     pub always: Vec<(String, String)>,
+    /// Parameters with the same value in at least 80 % of the members (and
+    /// the share), those in `always` left out.
+    #[serde(default)]
+    pub mostly: Vec<(String, String, f64)>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -131,8 +135,50 @@ pub struct Clustering {
     pub criterion: String,
     pub k: usize,
     pub silhouette: f64,
+    /// The silhouette of every k tried.
+    #[serde(default)]
+    pub scores: Vec<(usize, f64)>,
     /// Best (lowest mean) first.
     pub clusters: Vec<Cluster>,
+}
+
+/// How one setting moves the delay: the median of the run medians of the
+/// AF_XDP runs with each of its values.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Effect {
+    pub param: String,
+    /// (value, runs, median of their medians in µs)
+    pub values: Vec<(String, usize, f64)>,
+}
+
+/// Every matrix setting's effect, the largest spread first.
+pub fn effects(runs: &[Run]) -> Vec<Effect> {
+    let afxdp: Vec<&Run> = runs.iter().filter(|r| r.config.method == Method::Afxdp && r.summary.n > 0).collect();
+    let mut out = Vec::new();
+    for param in ["busy_poll", "need_wakeup", "poll_fwd", "poll_recv", "batch"] {
+        let mut values: Vec<String> = afxdp.iter().filter_map(|r| r.config.params().into_iter().find(|(k, _)| *k == param).map(|(_, v)| v)).collect();
+        values.sort();
+        values.dedup();
+        if values.len() < 2 {
+            continue;
+        }
+        let values = values
+            .into_iter()
+            .map(|v| {
+                let mut m: Vec<f64> = afxdp.iter().filter(|r| r.config.params().iter().any(|(k, x)| *k == param && *x == v)).map(|r| r.summary.median).collect();
+                m.sort_by(|a, b| a.total_cmp(b));
+                let n = m.len();
+                (v, n, stats::quantile(&m, 0.5))
+            })
+            .collect();
+        out.push(Effect { param: param.into(), values });
+    }
+    let spread = |e: &Effect| {
+        let m: Vec<f64> = e.values.iter().map(|v| v.2).collect();
+        m.iter().copied().fold(f64::MIN, f64::max) - m.iter().copied().fold(f64::MAX, f64::min)
+    };
+    out.sort_by(|a, b| spread(b).total_cmp(&spread(a)));
+    out
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -172,7 +218,8 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
     }
     let rows: Vec<Vec<f64>> = idx.iter().map(|&i| runs[i].summary.features().to_vec()).collect();
     let z = kmeans::standardise(&rows);
-    let (c, score) = kmeans::choose_k(&z, max_k, seed)?;
+    let (best, scores) = kmeans::choose_k_scored(&z, max_k, seed);
+    let (c, score) = best?;
     // Renumber clusters by their mean RTT, best first.
     let mut order: Vec<usize> = (0..c.k).collect();
     let mean_of = |k: usize| {
@@ -193,20 +240,21 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
             let mean_us = members.iter().map(|r| r.summary.mean).sum::<f64>() / members.len().max(1) as f64;
             let pm = pooled.iter().sum::<f64>() / pooled.len().max(1) as f64;
             let std_us = (pooled.iter().map(|x| (x - pm).powi(2)).sum::<f64>() / pooled.len().saturating_sub(1).max(1) as f64).sqrt();
-            let params = members[0].config.params();
-            let always = params
-                .into_iter()
-                .filter(|(k, v)| members.iter().all(|m| m.config.params().iter().any(|(k2, v2)| k2 == k && v2 == v)))
-                .map(|(k, v)| (k.to_string(), v))
-                .collect();
-            Cluster { id, runs: members.len(), mean_us, std_us, median_us: stats::quantile(&sorted, 0.5), p99_us: stats::quantile(&sorted, 0.99), always }
+            let share = |k: &str, v: &str| members.iter().filter(|m| m.config.params().iter().any(|(k2, v2)| *k2 == k && v2 == v)).count() as f64 / members.len() as f64;
+            let mut values: Vec<(&'static str, String)> = members.iter().flat_map(|m| m.config.params()).collect();
+            values.sort();
+            values.dedup();
+            let always = values.iter().filter(|(k, v)| share(k, v) == 1.0).map(|(k, v)| (k.to_string(), v.clone())).collect();
+            let mostly = values.iter().map(|(k, v)| (k, v, share(k, v))).filter(|(_, _, f)| *f >= 0.8 && *f < 1.0).map(|(k, v, f)| (k.to_string(), v.clone(), f)).collect();
+            Cluster { id, runs: members.len(), mean_us, std_us, median_us: stats::quantile(&sorted, 0.5), p99_us: stats::quantile(&sorted, 0.99), always, mostly }
         })
         .collect();
     Some(Clustering {
-        features: ["mean", "median", "std", "q1", "q3"].map(String::from).to_vec(),
-        criterion: "mean silhouette (k-means, k-means++ seeding, 10 restarts, standardised features)".into(),
+        features: ["ln mean", "ln median", "ln std", "ln q1", "ln q3"].map(String::from).to_vec(),
+        criterion: "mean silhouette (k-means, k-means++ seeding, 10 restarts, features log-scaled then standardised)".into(),
         k: c.k,
         silhouette: score,
+        scores,
         clusters,
     })
 }
@@ -332,10 +380,35 @@ pub fn print(r: &LatencyResults) {
     }
     if let Some(c) = &r.clustering {
         println!("\nclusters of the AF_XDP runs (k = {} by {}; silhouette {:.2}; features: {}):", c.k, c.criterion, c.silhouette, c.features.join(", "));
-        println!("{:<8} {:>5} {:>9} {:>8} {:>8} {:>8}  parameters always present", "cluster", "runs", "mean µs", "std", "median", "p99");
+        println!("{:<8} {:>5} {:>9} {:>8} {:>8} {:>8}  parameters always present; [in most members]", "cluster", "runs", "mean µs", "std", "median", "p99");
         for k in &c.clusters {
             let always: Vec<String> = k.always.iter().filter(|(n, _)| n != "method" && n != "zero_copy").map(|(n, v)| format!("{n}={v}")).collect();
-            println!("c{:<7} {:>5} {:>9.1} {:>8.1} {:>8.1} {:>8.1}  {}", k.id, k.runs, k.mean_us, k.std_us, k.median_us, k.p99_us, if always.is_empty() { "(none)".into() } else { always.join(", ") });
+            let mostly: Vec<String> = k.mostly.iter().map(|(n, v, f)| format!("{n}={v} {:.0}%", f * 100.0)).collect();
+            println!(
+                "c{:<7} {:>5} {:>9.1} {:>8.1} {:>8.1} {:>8.1}  {}{}",
+                k.id,
+                k.runs,
+                k.mean_us,
+                k.std_us,
+                k.median_us,
+                k.p99_us,
+                if always.is_empty() { "(none)".into() } else { always.join(", ") },
+                if mostly.is_empty() { String::new() } else { format!("; [{}]", mostly.join(", ")) }
+            );
+        }
+    }
+    let eff = effects(&r.runs);
+    if !eff.is_empty() {
+        println!("\neffect of each AF_XDP setting (median of the run medians, µs; largest spread first):");
+        for e in &eff {
+            let v: Vec<String> = e.values.iter().map(|(v, n, m)| format!("{v}: {m:.1} ({n} runs)")).collect();
+            println!("  {:<12} {}", e.param, v.join("   "));
+        }
+    }
+    if let Some(c) = &r.clustering {
+        let s: Vec<String> = c.scores.iter().map(|(k, s)| format!("k={k}: {s:.2}")).collect();
+        if !s.is_empty() {
+            println!("silhouette by k: {}", s.join(", "));
         }
     }
     if !r.saturation.is_empty() {

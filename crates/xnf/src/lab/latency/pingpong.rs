@@ -321,24 +321,41 @@ fn afxdp_socket_config(c: &Config) -> SocketConfig {
     }
 }
 
+/// One side's AF_XDP socket behind the selector. Dropped in this order:
+/// the program detached, the socket taken out of the XSKMAP (a map entry
+/// holds the socket, and a map is freed only later: the next run's bind to
+/// the queue would find it busy), then the socket closed.
+struct Side {
+    xdp: Option<XdpLink>,
+    set: XskSet,
+    prog: AfxdpProgram,
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        drop(self.xdp.take());
+        let _ = self.prog.del_socket(0);
+    }
+}
+
 /// The selector taking UDP to port 9 to queue 0's socket, attached to `dev`.
-fn afxdp_side(dev: &str, c: &Config, wait: Wait) -> Result<(AfxdpProgram, XskSet, XdpLink)> {
+fn afxdp_side(dev: &str, c: &Config, wait: Wait) -> Result<Side> {
     let link = crate::netlink::link_by_name(dev)?;
     let prog = AfxdpProgram::load()?;
     prog.set_rules(&[Rule { proto: Some(17), dport: Some((PROBE_PORT, PROBE_PORT)), ..Default::default() }])?;
     let set = XskSet::new(UmemConfig { frame_size: 4096, frame_count: 2048, headroom: 0 }, &afxdp_socket_config(c), RunConfig { batch: c.batch, wait }, &[(link.ifindex, dev.to_string(), 0)])?;
     prog.add_socket(0, set.sockets()[0].fd())?;
     let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, dev, XdpMode::Native)?;
-    Ok((prog, set, xdp))
+    Ok(Side { xdp: Some(xdp), set, prog })
 }
 
 fn forwarder_body(c: &Config, dev: &str, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), String>>) -> Result<()> {
     match c.method {
         Method::Afxdp => {
             let wait = if c.poll_fwd { Wait::Poll { timeout_ms: 50 } } else { Wait::Spin };
-            let (_prog, mut set, _xdp) = afxdp_side(dev, c, wait)?;
+            let mut side = afxdp_side(dev, c, wait)?;
             let _ = ready.send(Ok(()));
-            set.run(&mut L2Fwd, stop)
+            side.set.run(&mut L2Fwd, stop)
         }
         Method::Udp => {
             let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::from(FWD_ADDR), ECHO_PORT)).context("binding the UDP echo")?;
@@ -450,11 +467,11 @@ fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Rec
     let mut sched = Schedule::new(interval_ns, count);
     match c.method {
         Method::Afxdp => {
-            let (_prog, mut set, _xdp) = afxdp_side(&p.ping_if, c, Wait::Spin)?;
-            let fd = set.sockets()[0].fd().try_clone_to_owned()?;
+            let mut side = afxdp_side(&p.ping_if, c, Wait::Spin)?;
+            let fd = side.set.sockets()[0].fd().try_clone_to_owned()?;
             let mut nf = AfxdpPinger { sched, path: p };
             loop {
-                let work = set.step(&mut nf)?;
+                let work = side.set.step(&mut nf)?;
                 let now = now_ns();
                 if nf.sched.done(now) {
                     break;

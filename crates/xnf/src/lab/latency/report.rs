@@ -74,7 +74,7 @@ pub fn render(r: &LatencyResults) -> String {
     if let Some(c) = &r.clustering {
         let _ = write!(
             h,
-            "<section>\n<h2>Clusters of the AF_XDP runs (Table I)</h2>\n<p>k = {} chosen by {}; silhouette {:.2}; features: {}. RTT in µs.</p>\n<table>\n<tr><th>cluster</th><th>runs</th><th>mean</th><th>std</th><th>median</th><th>p99</th><th>parameters always present</th></tr>\n",
+            "<section>\n<h2>Clusters of the AF_XDP runs (Table I)</h2>\n<p>k = {} chosen by {}; silhouette {:.2}; features: {}. RTT in µs.</p>\n<table>\n<tr><th>cluster</th><th>runs</th><th>mean</th><th>std</th><th>median</th><th>p99</th><th>parameters always present</th><th>in ≥ 80 % of members</th></tr>\n",
             c.k,
             esc(&c.criterion),
             c.silhouette,
@@ -82,16 +82,18 @@ pub fn render(r: &LatencyResults) -> String {
         );
         for k in &c.clusters {
             let always: Vec<String> = k.always.iter().filter(|(n, _)| n != "method").map(|(n, v)| format!("{n}={v}")).collect();
+            let mostly: Vec<String> = k.mostly.iter().map(|(n, v, f)| format!("{n}={v} ({:.0} %)", f * 100.0)).collect();
             let _ = writeln!(
                 h,
-                "<tr><td>c{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td></tr>",
+                "<tr><td>c{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
                 k.id,
                 k.runs,
                 k.mean_us,
                 k.std_us,
                 k.median_us,
                 k.p99_us,
-                esc(&always.join(", "))
+                esc(&always.join(", ")),
+                esc(&mostly.join(", "))
             );
         }
         h += "</table>\n<div class=\"charts\">\n";
@@ -112,6 +114,16 @@ pub fn render(r: &LatencyResults) -> String {
             let _ = writeln!(h, "<figure>{}</figure>", ch.render());
         }
         h += "</div>\n</section>\n";
+    }
+
+    let eff = super::effects(&r.runs);
+    if !eff.is_empty() {
+        h += "<section>\n<h2>Effect of each AF_XDP setting</h2>\n<p>Median of the run medians (µs) of the runs with each value; largest spread first.</p>\n<table>\n<tr><th>setting</th><th>values</th></tr>\n";
+        for e in &eff {
+            let v: Vec<String> = e.values.iter().map(|(v, n, m)| format!("{v}: {m:.1} µs ({n} runs)")).collect();
+            let _ = writeln!(h, "<tr><td>{}</td><td>{}</td></tr>", esc(&e.param), esc(&v.join(" · ")));
+        }
+        h += "</table>\n</section>\n";
     }
 
     // Every configuration, best median first, repeats pooled.

@@ -54,9 +54,13 @@ impl Summary {
     }
 
     /// What the clustering looks at: mean, median, standard deviation and
-    /// the quartiles — not min and max, which single outliers decide (seed 002 §VI).
+    /// the quartiles — not min and max, which single outliers decide (seed
+    /// 002 §VI) — on a log scale: RTTs here are right-skewed with rare
+    /// millisecond tails (a shared 2-vCPU guest), so a 2× difference should
+    /// weigh the same at 6 µs as at 30 µs, and one 3 ms outlier should not
+    /// decide a run's standard deviation, and with it its cluster, alone.
     pub fn features(&self) -> [f64; 5] {
-        [self.mean, self.median, self.std, self.q1, self.q3]
+        [self.mean, self.median, self.std, self.q1, self.q3].map(|x| x.max(1e-3).ln())
     }
 }
 
