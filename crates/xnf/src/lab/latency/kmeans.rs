@@ -145,8 +145,11 @@ pub fn choose_k(x: &[Vec<f64>], max_k: usize, seed: u64) -> Option<(Clustering, 
     best
 }
 
+/// The best clustering with its silhouette, and every k's silhouette.
+pub type Scored = (Option<(Clustering, f64)>, Vec<(usize, f64)>);
+
 /// [`choose_k`], also returning every k's silhouette.
-pub fn choose_k_scored(x: &[Vec<f64>], max_k: usize, seed: u64) -> (Option<(Clustering, f64)>, Vec<(usize, f64)>) {
+pub fn choose_k_scored(x: &[Vec<f64>], max_k: usize, seed: u64) -> Scored {
     let mut rng = Rng::new(seed);
     let mut best: Option<(Clustering, f64)> = None;
     let mut scores = Vec::new();
