@@ -80,6 +80,17 @@ mod tests {
     }
 
     #[test]
+    fn accounting_balances_only_when_every_frame_is_placed() {
+        let a = super::Accounting { total: 100, free: 40, fill: 50, rx: 4, tx: 3, completion: 3, kernel_pool: 0, kernel_dropped: false };
+        assert!(a.balanced());
+        let lost = super::Accounting { free: 39, kernel_pool: 1, ..a };
+        assert!(!lost.balanced(), "a frame missing without receive drops is a leak");
+        assert!(super::Accounting { kernel_dropped: true, ..lost }.balanced(), "after drops the kernel's pool may keep one");
+        let many = super::Accounting { free: 0, kernel_pool: 40, kernel_dropped: true, ..a };
+        assert!(!many.balanced(), "more than one per CPU is a leak even after drops");
+    }
+
+    #[test]
     fn l2fwd_swaps_macs() {
         let mut f = PacketBuilder::ethernet(mac(1), mac(2)).ethertype(0x88b5).payload(&[7; 50]).build();
         nfs::swap_macs(&mut f);

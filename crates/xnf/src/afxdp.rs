@@ -160,6 +160,8 @@ pub struct UmemReport {
     pub rx: usize,
     pub tx: usize,
     pub completion: usize,
+    /// In the kernel's buffer pool after receive drops (see xnf_afxdp::Accounting).
+    pub kernel_pool: usize,
     /// Every frame is in exactly one place: nothing leaked.
     pub balanced: bool,
 }
@@ -357,7 +359,16 @@ pub fn run(a: RunArgs) -> Result<()> {
             })
             .collect::<Result<_>>()?,
         selector: Reason::ALL.iter().map(|r| (r.name().to_string(), stats.get(*r))).collect(),
-        umem: UmemReport { frames: acc.total, free: acc.free, fill: acc.fill, rx: acc.rx, tx: acc.tx, completion: acc.completion, balanced: acc.balanced() },
+        umem: UmemReport {
+            frames: acc.total,
+            free: acc.free,
+            fill: acc.fill,
+            rx: acc.rx,
+            tx: acc.tx,
+            completion: acc.completion,
+            kernel_pool: acc.kernel_pool,
+            balanced: acc.balanced(),
+        },
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -431,5 +442,15 @@ fn print_report(r: &Report) {
     let sel: Vec<String> = r.selector.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
     println!("  selector: {}", if sel.is_empty() { "nothing".into() } else { sel.join(", ") });
     let u = &r.umem;
-    println!("  UMEM: {} frames = free {} + fill {} + rx {} + tx {} + completion {}: {}", u.frames, u.free, u.fill, u.rx, u.tx, u.completion, if u.balanced { "balanced" } else { "LEAKED" });
+    println!(
+        "  UMEM: {} frames = free {} + fill {} + rx {} + tx {} + completion {} + kernel pool after drops {}: {}",
+        u.frames,
+        u.free,
+        u.fill,
+        u.rx,
+        u.tx,
+        u.completion,
+        u.kernel_pool,
+        if u.balanced { "balanced" } else { "LEAKED" }
+    );
 }

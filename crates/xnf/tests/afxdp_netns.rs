@@ -63,6 +63,7 @@ fn report(child: Child) -> Value {
     assert_eq!(u["balanced"], true, "UMEM frames leaked: {u}");
     let sum: u64 = ["free", "fill", "rx", "tx", "completion"].iter().map(|k| u[k].as_u64().unwrap()).sum();
     assert_eq!(sum, u["frames"].as_u64().unwrap(), "accounting: {u}");
+    assert_eq!(u["kernel_pool"], 0, "no receive drops at these rates, so no frame in the kernel's pool: {u}");
     r
 }
 

@@ -2,46 +2,30 @@
 //! before anything is built; a short run measures every variant, the loss
 //! locations add up, the ratios are there, and nothing is left behind.
 
-use std::process::{Command, Output, Stdio};
 
 mod common;
-use common::namespaces_of;
+use common::{assert_lab_refuses, lab, namespaces_of};
 
-fn lab_afxdp(args: &[&str]) -> (Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_xnf"))
-        .args(["lab", "afxdp"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running xnf lab afxdp");
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
 
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
-    for (args, want, status) in [
-        (&["--size", "63"][..], "--size 63", 1),
-        (&["--size", "imix"][..], "--size imix", 1),
-        (&["--batch", "0"][..], "--batch 0", 1),
-        (&["--runs", "0"][..], "--runs", 1),
-        (&["--cpu", "999"][..], "--cpu 999", 1),
-        (&["--variants", "dpdk"][..], "--variants", 2),
-    ] {
-        let (out, pid) = lab_afxdp(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: {err}");
-        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
-    }
+    assert_lab_refuses(
+        "afxdp",
+        &[
+            (&["--size", "63"][..], "--size 63", 1),
+            (&["--size", "imix"][..], "--size imix", 1),
+            (&["--batch", "0"][..], "--batch 0", 1),
+            (&["--runs", "0"][..], "--runs", 1),
+            (&["--cpu", "999"][..], "--cpu 999", 1),
+            (&["--variants", "dpdk"][..], "--variants", 2),
+        ],
+    );
 }
 
 #[test]
 fn a_short_run_measures_every_variant_and_leaves_nothing() {
     let json = std::env::temp_dir().join(format!("xnf-lab-afxdp-{}.json", std::process::id()));
-    let (out, pid) = lab_afxdp(&["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab("afxdp", &["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));

@@ -3,50 +3,35 @@
 //! chain length, says where frames were lost, shows that dut's kernel
 //! forwarded nothing for xnf, and leaves nothing behind — also on Ctrl-C.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 mod common;
-use common::namespaces_of;
+use common::{assert_lab_refuses, lab, namespaces_of};
 
-fn lab_chain(args: &[&str]) -> (Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_xnf"))
-        .args(["lab", "chain"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running xnf lab chain");
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
 
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
     // (arguments, what the message must say, exit status: 2 = usage, 1 = refused)
-    for (args, want, status) in [
-        (&["--length", "0"][..], "--length 0", 1),
-        (&["--length", "9"][..], "--length 9: a chain has 1..=8 NFs (max 8)", 1),
-        (&["--length", "1,1"][..], "--length 1 is listed twice", 1),
-        (&["--length", "x"][..], "--length", 2),
-        (&["--flows", "0"][..], "--flows 0", 1),
-        (&["--size", "63"][..], "--size 63", 1),
-        (&["--runs", "0"][..], "--runs", 1),
-        (&["--cpu", "999"][..], "--cpu 999", 1),
-        (&["--variants", "kernel"][..], "--variants", 2),
-    ] {
-        let (out, pid) = lab_chain(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: {err}");
-        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
-    }
+    assert_lab_refuses(
+        "chain",
+        &[
+            (&["--length", "0"][..], "--length 0", 1),
+            (&["--length", "9"][..], "--length 9: a chain has 1..=8 NFs (max 8)", 1),
+            (&["--length", "1,1"][..], "--length 1 is listed twice", 1),
+            (&["--length", "x"][..], "--length", 2),
+            (&["--flows", "0"][..], "--flows 0", 1),
+            (&["--size", "63"][..], "--size 63", 1),
+            (&["--runs", "0"][..], "--runs", 1),
+            (&["--cpu", "999"][..], "--cpu 999", 1),
+            (&["--variants", "kernel"][..], "--variants", 2),
+        ],
+    );
 }
 
 #[test]
 fn a_short_run_measures_every_variant_and_length_and_leaves_nothing() {
     let json = std::env::temp_dir().join(format!("xnf-lab-chain-{}.json", std::process::id()));
-    let (out, pid) = lab_chain(&["--length", "1,2", "--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab("chain", &["--length", "1,2", "--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("by chain length"), "{stdout}");

@@ -2,64 +2,49 @@
 //! a failing status before anything is built; good input sends, verifies,
 //! writes JSON and leaves nothing behind.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 mod common;
-use common::namespaces_of;
+use common::{assert_lab_refuses, lab, namespaces_of};
 
-fn gen(args: &[&str]) -> (Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_xnf"))
-        .args(["lab", "gen"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running xnf lab gen");
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
 
 #[test]
 fn bad_input_is_refused_with_one_line_and_a_failing_status() {
     // (arguments, what the message must say, exit status: 2 = usage, 1 = refused)
-    for (args, want, status) in [
-        (&["--rate", "0"][..], "omit --rate", 2),
-        (&["--rate", "-5"][..], "omit --rate", 2),
-        (&["--size", "63"][..], "63 bytes is not an Ethernet frame size: 64..=1518", 2),
-        (&["--size", "1519"][..], "1519 bytes is not an Ethernet frame size", 2),
-        (&["--size", "-5"][..], "-5 bytes is not an Ethernet frame size", 2),
-        (&["--size", "big"][..], "or imix", 2),
-        (&["--count", "0"][..], "at least 1", 2),
-        (&["--count", "-3"][..], "at least 1", 2),
-        (&["--flows", "0"][..], "at least 1", 2),
-        (&["--seconds", "0"][..], "positive number of seconds", 2),
-        (&["--cpus", "a"][..], "not a CPU number", 2),
-        (&["--cpus", "0,0"][..], "listed twice", 2),
-        (&["--tcp", "fin"][..], "fin", 2),
-        (&["--flows", "3", "--sports", "3"][..], "cannot be used with", 2),
-        (&["--flows", "70000"][..], "--flows 70000: more flows than the source-port range allows (64512 ports, 1024..65535)", 1),
-        (&["--sports", "64513"][..], "more flows than the source-port range allows", 1),
-        (&["--dports", "65528"][..], "more than the destination-port range allows", 1),
-        (&["--ipv6", "--size", "64"][..], "at least 66 bytes", 1),
-        (&["--ipv6", "--tcp", "--size", "66"][..], "at least 78 bytes", 1),
-        (&["--cpus", "0,999"][..], "CPU 999 does not exist", 1),
-        (&["--dsts", "10", "--dst-base", "10.0.0.1"][..], "lab's ranges", 1),
-        (&["--dst-list", "/nonexistent/xnf-targets"][..], "reading --dst-list", 1),
-        (&["--frobnicate"][..], "--frobnicate", 2),
-    ] {
-        let (out, pid) = gen(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: {err}");
-        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
-    }
+    assert_lab_refuses(
+        "gen",
+        &[
+            (&["--rate", "0"][..], "omit --rate", 2),
+            (&["--rate", "-5"][..], "omit --rate", 2),
+            (&["--size", "63"][..], "63 bytes is not an Ethernet frame size: 64..=1518", 2),
+            (&["--size", "1519"][..], "1519 bytes is not an Ethernet frame size", 2),
+            (&["--size", "-5"][..], "-5 bytes is not an Ethernet frame size", 2),
+            (&["--size", "big"][..], "or imix", 2),
+            (&["--count", "0"][..], "at least 1", 2),
+            (&["--count", "-3"][..], "at least 1", 2),
+            (&["--flows", "0"][..], "at least 1", 2),
+            (&["--seconds", "0"][..], "positive number of seconds", 2),
+            (&["--cpus", "a"][..], "not a CPU number", 2),
+            (&["--cpus", "0,0"][..], "listed twice", 2),
+            (&["--tcp", "fin"][..], "fin", 2),
+            (&["--flows", "3", "--sports", "3"][..], "cannot be used with", 2),
+            (&["--flows", "70000"][..], "--flows 70000: more flows than the source-port range allows (64512 ports, 1024..65535)", 1),
+            (&["--sports", "64513"][..], "more flows than the source-port range allows", 1),
+            (&["--dports", "65528"][..], "more than the destination-port range allows", 1),
+            (&["--ipv6", "--size", "64"][..], "at least 66 bytes", 1),
+            (&["--ipv6", "--tcp", "--size", "66"][..], "at least 78 bytes", 1),
+            (&["--cpus", "0,999"][..], "CPU 999 does not exist", 1),
+            (&["--dsts", "10", "--dst-base", "10.0.0.1"][..], "lab's ranges", 1),
+            (&["--dst-list", "/nonexistent/xnf-targets"][..], "reading --dst-list", 1),
+            (&["--frobnicate"][..], "--frobnicate", 2),
+        ],
+    );
 }
 
 #[test]
 fn sends_verifies_and_writes_json() {
     let json = std::env::temp_dir().join(format!("xnf-gen-{}.json", std::process::id()));
-    let (out, pid) = gen(&["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab("gen", &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("verified: every frame arrived"), "{stdout}");
@@ -78,7 +63,7 @@ fn sends_verifies_and_writes_json() {
 
 #[test]
 fn through_an_xnf_dut_every_frame_arrives() {
-    let (out, pid) = gen(&["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify"]);
+    let (out, pid) = lab("gen", &["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("verified: every frame arrived"), "{stdout}");

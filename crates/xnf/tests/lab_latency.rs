@@ -4,41 +4,26 @@
 //! sweep, the timestamp overhead, a report that draws it — and nothing
 //! left behind. Timing is not asserted (that is the benchmark's job).
 
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 mod common;
-use common::namespaces_of;
+use common::{assert_lab_refuses, lab, namespaces_of};
 
-fn lab_latency(args: &[&str]) -> (Output, u32) {
-    let child = Command::new(env!("CARGO_BIN_EXE_xnf"))
-        .args(["lab", "latency"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running xnf lab latency");
-    let pid = child.id();
-    (child.wait_with_output().unwrap(), pid)
-}
 
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
-    for (args, want, status) in [
-        (&["--rate", "0"][..], "--rate 0", 1),
-        (&["--count", "1"][..], "--count 1", 1),
-        (&["--batch", "0"][..], "--batch 0", 1),
-        (&["--max-k", "1"][..], "--max-k 1", 1),
-        (&["--saturation", "fast"][..], "--saturation fast", 1),
-        (&["--ping-cpu", "99"][..], "--ping-cpu 99", 1),
-        (&["--repeats", "x"][..], "--repeats", 2),
-    ] {
-        let (out, pid) = lab_latency(args);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
-        assert!(err.contains(want), "{args:?}: {err}");
-        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
-    }
+    assert_lab_refuses(
+        "latency",
+        &[
+            (&["--rate", "0"][..], "--rate 0", 1),
+            (&["--count", "1"][..], "--count 1", 1),
+            (&["--batch", "0"][..], "--batch 0", 1),
+            (&["--max-k", "1"][..], "--max-k 1", 1),
+            (&["--saturation", "fast"][..], "--saturation fast", 1),
+            (&["--ping-cpu", "99"][..], "--ping-cpu 99", 1),
+            (&["--repeats", "x"][..], "--repeats", 2),
+        ],
+    );
 }
 
 #[test]
@@ -46,7 +31,7 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
     let dir = std::env::temp_dir();
     let json = dir.join(format!("xnf-lab-latency-{}.json", std::process::id()));
     let html = json.with_extension("html");
-    let (out, pid) = lab_latency(&["--repeats", "1", "--count", "60", "--batch", "1", "--saturation", "20000", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab("latency", &["--repeats", "1", "--count", "60", "--batch", "1", "--saturation", "20000", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));

@@ -18,7 +18,7 @@
 //! so, unlike the other veth experiments, frames can be lost here when the
 //! application falls behind (its ring or socket buffer overflows).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -282,32 +282,15 @@ fn udp_app(dut: &Netns, cpu: usize, o: &Options) -> Result<App> {
 
 /// An AF_PACKET socket on `dev`: receive, swap MACs, send back.
 fn afpacket_app(dut: &Netns, dev: &str, cpu: usize, o: &Options) -> Result<App> {
-    let ifindex = dut.ifindex(dev)?;
-    let (spin, batch) = (o.spin, o.batch as usize);
+    let (dev, spin, batch) = (dev.to_string(), o.spin, o.batch as usize);
     spawn_app(dut, cpu, move |stop, count, ready| {
-        let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
-        // SAFETY: plain socket(2).
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto) };
-        if raw < 0 {
-            let e = std::io::Error::last_os_error();
-            let _ = ready.send(Err(anyhow::anyhow!("AF_PACKET socket: {e}")));
-            bail!("AF_PACKET socket: {e}");
-        }
-        // SAFETY: a new fd we own.
-        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: zeroed sockaddr_ll, then the fields bind needs.
-        let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sa.sll_family = libc::AF_PACKET as u16;
-        sa.sll_protocol = proto as u16;
-        sa.sll_ifindex = ifindex as i32;
-        // SAFETY: sa is a valid sockaddr_ll.
-        if unsafe { libc::bind(sock.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) } < 0 {
-            let e = std::io::Error::last_os_error();
-            let _ = ready.send(Err(anyhow::anyhow!("binding AF_PACKET: {e}")));
-            bail!("binding AF_PACKET: {e}");
-        }
-        // Not our own sends back (PACKET_IGNORE_OUTGOING, Linux 4.20).
-        set_int_opt(&sock, libc::SOL_PACKET, 23, 1);
+        let sock = match super::latency::pingpong::packet_socket(&dev) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
+                return Err(e);
+            }
+        };
         set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20);
         set_timeout(&sock, spin);
         let _ = ready.send(Ok(None));

@@ -219,3 +219,30 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Runs `xnf lab EXPERIMENT args...` to the end: its output and its pid
+/// (the lab's namespaces are named after it).
+pub fn lab(experiment: &str, args: &[&str]) -> (Output, u32) {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xnf"))
+        .args(["lab", experiment])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running xnf lab {experiment}: {e}"));
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+/// Each case — (arguments, what the one-line message must say, exit
+/// status: 2 = usage, 1 = refused) — is refused before anything is built.
+pub fn assert_lab_refuses(experiment: &str, cases: &[(&[&str], &str, i32)]) {
+    for (args, want, status) in cases {
+        let (out, pid) = lab(experiment, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*status), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
+    }
+}

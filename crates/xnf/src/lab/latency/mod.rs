@@ -205,6 +205,35 @@ impl LatencyResults {
     }
 }
 
+/// One configuration over its repeats.
+pub struct ConfigRow<'a> {
+    pub label: &'a str,
+    /// Of every RTT of every repeat.
+    pub summary: Summary,
+    pub lost: u64,
+    pub cluster: Option<usize>,
+}
+
+/// The runs by configuration (repeats pooled), lowest median first.
+pub fn by_config(runs: &[Run]) -> Vec<ConfigRow<'_>> {
+    let mut labels: Vec<&str> = Vec::new();
+    for run in runs {
+        if !labels.contains(&run.label.as_str()) {
+            labels.push(&run.label);
+        }
+    }
+    let mut rows: Vec<ConfigRow> = labels
+        .into_iter()
+        .map(|label| {
+            let of: Vec<&Run> = runs.iter().filter(|x| x.label == label).collect();
+            let all: Vec<u64> = of.iter().flat_map(|x| x.rtts_ns.iter().copied()).collect();
+            ConfigRow { label, summary: Summary::of_ns(&all), lost: of.iter().map(|x| x.lost).sum(), cluster: of[0].cluster }
+        })
+        .collect();
+    rows.sort_by(|a, b| a.summary.median.total_cmp(&b.summary.median));
+    rows
+}
+
 /// Pooled RTTs (µs) of some runs.
 pub fn pooled_us<'a>(runs: impl Iterator<Item = &'a Run>) -> Vec<f64> {
     runs.flat_map(|r| r.rtts_ns.iter().map(|&n| n as f64 / 1000.0)).collect()
@@ -356,22 +385,8 @@ pub fn print(r: &LatencyResults) {
     println!("\nxnf lab latency — kernel {}, {} × {}, xnf {}", r.machine.kernel, r.machine.cores, r.machine.cpu_model, r.machine.xnf_version);
     println!("RTT in µs over {} probes per run at {} probes/s; {} repeats\n", r.options.count, r.options.rate, r.options.repeats);
     println!("{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5}", "configuration", "mean", "median", "std", "q1", "q3", "p99", "p99.9", "max", "lost");
-    let mut labels: Vec<&str> = Vec::new();
-    for run in &r.runs {
-        if !labels.contains(&run.label.as_str()) {
-            labels.push(&run.label);
-        }
-    }
-    let mut rows: Vec<(&str, Summary, u64, Option<usize>)> = labels
-        .iter()
-        .map(|l| {
-            let of: Vec<&Run> = r.runs.iter().filter(|x| x.label == *l).collect();
-            let s = Summary::of_ns(&of.iter().flat_map(|x| x.rtts_ns.iter().copied()).collect::<Vec<_>>());
-            (*l, s, of.iter().map(|x| x.lost).sum(), of[0].cluster)
-        })
-        .collect();
-    rows.sort_by(|a, b| a.1.median.total_cmp(&b.1.median));
-    for (l, s, lost, c) in &rows {
+    let rows = by_config(&r.runs);
+    for ConfigRow { label: l, summary: s, lost, cluster: c } in &rows {
         let l = match c {
             Some(c) => format!("{l} [c{c}]"),
             None => l.to_string(),

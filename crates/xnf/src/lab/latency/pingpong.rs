@@ -400,8 +400,9 @@ fn set_blocking(fd: BorrowedFd<'_>, blocking: bool) {
     }
 }
 
-/// An AF_PACKET raw socket bound to `dev`, ignoring its own sends.
-fn packet_socket(dev: &str) -> Result<OwnedFd> {
+/// An AF_PACKET raw socket bound to `dev` (in this thread's namespace),
+/// ignoring its own sends (PACKET_IGNORE_OUTGOING, Linux 4.20).
+pub fn packet_socket(dev: &str) -> Result<OwnedFd> {
     let ifindex = crate::netlink::link_by_name(dev)?.ifindex;
     let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
     // SAFETY: plain socket(2).

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 
 use super::stats::{kde, quantile, Summary};
-use super::{pooled_us, LatencyResults, Run};
+use super::{pooled_us, LatencyResults};
 use crate::lab::report::svg::{Chart, Pt, Scale, Series, Style};
 use crate::lab::report::{esc, fmt_date, kv_table, option_rows, CSS, PALETTE};
 
@@ -127,24 +127,10 @@ pub fn render(r: &LatencyResults) -> String {
     }
 
     // Every configuration, best median first, repeats pooled.
-    let mut labels: Vec<&str> = Vec::new();
-    for run in &r.runs {
-        if !labels.contains(&run.label.as_str()) {
-            labels.push(&run.label);
-        }
-    }
-    let mut rows: Vec<(&str, Summary, u64, Option<usize>)> = labels
-        .iter()
-        .map(|l| {
-            let of: Vec<&Run> = r.runs.iter().filter(|x| x.label == *l).collect();
-            let all: Vec<u64> = of.iter().flat_map(|x| x.rtts_ns.iter().copied()).collect();
-            (*l, Summary::of_ns(&all), of.iter().map(|x| x.lost).sum(), of[0].cluster)
-        })
-        .collect();
-    rows.sort_by(|a, b| a.1.median.total_cmp(&b.1.median));
+    let rows = super::by_config(&r.runs);
     let _ = write!(h, "<section>\n<h2>Every configuration (repeats pooled, µs)</h2>\n<table>\n<tr><th>configuration</th>{SUMMARY_HEAD}<th>lost</th><th>cluster</th></tr>\n");
-    for (l, s, lost, c) in &rows {
-        h += &summary_row(l, s, &format!("<td>{lost}</td><td>{}</td>", c.map_or("—".into(), |c| format!("c{c}"))));
+    for row in &rows {
+        h += &summary_row(row.label, &row.summary, &format!("<td>{}</td><td>{}</td>", row.lost, row.cluster.map_or("—".into(), |c| format!("c{c}"))));
     }
     h += "</table>\n</section>\n";
 
