@@ -223,25 +223,18 @@ impl XskSet {
     /// Runs `nf` until `stop` is set, then drains: every frame handed to a
     /// TX ring is waited for (up to a second) so the accounting balances.
     pub fn run(&mut self, nf: &mut dyn NetworkFunction, stop: &AtomicBool) -> Result<()> {
-        let receives = nf.receives();
         while !stop.load(Ordering::Relaxed) {
-            let mut busy = false;
-            for i in 0..self.sockets.len() {
-                busy |= self.complete(i) > 0;
-                if receives {
-                    self.refill(i)?;
-                    busy |= self.receive(i, nf)? > 0;
-                }
-                busy |= self.emit(i, nf)? > 0;
-            }
-            if !busy {
+            if self.step(nf)? == 0 {
                 self.wait()?;
             }
         }
         self.drain()
     }
 
-    /// One round without waiting (for tests and callers with their own loop).
+    /// One round over every socket without waiting: completions reaped,
+    /// FILL topped up, a batch received and processed, the NF's packets
+    /// emitted. Returns the frames moved (0: idle). For callers with their
+    /// own loop (a pinger timing its sends, say).
     pub fn step(&mut self, nf: &mut dyn NetworkFunction) -> Result<usize> {
         let mut n = 0;
         for i in 0..self.sockets.len() {
@@ -424,7 +417,14 @@ impl XskSet {
         match self.run.wait {
             Wait::Spin => std::hint::spin_loop(),
             Wait::Poll { timeout_ms } => {
-                let mut fds: Vec<libc::pollfd> = self.sockets.iter().map(|s| libc::pollfd { fd: s.fd().as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+                // POLLOUT too while frames are out: a generator whose TX ring
+                // is full sleeps until the kernel has made room.
+                let mut fds: Vec<libc::pollfd> = self
+                    .sockets
+                    .iter()
+                    .zip(&self.outstanding)
+                    .map(|(s, &out)| libc::pollfd { fd: s.fd().as_raw_fd(), events: libc::POLLIN | if out > 0 { libc::POLLOUT } else { 0 }, revents: 0 })
+                    .collect();
                 // SAFETY: fds is a valid array of pollfd.
                 let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
                 if rc < 0 {
