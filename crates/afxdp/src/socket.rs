@@ -232,7 +232,22 @@ impl Socket {
         Err(bind_error(&e, m, ifname, queue, cfg))
     }
 
+    /// Binds to the queue. A socket just closed on that queue keeps it busy
+    /// for a moment (the kernel releases the queue's buffer pool from a
+    /// work queue), so EBUSY is retried for up to a second before it counts.
     fn bind(&self, flags: u16, shared_fd: Option<RawFd>) -> io::Result<()> {
+        let t0 = std::time::Instant::now();
+        loop {
+            match self.bind_once(flags, shared_fd) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && t0.elapsed() < std::time::Duration::from_secs(1) => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn bind_once(&self, flags: u16, shared_fd: Option<RawFd>) -> io::Result<()> {
         let sa = libc::sockaddr_xdp {
             sxdp_family: libc::AF_XDP as u16,
             sxdp_flags: flags,
