@@ -132,29 +132,29 @@ impl Drop for App {
     }
 }
 
+type Ready = mpsc::Sender<Result<Option<Arc<Counters>>>>;
+
+/// Passes a set-up result through, telling the waiting spawner first when it failed.
+fn or_report<T>(r: Result<T>, ready: &Ready) -> Result<T> {
+    if let Err(e) = &r {
+        let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
+    }
+    r
+}
+
 /// Runs `body` on a new thread in `ns`, pinned to `cpu`; `body` reports
 /// readiness (or its set-up error) through the channel before its loop.
 fn spawn_app<F>(ns: &Netns, cpu: usize, body: F) -> Result<App>
 where
-    F: FnOnce(&AtomicBool, &AtomicU64, &mpsc::Sender<Result<Option<Arc<Counters>>>>) -> Result<()> + Send + 'static,
+    F: FnOnce(&AtomicBool, &AtomicU64, &Ready) -> Result<()> + Send + 'static,
 {
-    let file = std::fs::File::open(ns.path()).context("opening dut's namespace")?;
+    let enter = super::latency::pingpong::pinned_in(ns, cpu)?;
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel();
     let (s2, c2) = (stop.clone(), count.clone());
     let handle = std::thread::spawn(move || -> Result<()> {
-        let setup = (|| -> Result<()> {
-            nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).context("entering dut's namespace")?;
-            let mut set = nix::sched::CpuSet::new();
-            set.set(cpu)?;
-            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).with_context(|| format!("pinning the application to CPU {cpu}"))?;
-            Ok(())
-        })();
-        if let Err(e) = setup {
-            let _ = tx.send(Err(anyhow::anyhow!("{e:#}")));
-            return Err(e);
-        }
+        or_report(enter(), &tx)?;
         body(&s2, &c2, &tx)
     });
     let counters = rx.recv().context("the application thread ended before it was ready")??;
@@ -175,13 +175,7 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
             let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, &dev, XdpMode::Native)?;
             Ok((prog, set, xdp))
         })();
-        let (prog, mut set, xdp) = match r {
-            Ok(x) => x,
-            Err(e) => {
-                let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
-                return Err(e);
-            }
-        };
+        let (prog, mut set, xdp) = or_report(r, ready)?;
         let _ = ready.send(Ok(Some(set.counters()[0].clone())));
         let mut nf = nf;
         set.run(nf.as_mut(), stop)?;
@@ -261,13 +255,7 @@ impl MsgBatch {
 fn udp_app(dut: &Netns, cpu: usize, o: &Options) -> Result<App> {
     let (spin, batch) = (o.spin, o.batch as usize);
     spawn_app(dut, cpu, move |stop, count, ready| {
-        let sock = match std::net::UdpSocket::bind("0.0.0.0:9") {
-            Ok(s) => OwnedFd::from(s),
-            Err(e) => {
-                let _ = ready.send(Err(anyhow::anyhow!("binding UDP port 9 in dut: {e}")));
-                bail!("binding UDP port 9 in dut: {e}");
-            }
-        };
+        let sock = OwnedFd::from(or_report(std::net::UdpSocket::bind("0.0.0.0:9").context("binding UDP port 9 in dut"), ready)?);
         set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20);
         set_timeout(&sock, spin);
         let _ = ready.send(Ok(None));
@@ -284,13 +272,7 @@ fn udp_app(dut: &Netns, cpu: usize, o: &Options) -> Result<App> {
 fn afpacket_app(dut: &Netns, dev: &str, cpu: usize, o: &Options) -> Result<App> {
     let (dev, spin, batch) = (dev.to_string(), o.spin, o.batch as usize);
     spawn_app(dut, cpu, move |stop, count, ready| {
-        let sock = match super::latency::pingpong::packet_socket(&dev) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
-                return Err(e);
-            }
-        };
+        let sock = or_report(super::latency::pingpong::packet_socket(&dev), ready)?;
         set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20);
         set_timeout(&sock, spin);
         let _ = ready.send(Ok(None));

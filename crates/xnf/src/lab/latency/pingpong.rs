@@ -249,7 +249,9 @@ fn sleep_on(fd: BorrowedFd<'_>, ns: u64) {
 
 // ---------------------------------------------------------------- threads
 
-fn pinned_in(ns: &Netns, cpu: usize) -> Result<impl FnOnce() -> Result<()>> {
+/// What a new thread calls first to enter `ns` and pin itself to `cpu`
+/// (the namespace file is opened here, on the caller's thread).
+pub fn pinned_in(ns: &Netns, cpu: usize) -> Result<impl FnOnce() -> Result<()> + Send + 'static> {
     let file = std::fs::File::open(ns.path()).context("opening a namespace")?;
     Ok(move || -> Result<()> {
         nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).context("entering a namespace")?;
