@@ -318,3 +318,33 @@ fn broken_and_vanished_pods() {
     assert_eq!(list(&host)["nfs"].as_array().unwrap().len(), 0);
     assert!(chain_pins(&host).is_empty(), "pins left: {:?}", chain_pins(&host));
 }
+
+#[test]
+fn parallel_adds_and_dels_as_a_runtime_starts_pods() {
+    // A runtime starts pods concurrently: every ADD must land in the one
+    // registry (it is changed under a file lock), and so must every DEL.
+    let host = Netns::new("cnihost").expect("host namespace (run as root)");
+    let _g = Guard { host: &host };
+    let pods: Vec<Pod> = (10..16).map(|n| Pod::new(&host, n)).collect();
+    let names: Vec<String> = (0..pods.len()).map(|i| format!("par-{i}")).collect();
+    std::thread::scope(|s| {
+        for (p, name) in pods.iter().zip(&names) {
+            let host = &host;
+            s.spawn(move || ok(host, "ADD", &p.env(name), &p.conf(json!({}))));
+        }
+    });
+    let mut listed: Vec<String> = list(&host)["nfs"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, names, "every parallel ADD registered its NF");
+    for (p, name) in pods.iter().zip(&names) {
+        ok(&host, "CHECK", &p.env(name), &p.conf(json!({})));
+    }
+    std::thread::scope(|s| {
+        for (p, name) in pods.iter().zip(&names) {
+            let host = &host;
+            s.spawn(move || ok(host, "DEL", &p.env(name), &p.conf(json!({}))));
+        }
+    });
+    assert_eq!(list(&host)["nfs"].as_array().unwrap().len(), 0, "every parallel DEL removed its NF");
+    assert!(chain_pins(&host).is_empty(), "pins left: {:?}", chain_pins(&host));
+}
