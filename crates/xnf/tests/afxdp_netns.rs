@@ -317,3 +317,23 @@ fn settings_the_kernel_refuses_are_named() {
     let e = xnf_err(&p.b, &["afxdp", "run", "rxdrop", "--iface", "xnf-nonexistent", "--seconds", "1"]);
     assert!(e.contains("no interface"), "{e}");
 }
+
+#[test]
+fn live_statistics_show_rates_ring_events_and_wakeups() {
+    let p = pair(1);
+    let out = Command::new(env!("CARGO_BIN_EXE_xnf"))
+        .args(["--netns", p.b.name(), "afxdp", "run", "rxdrop", "--iface", &p.b_if, "--seconds", "1.2", "--interval", "0.25"])
+        .output()
+        .expect("running xnf afxdp run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("q0:")).collect();
+    assert!(lines.len() >= 3, "a line per interval: {err}");
+    for l in &lines {
+        for want in ["pps", "ring-full", "fill-empty", "wakeups rx", "polls"] {
+            assert!(l.contains(want), "{want} missing: {l}");
+        }
+    }
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("UMEM: 8192 frames") && report.contains("balanced"), "{report}");
+}
