@@ -290,6 +290,13 @@ fn bad_input_is_refused_with_nothing_half_built() {
     let gone = Netns::new("nfgone").unwrap();
     xnf_ok(lab.dut(), &["nf", "create", "g", "--netns", gone.name()]);
     gone.delete().unwrap();
+    // The kernel dismantles a deleted namespace (and the veth with it) from
+    // a work queue: wait until xnf sees the NF gone before using it.
+    let t0 = std::time::Instant::now();
+    while lab.list()["nfs"].as_array().unwrap().iter().any(|n| n["name"] == "g" && n["state"] != "gone") {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "the deleted namespace's veth never went away");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let e = xnf_err(lab.dut(), &["chain", "create", "x", "--ingress", &i, "--match", "all", "--nf", "g"]);
     assert!(e.contains("namespace is gone"), "{e}");
     let l = lab.list();

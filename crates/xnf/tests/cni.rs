@@ -302,6 +302,13 @@ fn broken_and_vanished_pods() {
 
     // The pod's namespace is deleted before DEL comes.
     vanished.ns.take().unwrap().delete().unwrap();
+    // The kernel dismantles a deleted namespace, and the veth with it, from
+    // a work queue: wait until the port is gone, as a runtime's later calls would find it.
+    let t0 = std::time::Instant::now();
+    while nf_row(&host, &long).is_some_and(|r| r["state"] != "gone") {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "the deleted namespace's veth never went away");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     fails(&host, "CHECK", &venv, &vconf, 101);
     // Its successor (same pod name, new sandbox) takes the name over before
     // the old DEL comes, and that late DEL leaves the new pod alone.
