@@ -13,7 +13,7 @@ use nix::sched::CloneFlags;
 use crate::addr::{check_ifname, Mac};
 use crate::cmd;
 use crate::config::Batch;
-use crate::stats::{parse_dev, LinkStats, Snmp};
+use crate::stats::{parse_dev, parse_dev_all, LinkStats, Snmp};
 
 /// Prefix of every namespace this crate creates: `xnf-<pid>-<counter>-<role>`.
 pub const NS_PREFIX: &str = "xnf-";
@@ -242,6 +242,14 @@ impl Netns {
     }
 
     /// Packet and byte counters of interface `dev` (from /proc/net/dev).
+    /// Every interface's counters, read at one instant (one read of /proc/net/dev).
+    pub fn all_link_stats(&self) -> Result<std::collections::BTreeMap<String, LinkStats>> {
+        let text = self
+            .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?
+            .context("reading /proc/net/dev")?;
+        Ok(parse_dev_all(&text))
+    }
+
     pub fn link_stats(&self, dev: &str) -> Result<LinkStats> {
         let text = self
             .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?

@@ -92,27 +92,37 @@ pub struct LinkStats {
     pub tx_dropped: u64,
 }
 
+/// Every interface's counters in the text of /proc/net/dev.
+pub(crate) fn parse_dev_all(text: &str) -> BTreeMap<String, LinkStats> {
+    text.lines().filter_map(parse_dev_line).collect()
+}
+
 /// Finds `ifname` in the text of /proc/net/dev.
 pub(crate) fn parse_dev(text: &str, ifname: &str) -> Option<LinkStats> {
-    text.lines().find_map(|line| {
-        let (name, rest) = line.rsplit_once(':')?;
-        if name.trim() != ifname {
-            return None;
-        }
-        let v: Vec<u64> = rest
-            .split_whitespace()
-            .map(|w| w.parse().ok())
-            .collect::<Option<_>>()?;
-        (v.len() >= 16).then(|| LinkStats {
-            rx_bytes: v[0],
-            rx_packets: v[1],
-            rx_errors: v[2],
-            rx_dropped: v[3],
-            tx_bytes: v[8],
-            tx_packets: v[9],
-            tx_errors: v[10],
-            tx_dropped: v[11],
-        })
+    text.lines().filter_map(parse_dev_line).find(|(name, _)| name == ifname).map(|(_, s)| s)
+}
+
+/// One interface's line: `  name: rx_bytes rx_packets ... (16 numbers)`.
+fn parse_dev_line(line: &str) -> Option<(String, LinkStats)> {
+    let (name, rest) = line.rsplit_once(':')?;
+    let v: Vec<u64> = rest
+        .split_whitespace()
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    (v.len() >= 16).then(|| {
+        (
+            name.trim().to_string(),
+            LinkStats {
+                rx_bytes: v[0],
+                rx_packets: v[1],
+                rx_errors: v[2],
+                rx_dropped: v[3],
+                tx_bytes: v[8],
+                tx_packets: v[9],
+                tx_errors: v[10],
+                tx_dropped: v[11],
+            },
+        )
     })
 }
 
@@ -155,5 +165,8 @@ xnf1dut0: 1000 10 1 2 0 0 0 0 2000 20 3 4 0 0 0 0\n";
         );
         assert_eq!(parse_dev(text, "lo"), Some(LinkStats::default()));
         assert_eq!(parse_dev(text, "xnf1"), None);
+        let all = parse_dev_all(text);
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["lo", "xnf1dut0"]);
+        assert_eq!((all["xnf1dut0"].rx_packets, all["xnf1dut0"].tx_packets), (10, 20));
     }
 }

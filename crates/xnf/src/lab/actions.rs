@@ -137,7 +137,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, res: 
         }
         Variant::LinuxDrop => Box::new(|| nft::counter_packets(&nft::nft(dut, &["list", "counter", "inet", "xnfraw", "dropped"], None)?)),
     };
-    let probe = Probe { gens: &gens, dut_in: (dut, din), dut_out: (v == Variant::XdpRedirect).then_some((dut, dout)), received };
+    let probe = Probe { gens: &gens, dut_in: (dut, din), dut_out: (v == Variant::XdpRedirect).then_some((dut, dout)), received, on_read: None };
     measure::record(res, zl, l, measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?);
     drop(probe);
     gens.stop()?;

@@ -309,20 +309,6 @@ impl Drop for Setup<'_> {
     }
 }
 
-/// `read` once it has stopped moving: the same value 20 ms apart (at most a second).
-fn settled(read: impl Fn() -> Result<u64>) -> Result<u64> {
-    let t0 = std::time::Instant::now();
-    let mut last = read()?;
-    loop {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        let now = read()?;
-        if now == last || t0.elapsed() > std::time::Duration::from_secs(1) {
-            return Ok(now);
-        }
-        last = now;
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, ncpu: usize, res: &mut Results, zl: &mut Vec<(String, Point, f64)>, pg: &mut Progress) -> Result<()> {
     let roles = t.roles()?;
@@ -351,15 +337,13 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, ncpu:
     };
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
     let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &[o.cpu], 0)?;
-    // The application may still be working through a backlog (its RX ring
-    // or socket buffer) when the generator pauses: read once it is done.
     let received: Received = if v.forwards() {
         let back = t.attachment(&roles.gen)?;
-        Box::new(move || settled(|| back.packets()))
+        Box::new(move || back.packets())
     } else {
-        Box::new(|| settled(|| Ok(app.handled())))
+        Box::new(|| Ok(app.handled()))
     };
-    let probe = Probe { gens: &gens, dut_in: (dut, din.clone()), dut_out: v.forwards().then(|| (dut, din.clone())), received };
+    let probe = Probe { gens: &gens, dut_in: (dut, din.clone()), dut_out: v.forwards().then(|| (dut, din.clone())), received, on_read: None };
     let samples = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
     drop(probe);
     gens.set_rate(1)?;

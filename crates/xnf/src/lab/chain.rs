@@ -42,7 +42,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xnf_netns::Netns;
 
-use super::measure::{self, Labels, Probe, Received, Timing};
+use super::measure::{self, Labels, Probe, Timing};
 use super::progress::Progress;
 use super::results::{Point, Results};
 use super::topology::BuiltTopology;
@@ -364,41 +364,22 @@ struct ChainCounts {
     to_kernel: u64,
 }
 
-/// `(rx_packets, tx_packets)` per interface, from /proc/net/dev.
-fn parse_dev(text: &str) -> BTreeMap<String, (u64, u64)> {
-    text.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.rsplit_once(':')?;
-            let v: Vec<u64> = rest.split_whitespace().map(|w| w.parse().ok()).collect::<Option<_>>()?;
-            (v.len() >= 16).then(|| (name.trim().to_string(), (v[1], v[9])))
-        })
-        .collect()
-}
-
-/// `Ip ForwDatagrams` from /proc/net/snmp.
-fn parse_forwarded(snmp: &str) -> Option<u64> {
-    let mut ip = snmp.lines().filter(|l| l.starts_with("Ip: "));
-    let (names, values) = (ip.next()?, ip.next()?);
-    let i = names.split_whitespace().position(|w| w == "ForwDatagrams")?;
-    values.split_whitespace().nth(i)?.parse().ok()
-}
-
 fn read_dut(dut: &Netns, chain: bool) -> Result<Reading> {
-    dut.run(move || -> Result<Reading> {
-        let dev = std::fs::read_to_string("/proc/thread-self/net/dev").context("reading /proc/net/dev in dut")?;
-        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").context("reading /proc/net/snmp in dut")?;
-        let chain = if chain {
+    let devs = dut.all_link_stats()?.into_iter().map(|(name, l)| (name, (l.rx_packets, l.tx_packets))).collect();
+    let forwarded = dut.snmp()?.value("Ip", "ForwDatagrams")?;
+    let chain = if chain {
+        dut.run(|| -> Result<Option<ChainCounts>> {
             let reg = crate::chain::registry::Locked::open()?.reg;
-            crate::chain::report::snapshot(&reg)?.chains.iter().find(|c| c.name == CHAIN).map(|c| ChainCounts {
+            Ok(crate::chain::report::snapshot(&reg)?.chains.iter().find(|c| c.name == CHAIN).map(|c| ChainCounts {
                 matched: c.matched,
                 routed: c.routed,
                 to_kernel: c.to_kernel.values().sum(),
-            })
-        } else {
-            None
-        };
-        Ok(Reading { devs: parse_dev(&dev), forwarded: parse_forwarded(&snmp).context("no Ip ForwDatagrams in dut's /proc/net/snmp")?, chain })
-    })?
+            }))
+        })??
+    } else {
+        None
+    };
+    Ok(Reading { devs, forwarded, chain })
 }
 
 /// Where the frames that entered dut but did not leave it were lost, hop by
@@ -500,11 +481,16 @@ fn measure_variant(
     // bracket the full-speed interval (measure::variant measures it first).
     let readings = RefCell::new(Vec::new());
     let with_chain = v != Variant::Linux;
-    let received: Received = Box::new(|| {
-        readings.borrow_mut().push(read_dut(dut, with_chain)?);
-        sink.packets()
-    });
-    let probe = Probe { gens: &gens, dut_in: (dut, din.clone()), dut_out: Some((dut, dout.clone())), received };
+    let probe = Probe {
+        gens: &gens,
+        dut_in: (dut, din.clone()),
+        dut_out: Some((dut, dout.clone())),
+        received: Box::new(|| sink.packets()),
+        on_read: Some(Box::new(|| {
+            readings.borrow_mut().push(read_dut(dut, with_chain)?);
+            Ok(())
+        })),
+    };
     let (samples, rate) = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
     drop(probe);
     // Paused before stopping: a live-frame call sized while paused (cheap
@@ -681,12 +667,8 @@ mod tests {
     }
 
     #[test]
-    fn counters_parse_and_hop_losses_add_up() {
-        let dev = "Inter-|   Receive                                                |  Transmit\n face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n xnfin: 100 10 0 0 0 0 0 0 0 1 0 0 0 0 0 0\nxnf-nf1: 0 7 0 0 0 0 0 0 0 9 0 0 0 0 0 0\n";
-        let devs = parse_dev(dev);
-        assert_eq!(devs["xnfin"], (10, 1));
-        assert_eq!(devs["xnf-nf1"], (7, 9));
-        assert_eq!(parse_forwarded("Ip: Forwarding DefaultTTL ForwDatagrams\nIp: 1 64 42\n"), Some(42));
+    fn hop_losses_add_up() {
+        // (Parsing /proc/net/dev and snmp is xnf-netns's, tested there.)
         let a = Reading::default();
         let mut b = Reading::default();
         b.devs.insert("xnfin".into(), (100, 0));

@@ -39,6 +39,9 @@ pub struct Probe<'a> {
     /// dut's egress interface: its tx counter (None when dut does not send).
     pub dut_out: Option<(&'a Netns, String)>,
     pub received: Received<'a>,
+    /// Called at every reading, after the counters: an experiment's own
+    /// counters taken at the same instants (None: nothing more).
+    pub on_read: Option<Box<dyn Fn() -> Result<()> + 'a>>,
 }
 
 /// Counters at one instant.
@@ -53,7 +56,7 @@ pub struct Counts {
 
 impl Probe<'_> {
     pub fn read(&self) -> Result<Counts> {
-        Ok(Counts {
+        let c = Ok(Counts {
             sent: self.gens.sent()?,
             dut_rx: self.dut_in.0.link_stats(&self.dut_in.1)?.rx_packets,
             dut_tx: match &self.dut_out {
@@ -62,14 +65,37 @@ impl Probe<'_> {
             },
             received: (self.received)().context("reading the receive counter")?,
             cpus: cpu::sample()?,
-        })
+        });
+        if let Some(hook) = &self.on_read {
+            hook()?;
+        }
+        c
+    }
+
+    /// Waits, the generator paused, until the path has drained: the receive
+    /// counter the same 20 ms apart (at most a second). A kernel path drains
+    /// in microseconds; a user-space receiver may still be working through
+    /// its socket buffer or RX ring, which would otherwise count frames of
+    /// this interval into the next one.
+    fn drain(&self) -> Result<()> {
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        let mut last = (self.received)()?;
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = (self.received)()?;
+            if now == last || t0.elapsed() > Duration::from_secs(1) {
+                return Ok(());
+            }
+            last = now;
+        }
     }
 
     /// Pauses the generator, lets the path drain and reads the counters, so
     /// frames in flight never count as lost.
     fn pause_and_read(&self) -> Result<Counts> {
         self.gens.set_rate(PAUSED)?;
-        std::thread::sleep(Duration::from_millis(50));
+        self.drain()?;
         self.read()
     }
 
@@ -87,7 +113,7 @@ impl Probe<'_> {
         std::thread::sleep(Duration::from_secs_f64(secs));
         self.gens.set_rate(PAUSED)?;
         let sending = t0.elapsed().as_secs_f64();
-        std::thread::sleep(Duration::from_millis(50));
+        self.drain()?;
         let b = self.read()?;
         self.gens.set_rate(rate)?;
         Ok(sample(l, kind, &a, &b, sending))

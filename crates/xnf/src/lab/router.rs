@@ -201,6 +201,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts:
             Some(a) => Box::new(|| a.packets()),
             None => Box::new(|| sink.packets()),
         },
+        on_read: None,
     };
     measure::record(res, zl, l, measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?);
     drop(probe);
