@@ -137,6 +137,8 @@ pub struct XskSet {
     fill_target: u32,
     slots: Vec<Slot>,
     emitted: Vec<(u64, u32)>,
+    /// Frames of a batch to send, per target socket (kept to reuse their memory).
+    pending: Vec<Vec<(u64, u32)>>,
     /// Frames in a TX ring or in flight, per socket (for draining).
     outstanding: Vec<u64>,
 }
@@ -169,6 +171,7 @@ impl XskSet {
             fill_target,
             slots: Vec::with_capacity(run.batch as usize),
             emitted: Vec::with_capacity(run.batch as usize),
+            pending: vec![Vec::with_capacity(run.batch as usize); n],
             outstanding: vec![0; n],
         })
     }
@@ -310,55 +313,52 @@ impl XskSet {
         Ok(n as usize)
     }
 
-    /// Sends or frees every packet of a processed batch.
+    /// Sends or frees every packet of a processed batch: one pass sorts
+    /// them by target socket, then each target gets one reservation, one
+    /// submit and one doorbell.
     fn apply(&mut self, from: usize, slots: &[Slot]) -> Result<()> {
         let n = self.sockets.len();
-        // Group by target socket: one reservation and one doorbell each.
-        for target in 0..n {
-            let mut count = 0u32;
-            let mut bytes = 0u64;
-            let want = slots.iter().filter(|s| Self::target(s.verdict, from) == Some(target)).count() as u32;
-            if want == 0 {
-                continue;
-            }
-            let room = self.sockets[target].tx.free(want);
-            for s in slots.iter().filter(|s| Self::target(s.verdict, from) == Some(target)) {
-                if count < room {
-                    self.sockets[target].tx.write(count, libc::xdp_desc { addr: s.addr, len: s.len, options: 0 });
-                    count += 1;
-                    bytes += s.len as u64;
-                } else {
-                    Counters::add(&self.counters[from].tx_ring_full, 1);
-                    self.umem.free(s.addr);
-                }
-            }
-            self.sockets[target].tx.submit(count);
-            self.outstanding[target] += count as u64;
-            Counters::add(&self.counters[target].tx_packets, count as u64);
-            Counters::add(&self.counters[target].tx_bytes, bytes);
-            self.kick(target)?;
-        }
-        for s in slots.iter().filter(|s| s.verdict == Verdict::Drop) {
-            Counters::add(&self.counters[from].nf_dropped, 1);
-            self.umem.free(s.addr);
-        }
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.iter_mut().for_each(Vec::clear);
         for s in slots {
-            if let Verdict::Forward(t) = s.verdict {
-                if t >= n {
+            match s.verdict {
+                Verdict::Tx => pending[from].push((s.addr, s.len)),
+                Verdict::Forward(t) if t < n => pending[t].push((s.addr, s.len)),
+                // Drop, or a socket the set does not have.
+                _ => {
                     Counters::add(&self.counters[from].nf_dropped, 1);
                     self.umem.free(s.addr);
                 }
             }
         }
-        Ok(())
+        let r = (0..n).filter(|&t| !pending[t].is_empty()).try_for_each(|t| self.transmit(t, &pending[t], from));
+        self.pending = pending;
+        r
     }
 
-    fn target(v: Verdict, from: usize) -> Option<usize> {
-        match v {
-            Verdict::Drop => None,
-            Verdict::Tx => Some(from),
-            Verdict::Forward(t) => Some(t),
+    /// Puts `frames` on socket `target`'s TX ring and rings the kernel.
+    /// Frames the ring has no room for are freed and counted as
+    /// `tx_ring_full` of socket `from`.
+    fn transmit(&mut self, target: usize, frames: &[(u64, u32)], from: usize) -> Result<()> {
+        let s = &mut self.sockets[target];
+        let room = (s.tx.free(frames.len() as u32) as usize).min(frames.len());
+        let mut bytes = 0u64;
+        for (k, &(addr, len)) in frames[..room].iter().enumerate() {
+            s.tx.write(k as u32, libc::xdp_desc { addr, len, options: 0 });
+            bytes += len as u64;
         }
+        s.tx.submit(room as u32);
+        for &(addr, _) in &frames[room..] {
+            Counters::add(&self.counters[from].tx_ring_full, 1);
+            self.umem.free(addr);
+        }
+        self.outstanding[target] += room as u64;
+        Counters::add(&self.counters[target].tx_packets, room as u64);
+        Counters::add(&self.counters[target].tx_bytes, bytes);
+        if room > 0 {
+            self.kick(target)?;
+        }
+        Ok(())
     }
 
     fn emit(&mut self, i: usize, nf: &mut dyn NetworkFunction) -> Result<usize> {
@@ -366,25 +366,13 @@ impl XskSet {
         if room == 0 {
             return Ok(0);
         }
-        self.emitted.clear();
         let mut out = std::mem::take(&mut self.emitted);
+        out.clear();
         nf.emit(&mut Emit { umem: &mut self.umem, out: &mut out, room, socket: i });
-        let n = out.len() as u32;
-        if n > 0 {
-            let s = &mut self.sockets[i];
-            let mut bytes = 0;
-            for (k, &(addr, len)) in out.iter().enumerate() {
-                s.tx.write(k as u32, libc::xdp_desc { addr, len, options: 0 });
-                bytes += len as u64;
-            }
-            s.tx.submit(n);
-            self.outstanding[i] += n as u64;
-            Counters::add(&self.counters[i].tx_packets, n as u64);
-            Counters::add(&self.counters[i].tx_bytes, bytes);
-            self.kick(i)?;
-        }
+        let r = self.transmit(i, &out, i);
+        let n = out.len();
         self.emitted = out;
-        Ok(n as usize)
+        r.map(|()| n)
     }
 
     /// The TX doorbell: copy mode always needs it, zero-copy with
