@@ -56,7 +56,7 @@ pub struct Counters {
 }
 
 /// A snapshot of [`Counters`] and the kernel's per-socket statistics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Snapshot {
     pub rx_packets: u64,
     pub rx_bytes: u64,
@@ -95,8 +95,9 @@ impl Counters {
 }
 
 /// Where every frame of the UMEM is: the sum must be the frame count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Accounting {
+    #[serde(rename = "frames")]
     pub total: usize,
     pub free: usize,
     pub fill: usize,

@@ -112,7 +112,7 @@ fn setopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, v: &T) -> io::Res
 }
 
 /// Statistics the kernel keeps per socket (`XDP_STATISTICS`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct KernelStats {
     /// Dropped for other reasons (e.g. frames too large for a UMEM frame).
     pub rx_dropped: u64,

@@ -11,7 +11,7 @@ use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use xnf_afxdp::nfs::{Echo, L2Fwd, RxDrop, TxOnly};
-use xnf_afxdp::{kernel_stats, BusyPoll, Counters, Mode, NetworkFunction, RunConfig, Snapshot, SocketConfig, UmemConfig, Wait, XskSet};
+use xnf_afxdp::{kernel_stats, Accounting, BusyPoll, Counters, Mode, NetworkFunction, RunConfig, Snapshot, SocketConfig, UmemConfig, Wait, XskSet};
 use xnf_bpf::afxdp::{AfxdpProgram, Reason};
 use xnf_packet::{MacAddr, PacketBuilder};
 
@@ -136,33 +136,17 @@ pub struct SocketReport {
     pub zero_copy: bool,
     pub need_wakeup: bool,
     pub busy_poll: bool,
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-    pub nf_dropped: u64,
-    pub tx_ring_full: u64,
-    pub fill_starved: u64,
-    pub rx_wakeups: u64,
-    pub tx_wakeups: u64,
-    pub polls: u64,
-    pub kernel_rx_dropped: u64,
-    pub kernel_rx_ring_full: u64,
-    pub kernel_fill_ring_empty: u64,
-    pub kernel_tx_ring_empty: u64,
+    /// The runtime's counters, and the kernel's under `kernel`.
+    #[serde(flatten)]
+    pub stats: Snapshot,
 }
 
 #[derive(Debug, Serialize)]
 pub struct UmemReport {
-    pub frames: usize,
-    pub free: usize,
-    pub fill: usize,
-    pub rx: usize,
-    pub tx: usize,
-    pub completion: usize,
-    /// In the kernel's buffer pool after receive drops (see xnf_afxdp::Accounting).
-    pub kernel_pool: usize,
-    /// Every frame is in exactly one place: nothing leaked.
+    #[serde(flatten)]
+    pub accounting: Accounting,
+    /// Every frame is in exactly one place (or, after receive drops, in the
+    /// kernel's pool): nothing leaked.
     pub balanced: bool,
 }
 
@@ -335,40 +319,11 @@ pub fn run(a: RunArgs) -> Result<()> {
             .iter()
             .enumerate()
             .map(|(i, s)| -> Result<SocketReport> {
-                let n = set.snapshot(i)?;
-                Ok(SocketReport {
-                    queue: s.queue,
-                    zero_copy: s.zero_copy,
-                    need_wakeup: s.need_wakeup,
-                    busy_poll: s.busy_poll.is_some(),
-                    rx_packets: n.rx_packets,
-                    rx_bytes: n.rx_bytes,
-                    tx_packets: n.tx_packets,
-                    tx_bytes: n.tx_bytes,
-                    nf_dropped: n.nf_dropped,
-                    tx_ring_full: n.tx_ring_full,
-                    fill_starved: n.fill_starved,
-                    rx_wakeups: n.rx_wakeups,
-                    tx_wakeups: n.tx_wakeups,
-                    polls: n.polls,
-                    kernel_rx_dropped: n.kernel.rx_dropped,
-                    kernel_rx_ring_full: n.kernel.rx_ring_full,
-                    kernel_fill_ring_empty: n.kernel.rx_fill_ring_empty,
-                    kernel_tx_ring_empty: n.kernel.tx_ring_empty,
-                })
+                Ok(SocketReport { queue: s.queue, zero_copy: s.zero_copy, need_wakeup: s.need_wakeup, busy_poll: s.busy_poll.is_some(), stats: set.snapshot(i)? })
             })
             .collect::<Result<_>>()?,
         selector: Reason::ALL.iter().map(|r| (r.name().to_string(), stats.get(*r))).collect(),
-        umem: UmemReport {
-            frames: acc.total,
-            free: acc.free,
-            fill: acc.fill,
-            rx: acc.rx,
-            tx: acc.tx,
-            completion: acc.completion,
-            kernel_pool: acc.kernel_pool,
-            balanced: acc.balanced(),
-        },
+        umem: UmemReport { accounting: acc, balanced: acc.balanced() },
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -425,32 +380,32 @@ fn print_report(r: &Report) {
             "  queue {} ({}): rx {} pkts / {} B, tx {} pkts / {} B, nf-dropped {}, tx-ring-full {}, kernel: ring-full {}, fill-empty {}, dropped {}; wakeups rx {} tx {}, polls {}",
             s.queue,
             if s.zero_copy { "zero-copy" } else { "copy" },
-            s.rx_packets,
-            s.rx_bytes,
-            s.tx_packets,
-            s.tx_bytes,
-            s.nf_dropped,
-            s.tx_ring_full,
-            s.kernel_rx_ring_full,
-            s.kernel_fill_ring_empty,
-            s.kernel_rx_dropped,
-            s.rx_wakeups,
-            s.tx_wakeups,
-            s.polls
+            s.stats.rx_packets,
+            s.stats.rx_bytes,
+            s.stats.tx_packets,
+            s.stats.tx_bytes,
+            s.stats.nf_dropped,
+            s.stats.tx_ring_full,
+            s.stats.kernel.rx_ring_full,
+            s.stats.kernel.rx_fill_ring_empty,
+            s.stats.kernel.rx_dropped,
+            s.stats.rx_wakeups,
+            s.stats.tx_wakeups,
+            s.stats.polls
         );
     }
     let sel: Vec<String> = r.selector.iter().filter(|(_, n)| *n > 0).map(|(k, n)| format!("{k} {n}")).collect();
     println!("  selector: {}", if sel.is_empty() { "nothing".into() } else { sel.join(", ") });
-    let u = &r.umem;
+    let (u, balanced) = (&r.umem.accounting, r.umem.balanced);
     println!(
         "  UMEM: {} frames = free {} + fill {} + rx {} + tx {} + completion {} + kernel pool after drops {}: {}",
-        u.frames,
+        u.total,
         u.free,
         u.fill,
         u.rx,
         u.tx,
         u.completion,
         u.kernel_pool,
-        if u.balanced { "balanced" } else { "LEAKED" }
+        if balanced { "balanced" } else { "LEAKED" }
     );
 }
