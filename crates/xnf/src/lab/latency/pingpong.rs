@@ -21,7 +21,7 @@ use xnf_afxdp::nfs::L2Fwd;
 use xnf_afxdp::{Batch, BusyPoll, Emit, Mode, NetworkFunction, RunConfig, SocketConfig, UmemConfig, Verdict, Wait, XskSet};
 use xnf_bpf::afxdp::AfxdpProgram;
 use xnf_bpf::chain::Rule;
-use xnf_netns::{Mac, Netns};
+use xnf_netns::Netns;
 use xnf_packet::PacketBuilder;
 
 use crate::xdp_link::{XdpLink, XdpMode};
@@ -98,8 +98,8 @@ pub struct Path {
     pub fwd: Netns,
     pub ping_if: String,
     pub fwd_if: String,
-    ping_mac: Mac,
-    fwd_mac: Mac,
+    /// A raw probe (sequence number 0); each send patches in its own.
+    probe: Vec<u8>,
 }
 
 pub const PING_ADDR: [u8; 4] = [198, 18, 0, 1];
@@ -134,23 +134,19 @@ impl Path {
         // to an offload that AF_XDP and AF_PACKET readers never see done).
         ping.set_offload(&ping_if, "tx", false)?;
         fwd.set_offload(&fwd_if, "tx", false)?;
-        Ok(Path { ping, fwd, ping_if, fwd_if, ping_mac, fwd_mac })
+        let mut payload = MAGIC.to_vec();
+        payload.extend(0u32.to_be_bytes());
+        let mut probe = PacketBuilder::ethernet(ping_mac, fwd_mac).ipv4(PING_ADDR.into(), NOBODY.into()).udp(1024, PROBE_PORT).payload(&payload).frame_len(FRAME_LEN).build();
+        // The sequence number changes per probe: IPv4 UDP may go without a checksum.
+        probe[14 + 20 + 6] = 0;
+        probe[14 + 20 + 7] = 0;
+        Ok(Path { ping, fwd, ping_if, fwd_if, probe })
     }
 
-    /// A raw probe with sequence number `seq`.
-    fn probe(&self, seq: u32) -> Vec<u8> {
-        let mut payload = MAGIC.to_vec();
-        payload.extend(seq.to_be_bytes());
-        let mut f = PacketBuilder::ethernet(self.ping_mac, self.fwd_mac)
-            .ipv4(PING_ADDR.into(), NOBODY.into())
-            .udp(1024, PROBE_PORT)
-            .payload(&payload)
-            .frame_len(FRAME_LEN)
-            .build();
-        // The sequence number changes per probe: IPv4 UDP may go without a checksum.
-        f[14 + 20 + 6] = 0;
-        f[14 + 20 + 7] = 0;
-        f
+    /// Writes the raw probe with sequence number `seq` into `buf` (its length).
+    fn write_probe(&self, buf: &mut [u8], seq: u32) {
+        buf.copy_from_slice(&self.probe);
+        buf[SEQ_OFF + 4..SEQ_OFF + 8].copy_from_slice(&seq.to_be_bytes());
     }
 }
 
@@ -455,9 +451,8 @@ impl NetworkFunction for AfxdpPinger<'_> {
     fn emit(&mut self, out: &mut Emit<'_>) {
         let now = now_ns();
         if let Some(seq) = self.sched.due(now) {
-            let f = self.path.probe(seq);
             let at = now_ns();
-            if out.push(&f) {
+            if out.push_with(FRAME_LEN as u32, |b| self.path.write_probe(b, seq)) {
                 self.sched.mark_sent(seq, at);
             }
         }
@@ -467,7 +462,7 @@ impl NetworkFunction for AfxdpPinger<'_> {
 /// Runs the pinger for `count` probes every `interval_ns` (on this thread,
 /// which must be in the pinger's namespace).
 fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Recorded> {
-    let mut sched = Schedule::new(interval_ns, count);
+    let sched = Schedule::new(interval_ns, count);
     match c.method {
         Method::Afxdp => {
             let mut side = afxdp_side(&p.ping_if, c, Wait::Spin)?;
@@ -489,68 +484,65 @@ fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Rec
             let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::from(PING_ADDR), 0)).context("binding the pinger's UDP socket")?;
             s.connect((std::net::Ipv4Addr::from(FWD_ADDR), ECHO_PORT))?;
             s.set_nonblocking(true)?;
+            // The same 60-byte frame on the wire: 14 + 20 + 8 + 18 bytes of payload.
+            let mut msg = [0u8; 18];
+            msg[..4].copy_from_slice(MAGIC);
             let mut buf = [0u8; 64];
-            loop {
-                let now = now_ns();
-                if let Some(seq) = sched.due(now) {
-                    let mut m = MAGIC.to_vec();
-                    m.extend(seq.to_be_bytes());
-                    m.resize(18, 0); // 60-byte frame: 14 + 20 + 8 + 18
-                    let at = now_ns();
-                    if s.send(&m).is_ok() {
-                        sched.mark_sent(seq, at);
-                    }
-                }
-                while let Ok(n) = s.recv(&mut buf) {
-                    let at = now_ns();
-                    if n >= 8 && &buf[..4] == MAGIC {
-                        sched.arrived(u32::from_be_bytes(buf[4..8].try_into().unwrap()), at);
-                    }
-                }
-                let now = now_ns();
-                if sched.done(now) {
-                    break;
-                }
-                if c.poll_recv {
-                    sleep_on(s.as_fd(), sched.wait_ns(now));
-                }
-            }
-            Ok(sched.finish())
+            let send = |seq: u32| {
+                msg[4..8].copy_from_slice(&seq.to_be_bytes());
+                s.send(&msg).is_ok()
+            };
+            let recv = || {
+                let n = s.recv(&mut buf).ok()?;
+                Some((n >= 8 && &buf[..4] == MAGIC).then(|| u32::from_be_bytes(buf[4..8].try_into().unwrap())))
+            };
+            Ok(socket_pinger(sched, s.as_fd(), c.poll_recv, send, recv))
         }
         Method::AfPacket => {
             let s = packet_socket(&p.ping_if)?;
             set_blocking(s.as_fd(), false);
+            let mut frame = vec![0u8; FRAME_LEN];
             let mut buf = [0u8; 2048];
-            loop {
-                let now = now_ns();
-                if let Some(seq) = sched.due(now) {
-                    let f = p.probe(seq);
-                    let at = now_ns();
-                    // SAFETY: f is a valid buffer.
-                    if unsafe { libc::send(s.as_raw_fd(), f.as_ptr() as *const libc::c_void, f.len(), 0) } > 0 {
-                        sched.mark_sent(seq, at);
-                    }
-                }
-                loop {
-                    // SAFETY: buf is valid for its length.
-                    let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
-                    if n <= 0 {
-                        break;
-                    }
-                    let at = now_ns();
-                    if let Some(seq) = probe_seq(&buf[..n as usize]) {
-                        sched.arrived(seq, at);
-                    }
-                }
-                let now = now_ns();
-                if sched.done(now) {
-                    break;
-                }
-                if c.poll_recv {
-                    sleep_on(s.as_fd(), sched.wait_ns(now));
-                }
+            let send = |seq: u32| {
+                p.write_probe(&mut frame, seq);
+                // SAFETY: frame is a valid buffer.
+                unsafe { libc::send(s.as_raw_fd(), frame.as_ptr() as *const libc::c_void, frame.len(), 0) > 0 }
+            };
+            let recv = || {
+                // SAFETY: buf is valid for its length.
+                let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+                (n > 0).then(|| probe_seq(&buf[..n as usize]))
+            };
+            Ok(socket_pinger(sched, s.as_fd(), c.poll_recv, send, recv))
+        }
+    }
+}
+
+/// The pinger's loop over a kernel socket: send each probe when it is due,
+/// take every answer waiting (`recv`: None when there is none, Some(None)
+/// for a frame that is not a probe), sleep in ppoll() until the next send or
+/// an answer when `poll`, else spin.
+fn socket_pinger(mut sched: Schedule, fd: BorrowedFd<'_>, poll: bool, mut send: impl FnMut(u32) -> bool, mut recv: impl FnMut() -> Option<Option<u32>>) -> Recorded {
+    loop {
+        let now = now_ns();
+        if let Some(seq) = sched.due(now) {
+            let at = now_ns();
+            if send(seq) {
+                sched.mark_sent(seq, at);
             }
-            Ok(sched.finish())
+        }
+        while let Some(got) = recv() {
+            let at = now_ns();
+            if let Some(seq) = got {
+                sched.arrived(seq, at);
+            }
+        }
+        let now = now_ns();
+        if sched.done(now) {
+            return sched.finish();
+        }
+        if poll {
+            sleep_on(fd, sched.wait_ns(now));
         }
     }
 }
