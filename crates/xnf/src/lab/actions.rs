@@ -68,8 +68,7 @@ pub struct Options {
 impl Options {
     pub fn validate(&self, ncpu: usize) -> Result<()> {
         measure::check_options(self.runs, &self.timing, &self.sizes, self.ipv6, self.zero_loss, self.load_steps)?;
-        ensure!((1..=64511).contains(&self.flows), "--flows {}: flows must be 1..=64511 (distinct UDP source ports)", self.flows);
-        ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
+        measure::check_generator(&[self.flows], &[], self.cpu, ncpu)?;
         ensure!(!self.variants.contains(&Variant::XdpCpumap) || ncpu >= 2, "xdp-cpumap needs a second CPU");
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
         if self.variants.contains(&Variant::LinuxDrop) {

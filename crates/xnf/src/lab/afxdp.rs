@@ -84,7 +84,7 @@ pub struct Options {
 impl Options {
     pub fn validate(&self, ncpu: usize) -> Result<()> {
         measure::check_options(self.runs, &self.timing, &self.sizes, false, self.zero_loss, self.load_steps)?;
-        ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
+        measure::check_generator(&[], &[], self.cpu, ncpu)?;
         ensure!(ncpu >= 2, "xnf lab afxdp needs 2 CPUs: the generator's and the application's (this machine has {ncpu})");
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
         ensure!((1..=1024).contains(&self.batch), "--batch {}: use 1..=1024", self.batch);

@@ -115,13 +115,7 @@ impl Options {
         for (i, n) in self.lengths.iter().enumerate() {
             ensure!(!self.lengths[..i].contains(n), "--length {n} is listed twice");
         }
-        for &f in &self.flows {
-            ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
-        }
-        for &q in &self.queues {
-            ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
-        }
-        ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
+        measure::check_generator(&self.flows, &self.queues, self.cpu, ncpu)?;
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
         Ok(())
     }
@@ -136,14 +130,6 @@ impl Options {
             }
         }
         v
-    }
-
-    fn gen_cpus(&self, queues: u32) -> Vec<usize> {
-        if queues == 1 {
-            vec![self.cpu]
-        } else {
-            (0..queues as usize).collect()
-        }
     }
 }
 
@@ -475,7 +461,7 @@ fn measure_variant(
         }
     }
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &o.gen_cpus(l.point.queues), 0)?;
+    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &measure::gen_cpus(o.cpu, l.point.queues), 0)?;
     let sink = t.attachment(&roles.sink)?;
     // Every reading of the probe also reads dut's counters; the first two
     // bracket the full-speed interval (measure::variant measures it first).

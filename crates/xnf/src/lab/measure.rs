@@ -282,6 +282,29 @@ pub fn check_options(runs: u32, t: &Timing, sizes: &[u32], ipv6: bool, zero_loss
     Ok(())
 }
 
+/// The option checks the experiments share: flows (distinct UDP source
+/// ports), veth queues (one generator CPU each) and the generator's CPU.
+pub fn check_generator(flows: &[u32], queues: &[u32], cpu: usize, ncpu: usize) -> Result<()> {
+    for &f in flows {
+        ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
+    }
+    for &q in queues {
+        ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
+    }
+    ensure!(cpu < ncpu, "--cpu {cpu} does not exist (this machine has {ncpu})");
+    Ok(())
+}
+
+/// The generator's CPUs for `queues` queues: `cpu` alone with one, CPUs
+/// 0..queues with more (a veth puts a frame on the queue of the CPU sending it).
+pub fn gen_cpus(cpu: usize, queues: u32) -> Vec<usize> {
+    if queues == 1 {
+        vec![cpu]
+    } else {
+        (0..queues as usize).collect()
+    }
+}
+
 /// The experiments' traffic at `p`: UDP to port 9 from gen's address to
 /// the sink's, addressed to dut's ingress MAC, `p.flows` source ports;
 /// size 0 is the AMS-IX IMIX.

@@ -80,13 +80,7 @@ impl Options {
     /// Checks everything before anything is built.
     pub fn validate(&self, ncpu: usize) -> Result<()> {
         measure::check_options(self.runs, &self.timing, &self.sizes, self.ipv6, self.zero_loss, self.load_steps)?;
-        for &f in &self.flows {
-            ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
-        }
-        for &q in &self.queues {
-            ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
-        }
-        ensure!(self.cpu < ncpu, "--cpu {} does not exist (this machine has {ncpu})", self.cpu);
+        measure::check_generator(&self.flows, &self.queues, self.cpu, ncpu)?;
         ensure!(!self.variants.is_empty(), "--variants: name at least one");
         for &r in &self.routes {
             ensure!(r <= 2_000_000, "--routes {r}: at most 2,000,000");
@@ -111,14 +105,6 @@ impl Options {
             }
         }
         v
-    }
-
-    fn gen_cpus(&self, queues: u32) -> Vec<usize> {
-        if queues == 1 {
-            vec![self.cpu]
-        } else {
-            (0..queues as usize).collect()
-        }
     }
 }
 
@@ -185,7 +171,7 @@ fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts:
     let roles = t.roles()?;
     let _setup = setup(t, v)?;
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = measure::start_generators(gen_ns, &gen_if, &template(t, &l.point, dsts)?, &o.gen_cpus(l.point.queues), 0)?;
+    let gens = measure::start_generators(gen_ns, &gen_if, &template(t, &l.point, dsts)?, &measure::gen_cpus(o.cpu, l.point.queues), 0)?;
     let sink = t.attachment(&roles.sink)?;
     let (dut, din) = t.endpoint(&roles.dut_in)?;
     let (_, dout) = t.endpoint(&roles.dut_out)?;
