@@ -508,7 +508,14 @@ fn measure_variant(
 pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let ncpu = super::cpu::sample()?.len();
     o.validate(ncpu)?;
-    let spec = super::experiment_topology(&o.topology, lines)?;
+    let mut spec = super::experiment_topology(&o.topology, lines)?;
+    // Traffic comes back to dut from the NFs on other ports than its routes
+    // would send it: no reverse-path filter there.
+    let dut_ns = spec.roles.as_ref().context("no [roles]")?.dut_in.split(':').next().unwrap_or_default().to_string();
+    let ns = spec.namespaces.iter_mut().find(|n| n.name == dut_ns).with_context(|| format!("the topology has no namespace {dut_ns} for its dut_in role"))?;
+    for k in ["net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter"] {
+        ns.sysctl.insert(k.into(), "0".into());
+    }
     let points = o.points();
     let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
     let total = points.len() * o.lengths.len() * o.variants.len() * o.runs as usize;
@@ -521,21 +528,8 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let mut zl = Vec::new();
     let mut hops: BTreeMap<(u32, usize, String), HopLoss> = BTreeMap::new();
     for (pi, point) in points.iter().enumerate() {
-        // Rebuilt only when the queue count changes; the NFs' veths are
-        // made per variant with the point's queue count.
-        if built.as_ref().is_none_or(|(q, _)| *q != point.queues) {
-            drop(built.take());
-            let mut s = spec.clone();
-            s.set_queues(point.queues);
-            pg.message(&format!("building topology `{}` with {} queue(s)", o.topology, point.queues));
-            let t = BuiltTopology::build(&s, &mut |m| pg.message(m))?;
-            let (dut, _) = t.endpoint(&t.roles()?.dut_in)?;
-            for (k, v) in [("net.ipv4.conf.all.rp_filter", "0"), ("net.ipv4.conf.default.rp_filter", "0")] {
-                dut.sysctl_set(k, v)?;
-            }
-            built = Some((point.queues, t));
-        }
-        let t = &built.as_ref().unwrap().1;
+        // The NFs' veths are made per variant with the point's queue count.
+        let t = super::topology_with_queues(&mut built, &spec, &o.topology, point.queues, &mut pg)?;
         for &n in &o.lengths {
             for run in 0..o.runs {
                 for v in measure::alternated(&o.variants, run) {

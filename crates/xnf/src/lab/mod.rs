@@ -54,6 +54,20 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
     Ok(())
 }
 
+/// The topology of `spec` (called `name` in messages) with `queues` RX/TX
+/// queues per veth, kept in `built`: built anew only when the queue count
+/// changes, the old one removed first.
+pub fn topology_with_queues<'a>(built: &'a mut Option<(u32, topology::BuiltTopology)>, spec: &topology::TopologySpec, name: &str, queues: u32, pg: &mut progress::Progress) -> Result<&'a topology::BuiltTopology> {
+    if built.as_ref().is_none_or(|(q, _)| *q != queues) {
+        drop(built.take());
+        let mut s = spec.clone();
+        s.set_queues(queues);
+        pg.message(&format!("building topology `{name}` with {queues} queue(s)"));
+        *built = Some((queues, topology::BuiltTopology::build(&s, &mut |m| pg.message(m))?));
+    }
+    Ok(&built.as_ref().expect("built above").1)
+}
+
 /// An experiment's topology: loaded (built-in name or TOML file) and
 /// checked to have the roles experiments measure by, after removing what
 /// killed runs left behind (reported through `lines`).

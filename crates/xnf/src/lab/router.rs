@@ -207,16 +207,7 @@ pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
     let mut zl = Vec::new();
     let mut built: Option<(u32, BuiltTopology)> = None;
     for (pi, point) in points.iter().enumerate() {
-        // Rebuild only when the queue count changes.
-        if built.as_ref().is_none_or(|(q, _)| *q != point.queues) {
-            // The old topology goes before the new one is built.
-            drop(built.take());
-            let mut s = spec.clone();
-            s.set_queues(point.queues);
-            pg.message(&format!("building topology `{}` with {} queue(s)", o.topology, point.queues));
-            built = Some((point.queues, BuiltTopology::build(&s, &mut |m| pg.message(m))?));
-        }
-        let t = &built.as_ref().unwrap().1;
+        let t = super::topology_with_queues(&mut built, &spec, &o.topology, point.queues, &mut pg)?;
         let roles = t.roles()?.clone();
         let (dut, dout) = t.endpoint(&roles.dut_out)?;
         let routes = if point.routes > 0 {
