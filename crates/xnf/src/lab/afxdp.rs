@@ -251,43 +251,41 @@ impl MsgBatch {
     }
 }
 
-/// A UDP socket on port 9 reading everything (recvmmsg) and counting it.
-fn udp_app(dut: &Netns, cpu: usize, o: &Options) -> Result<App> {
+/// A kernel-socket application in dut: the socket `open` makes, with a
+/// large receive buffer, read `--batch` frames at a time with recvmmsg;
+/// with `mac_swap`, every frame goes back out with its MACs swapped
+/// (sendmmsg) and the frames sent are counted, else those received.
+fn socket_app(dut: &Netns, cpu: usize, o: &Options, mac_swap: bool, open: impl FnOnce() -> Result<OwnedFd> + Send + 'static) -> Result<App> {
     let (spin, batch) = (o.spin, o.batch as usize);
     spawn_app(dut, cpu, move |stop, count, ready| {
-        let sock = OwnedFd::from(or_report(std::net::UdpSocket::bind("0.0.0.0:9").context("binding UDP port 9 in dut"), ready)?);
+        let sock = or_report(open(), ready)?;
         set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20);
         set_timeout(&sock, spin);
         let _ = ready.send(Ok(None));
         let mut b = MsgBatch::new(batch);
         while !stop.load(Ordering::Relaxed) {
             let n = b.recv(&sock);
-            count.fetch_add(n as u64, Ordering::Relaxed);
+            let handled = if mac_swap && n > 0 {
+                b.bufs.iter_mut().take(n).for_each(|buf| xnf_afxdp::nfs::swap_macs(buf));
+                b.send(&sock, n)
+            } else {
+                n
+            };
+            count.fetch_add(handled as u64, Ordering::Relaxed);
         }
         Ok(())
     })
 }
 
+/// A UDP socket on port 9 reading everything and counting it.
+fn udp_app(dut: &Netns, cpu: usize, o: &Options) -> Result<App> {
+    socket_app(dut, cpu, o, false, || Ok(OwnedFd::from(std::net::UdpSocket::bind("0.0.0.0:9").context("binding UDP port 9 in dut")?)))
+}
+
 /// An AF_PACKET socket on `dev`: receive, swap MACs, send back.
 fn afpacket_app(dut: &Netns, dev: &str, cpu: usize, o: &Options) -> Result<App> {
-    let (dev, spin, batch) = (dev.to_string(), o.spin, o.batch as usize);
-    spawn_app(dut, cpu, move |stop, count, ready| {
-        let sock = or_report(super::latency::pingpong::packet_socket(&dev), ready)?;
-        set_int_opt(&sock, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 32 << 20);
-        set_timeout(&sock, spin);
-        let _ = ready.send(Ok(None));
-        let mut b = MsgBatch::new(batch);
-        while !stop.load(Ordering::Relaxed) {
-            let n = b.recv(&sock);
-            for buf in b.bufs.iter_mut().take(n) {
-                xnf_afxdp::nfs::swap_macs(buf);
-            }
-            if n > 0 {
-                count.fetch_add(b.send(&sock, n) as u64, Ordering::Relaxed);
-            }
-        }
-        Ok(())
-    })
+    let dev = dev.to_string();
+    socket_app(dut, cpu, o, true, move || super::latency::pingpong::packet_socket(&dev))
 }
 
 /// What a variant put on dut besides its application; removed when dropped.
