@@ -68,10 +68,6 @@ impl Batch<'_> {
         self.slots[i].verdict = v;
     }
 
-    pub fn verdict(&self, i: usize) -> Verdict {
-        self.slots[i].verdict
-    }
-
     /// Sets every packet's verdict.
     pub fn set_all(&mut self, v: Verdict) {
         self.slots.iter_mut().for_each(|s| s.verdict = v);

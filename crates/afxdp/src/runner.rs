@@ -189,10 +189,6 @@ impl XskSet {
         Ok(self.counters[i].snapshot(self.sockets[i].kernel_stats()?))
     }
 
-    pub fn umem(&self) -> &Umem {
-        &self.umem
-    }
-
     /// Where the frames are right now.
     pub fn accounting(&self) -> Accounting {
         let total = self.umem.config().frame_count as usize;

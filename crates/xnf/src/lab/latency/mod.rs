@@ -327,7 +327,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
         }
     }
     let clustering = cluster(&mut runs, o.max_k, o.seed);
-    let saturation = saturation(&path, o, &runs, clustering.as_ref(), &mut pg)?;
+    let saturation = saturation(&path, o, &runs, &mut pg)?;
     drop(path);
     pg.finish();
     let mut notes = vec![
@@ -357,7 +357,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
 
 /// For each method, the configuration with the lowest median RTT in the
 /// matrix, at rising probe rates until more than 1 % are lost.
-fn saturation(p: &Path, o: &Options, runs: &[Run], _c: Option<&Clustering>, pg: &mut Progress) -> Result<Vec<Run>> {
+fn saturation(p: &Path, o: &Options, runs: &[Run], pg: &mut Progress) -> Result<Vec<Run>> {
     let mut out = Vec::new();
     if o.saturation_rates.is_empty() {
         return Ok(out);
