@@ -57,14 +57,27 @@ impl Stats {
     }
 }
 
+/// The loaded selector. Dropping it takes every socket it was given out of
+/// the XSKMAP first: a map entry holds its socket, the map itself is freed
+/// only later, and until then the socket's queue stays bound — a new socket
+/// on that queue would find it busy. So drop the program before the sockets.
 pub struct AfxdpProgram {
     skel: AfxdpSkel<'static>,
+    queues: std::cell::RefCell<Vec<u32>>,
+}
+
+impl Drop for AfxdpProgram {
+    fn drop(&mut self) {
+        for q in self.queues.take() {
+            let _ = self.del_socket(q);
+        }
+    }
 }
 
 impl AfxdpProgram {
     pub fn load() -> Result<Self> {
         let open = AfxdpSkelBuilder::default().open(object_storage()).context("opening the afxdp BPF object")?;
-        Ok(Self { skel: open.load().context("loading the afxdp program")? })
+        Ok(Self { skel: open.load().context("loading the afxdp program")?, queues: Default::default() })
     }
 
     pub fn prog(&self) -> &ProgramMut<'static> {
@@ -90,7 +103,9 @@ impl AfxdpProgram {
     pub fn add_socket(&self, queue: u32, fd: impl AsFd) -> Result<()> {
         ensure!(queue < MAX_QUEUES, "queue {queue}: at most {MAX_QUEUES} queues");
         let v = fd.as_fd().as_raw_fd() as u32;
-        self.skel.maps.xsks.update(&queue.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).with_context(|| format!("putting the socket of queue {queue} in the XSKMAP"))
+        self.skel.maps.xsks.update(&queue.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).with_context(|| format!("putting the socket of queue {queue} in the XSKMAP"))?;
+        self.queues.borrow_mut().push(queue);
+        Ok(())
     }
 
     pub fn del_socket(&self, queue: u32) -> Result<()> {

@@ -180,9 +180,7 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
         let mut nf = nf;
         set.run(nf.as_mut(), stop)?;
         drop(xdp); // no new frames while the UMEM is counted
-        // Out of the XSKMAP now: the map, freed later, would keep the
-        // socket bound and the next variant's bind would find the queue busy.
-        prog.del_socket(0)?;
+        drop(prog); // the socket out of the XSKMAP before it closes
         let acc = set.settled_accounting();
         ensure!(acc.balanced(), "AF_XDP UMEM accounting does not balance after the run: {acc:?}");
         Ok(())

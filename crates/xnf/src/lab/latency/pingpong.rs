@@ -319,21 +319,13 @@ fn afxdp_socket_config(c: &Config) -> SocketConfig {
     }
 }
 
-/// One side's AF_XDP socket behind the selector. Dropped in this order:
-/// the program detached, the socket taken out of the XSKMAP (a map entry
-/// holds the socket, and a map is freed only later: the next run's bind to
-/// the queue would find it busy), then the socket closed.
+/// One side's AF_XDP socket behind the selector. Fields drop in order: the
+/// program detached, the program (taking the socket out of its XSKMAP, see
+/// `AfxdpProgram`), then the socket closed.
 struct Side {
-    xdp: Option<XdpLink>,
+    _xdp: XdpLink,
+    _prog: AfxdpProgram,
     set: XskSet,
-    prog: AfxdpProgram,
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        drop(self.xdp.take());
-        let _ = self.prog.del_socket(0);
-    }
 }
 
 /// The selector taking UDP to port 9 to queue 0's socket, attached to `dev`.
@@ -344,7 +336,7 @@ fn afxdp_side(dev: &str, c: &Config, wait: Wait) -> Result<Side> {
     let set = XskSet::new(UmemConfig { frame_size: 4096, frame_count: 2048, headroom: 0 }, &afxdp_socket_config(c), RunConfig { batch: c.batch, wait }, &[(link.ifindex, dev.to_string(), 0)])?;
     prog.add_socket(0, set.sockets()[0].fd())?;
     let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, dev, XdpMode::Native)?;
-    Ok(Side { xdp: Some(xdp), set, prog })
+    Ok(Side { _xdp: xdp, _prog: prog, set })
 }
 
 fn forwarder_body(c: &Config, dev: &str, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), String>>) -> Result<()> {
