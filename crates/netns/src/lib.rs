@@ -1,4 +1,7 @@
-//! Namespace harness for xnf's integration tests and lab.
+//! Network namespaces and netlink for xnf: the one rtnetlink mechanism
+//! ([`netlink`]: links, link events, veths), running code inside any
+//! network namespace ([`run_in`]), route tables in netlink batches, and the
+//! namespace harness of xnf's integration tests and lab.
 //!
 //! Builds topologies of network namespaces joined by veth pairs, configures
 //! them with iproute2 (`ip -n NS ...`), runs code inside them, and guarantees
@@ -29,6 +32,7 @@
 mod addr;
 mod cmd;
 mod config;
+pub mod netlink;
 mod netns;
 mod routes;
 mod stats;
@@ -36,7 +40,7 @@ mod topology;
 
 pub use addr::{check_test_addr, is_test_ip, Mac};
 pub use config::Batch;
-pub use netns::{cleanup_all, cleanup_stale, live_namespaces, Netns, NETNS_DIR, NS_PREFIX};
+pub use netns::{cleanup_all, cleanup_stale, live_namespaces, run_in, Netns, NETNS_DIR, NS_PREFIX};
 pub use routes::{
     lookup_targets, BatchConfig, Family, InstalledRoutes, Prefix, RouteReport, RouteSet,
     IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT,

@@ -110,32 +110,7 @@ impl Netns {
         F: FnOnce() -> R + Send,
         R: Send,
     {
-        let file = File::open(self.path()).with_context(|| {
-            format!(
-                "opening {} (was namespace {} deleted?)",
-                self.path().display(),
-                self.name
-            )
-        })?;
-        std::thread::scope(|scope| {
-            let thread = std::thread::Builder::new()
-                .name(format!("netns {}", self.name))
-                .spawn_scoped(scope, move || -> Result<R> {
-                    nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).with_context(|| {
-                        format!(
-                            "setns into {} (needs CAP_SYS_ADMIN: run as root)",
-                            self.name
-                        )
-                    })?;
-                    drop(file);
-                    Ok(f())
-                })
-                .context("spawning a thread for Netns::run")?;
-            match thread.join() {
-                Ok(result) => result,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
+        run_in(&self.path(), f).with_context(|| format!("running in namespace {}", self.name))
     }
 
     /// A `Command` that runs `program` inside the namespace via
@@ -380,6 +355,33 @@ fn sysctl_path(key: &str) -> Result<PathBuf> {
 fn delete_ns(name: &str) -> Result<()> {
     cmd::run(Command::new("ip").args(["netns", "del", name]), None)?;
     Ok(())
+}
+
+/// Runs `f` on a fresh OS thread that has joined the network namespace at
+/// `path` (a file under /run/netns, or /proc/PID/ns/net) and returns its
+/// result: threads switch namespaces independently, and this one is thrown
+/// away afterwards. A panic in `f` is resumed in the caller.
+pub fn run_in<F, R>(path: &std::path::Path, f: F) -> Result<R>
+where
+    F: FnOnce() -> R + Send,
+    R: Send,
+{
+    let file = File::open(path).with_context(|| format!("opening network namespace {} (was it deleted?)", path.display()))?;
+    std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("netns".into())
+            .spawn_scoped(scope, move || -> Result<R> {
+                nix::sched::setns(&file, CloneFlags::CLONE_NEWNET)
+                    .with_context(|| format!("entering network namespace {} (needs CAP_SYS_ADMIN: run as root)", path.display()))?;
+                drop(file);
+                Ok(f())
+            })
+            .context("spawning a thread to enter a network namespace")?;
+        match thread.join() {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 /// Names of the namespaces this process created and still owns.

@@ -1,7 +1,7 @@
 //! `xnf-cni`: the CNI plugin that makes pods network functions (see
-//! `xnf::chain::cni`). Installed into the runtime's plugin directory
+//! `xnf_chain::cni`). Installed into the runtime's plugin directory
 //! (`/opt/cni/bin`) and listed after a main plugin in a `.conflist`.
 
 fn main() {
-    std::process::exit(xnf::chain::cni::main())
+    std::process::exit(xnf_chain::cni::main())
 }

@@ -1,0 +1,64 @@
+//! Build-script helper of every crate that carries BPF programs: compiles
+//! `<crate>/<name>.bpf.c` with clang against the shared headers in
+//! `bpf/include` (as `#include "xnf/..."`) and the crate's own folder, and
+//! writes the libbpf-rs skeleton `<name>.skel.rs` into OUT_DIR.
+//!
+//! In a build script:
+//! ```no_run
+//! xnf_build::skeletons(&["router"]);
+//! ```
+//! and in the crate: `include!(concat!(env!("OUT_DIR"), "/router.skel.rs"))`.
+
+use std::env;
+use std::path::{Path, PathBuf};
+
+use libbpf_cargo::SkeletonBuilder;
+
+/// Compiles each `<name>.bpf.c` of the calling crate's folder (or of its
+/// `bpf/` subfolder when it is there) into a skeleton.
+pub fn skeletons(names: &[&str]) {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("run from a build script"));
+    let include = workspace_include(&manifest);
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("run from a build script"));
+    let multiarch = multiarch();
+    println!("cargo:rerun-if-changed={}", include.display());
+    for name in names {
+        let file = format!("{name}.bpf.c");
+        let src = [manifest.join(&file), manifest.join("bpf").join(&file)]
+            .into_iter()
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{file} is neither in {} nor in its bpf/ folder", manifest.display()));
+        let dir = src.parent().expect("a source file has a folder").to_path_buf();
+        println!("cargo:rerun-if-changed={}", dir.display());
+        build(&src, &out.join(format!("{name}.skel.rs")), &[&include, &dir], multiarch);
+    }
+}
+
+/// `bpf/include` at the workspace root: the first ancestor that has it.
+fn workspace_include(manifest: &Path) -> PathBuf {
+    manifest
+        .ancestors()
+        .map(|a| a.join("bpf/include"))
+        .find(|p| p.join("xnf").is_dir())
+        .unwrap_or_else(|| panic!("no bpf/include/xnf above {}", manifest.display()))
+}
+
+/// `<asm/types.h>` lives under the multiarch include folder on Debian.
+fn multiarch() -> &'static str {
+    match env::var("CARGO_CFG_TARGET_ARCH").expect("run from a build script").as_str() {
+        "x86_64" => "x86_64-linux-gnu",
+        "aarch64" => "aarch64-linux-gnu",
+        other => panic!("unsupported target architecture {other}"),
+    }
+}
+
+fn build(src: &Path, skel: &Path, includes: &[&Path], multiarch: &str) {
+    println!("cargo:rerun-if-changed={}", src.display());
+    let mut args: Vec<String> = includes.iter().map(|i| format!("-I{}", i.display())).collect();
+    args.extend([format!("-I/usr/include/{multiarch}"), "-Wall".into(), "-Werror".into()]);
+    SkeletonBuilder::new()
+        .source(src)
+        .clang_args(args)
+        .build_and_generate(skel)
+        .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
+}

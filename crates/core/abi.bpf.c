@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Never loaded: this object exists so that the skeleton generator writes
+ * Rust mirrors of the types every network function shares (src/abi.rs).
+ * A type reaches the generated code only when BTF reaches it from a global,
+ * hence the one anchor below, with a field of every shared type.
+ */
+#include "xnf/common.h"
+#include "xnf/fib.h"
+#include "xnf/classify.h"
+
+const volatile struct {
+	enum xnf_router_reason fwd_reason;
+	enum xnf_match_flag match_flag;
+	struct xnf_match match;
+} xnf_abi_anchor = {};
+
+char _license[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,14 @@
+//! What every xnf control plane shares: where state lives (bpffs pins, run
+//! files) and the lock that serialises changes to it, XDP attachment through
+//! pinned links, reading and writing BPF maps, the C types and enums every
+//! network function shares (generated from BTF), traffic classes, and
+//! process set-up.
+
+pub mod abi;
+pub mod cenum;
+pub mod class;
+pub mod fwd;
+pub mod maps;
+pub mod runtime;
+pub mod state;
+pub mod xdp;

@@ -1,0 +1,267 @@
+//! Shared pieces of the namespace integration tests: running the `xnf`
+//! binary as a user would, a guard that detaches what a test attached, and
+//! UDP traffic.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use xnf_netns::{LineConfig, LineTopology, Netns};
+
+/// The namespaces a lab process with `pid` has made (`xnf-PID-…`).
+pub fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = std::process::Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("xnf-{pid}-")))
+        .map(String::from)
+        .collect()
+}
+
+/// The `xnf` binary of this build: `target/<profile>/xnf`, next to the
+/// `deps/` folder the test executable runs from. Tests of the NF and lab
+/// crates drive it as a user would; `make test` builds it first.
+pub fn xnf_bin() -> std::path::PathBuf {
+    sibling_bin("xnf")
+}
+
+/// The `xnf-cni` plugin binary of this build.
+pub fn xnf_cni_bin() -> std::path::PathBuf {
+    sibling_bin("xnf-cni")
+}
+
+fn sibling_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let dir = exe.parent().and_then(|d| if d.ends_with("deps") { d.parent() } else { Some(d) }).expect("target folder");
+    let bin = dir.join(name);
+    assert!(bin.exists(), "{} is missing: build it first with `cargo build -p xnf` (`make test` does)", bin.display());
+    bin
+}
+
+/// Runs `xnf --netns NS args...`.
+pub fn xnf(ns: &Netns, args: &[&str]) -> Output {
+    std::process::Command::new(xnf_bin())
+        .arg("--netns")
+        .arg(ns.name())
+        .args(args)
+        .output()
+        .expect("running the xnf binary")
+}
+
+/// Runs xnf and insists it succeeds.
+pub fn xnf_ok(ns: &Netns, args: &[&str]) -> String {
+    let out = xnf(ns, args);
+    assert!(out.status.success(), "xnf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs xnf and insists it fails with a one-line error; returns the line.
+pub fn xnf_err(ns: &Netns, args: &[&str]) -> String {
+    let out = xnf(ns, args);
+    assert!(!out.status.success(), "xnf {args:?} should have failed");
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let errors: Vec<&str> = err.lines().filter(|l| !l.starts_with("xnf: warning")).collect();
+    assert_eq!(errors.len(), 1, "xnf {args:?}: want one error line, got {err:?}");
+    errors[0].to_string()
+}
+
+/// The line topology with the router attached on dut and everything the
+/// veths need: TX checksum offload off on the senders (a veth hands partial
+/// checksums to XDP, which cannot finish them) and an XDP program on the
+/// sink end so redirected frames are received. Detaches on drop, before the
+/// namespaces go.
+pub struct RoutedLine {
+    pub line: LineTopology,
+    attached: bool,
+}
+
+impl RoutedLine {
+    pub fn new(attach_args: &[&str]) -> Self {
+        let line = LineTopology::new(&LineConfig::default()).expect("line topology (run as root)");
+        line.gen().set_offload(&line.gen_if, "tx", false).expect("ethtool -K tx off");
+        line.sink().set_offload(&line.sink_if, "tx", false).expect("ethtool -K tx off");
+        xnf_ok(line.sink(), &["pass", "attach", &line.sink_if]);
+        xnf_ok(line.gen(), &["pass", "attach", &line.gen_if]);
+        let mut me = RoutedLine { line, attached: false };
+        if !attach_args.is_empty() {
+            me.attach(attach_args);
+        }
+        me
+    }
+
+    pub fn attach(&mut self, extra: &[&str]) {
+        let (g, s) = (self.line.dut_gen_if.clone(), self.line.dut_sink_if.clone());
+        let mut args = vec!["router", "attach", g.as_str(), s.as_str()];
+        args.extend(extra);
+        xnf_ok(self.dut(), &args);
+        self.attached = true;
+    }
+
+    pub fn detach(&mut self) {
+        let (g, s) = (self.line.dut_gen_if.clone(), self.line.dut_sink_if.clone());
+        xnf_ok(self.dut(), &["router", "detach", &g, &s]);
+        self.attached = false;
+    }
+
+    pub fn dut(&self) -> &Netns {
+        self.line.dut()
+    }
+
+    /// Router counters of dut's gen-facing interface (its ingress).
+    pub fn ingress_stats(&self) -> serde_json::Value {
+        let out = xnf_ok(self.dut(), &["router", "stats", "--json"]);
+        let all: serde_json::Value = serde_json::from_str(&out).expect("stats JSON");
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["interface"] == self.line.dut_gen_if.as_str())
+            .cloned()
+            .expect("ingress interface in stats")
+    }
+
+    pub fn redirected(&self) -> u64 {
+        self.ingress_stats()["packets"]["redirect"].as_u64().unwrap()
+    }
+
+    pub fn reason(&self, r: &str) -> u64 {
+        self.ingress_stats()["reasons"][r].as_u64().unwrap()
+    }
+
+    pub fn forw_v4(&self) -> u64 {
+        self.dut().snmp().unwrap().value("Ip", "ForwDatagrams").unwrap()
+    }
+
+    pub fn forw_v6(&self) -> u64 {
+        self.dut().snmp().unwrap().value("Ip6", "OutForwDatagrams").unwrap()
+    }
+
+    /// A UDP socket in sink listening on `port` (v4 or v6).
+    pub fn sink_socket(&self, v6: bool, port: u16) -> UdpSocket {
+        let addr: IpAddr = if v6 { self.line.sink_v6.into() } else { self.line.sink_v4.into() };
+        let s = self.line.sink().run(move || UdpSocket::bind(SocketAddr::new(addr, port))).unwrap().unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        s
+    }
+
+    /// A UDP socket in gen.
+    pub fn gen_socket(&self, v6: bool) -> UdpSocket {
+        let addr: IpAddr = if v6 { self.line.gen_v6.into() } else { self.line.gen_v4.into() };
+        self.line.gen().run(move || UdpSocket::bind(SocketAddr::new(addr, 0))).unwrap().unwrap()
+    }
+
+    pub fn sink_addr(&self, v6: bool, port: u16) -> SocketAddr {
+        if v6 {
+            SocketAddr::new(self.line.sink_v6.into(), port)
+        } else {
+            SocketAddr::new(self.line.sink_v4.into(), port)
+        }
+    }
+
+    /// Sends `n` datagrams gen -> sink and returns how many arrived.
+    pub fn send_udp(&self, v6: bool, n: usize) -> usize {
+        let port = 9000 + v6 as u16;
+        let rx = self.sink_socket(v6, port);
+        let tx = self.gen_socket(v6);
+        let to = self.sink_addr(v6, port);
+        // Receive while sending, so the socket buffer never overflows.
+        std::thread::scope(|s| {
+            let receiver = s.spawn(|| count_received(&rx));
+            send_paced(&tx, to, n);
+            receiver.join().unwrap()
+        })
+    }
+
+    /// Waits until dut has a usable neighbour entry for sink (v4 and v6).
+    pub fn resolve_sink(&self) {
+        for v6 in [false, true] {
+            let _ = self.send_udp(v6, 1);
+        }
+        wait_for("dut's neighbour entries for sink", || {
+            let out = self.dut().ip(&["neigh", "show", "dev", &self.line.dut_sink_if]).unwrap();
+            let s = String::from_utf8_lossy(&out.stdout).to_string();
+            s.lines().filter(|l| l.contains("REACHABLE") || l.contains("STALE") || l.contains("DELAY")).count() >= 2
+        });
+    }
+}
+
+impl Drop for RoutedLine {
+    fn drop(&mut self) {
+        if self.attached {
+            let (g, s) = (self.line.dut_gen_if.clone(), self.line.dut_sink_if.clone());
+            let _ = xnf(self.dut(), &["router", "detach", &g, &s]);
+        }
+        let _ = xnf(self.line.sink(), &["pass", "detach", &self.line.sink_if]);
+        let _ = xnf(self.line.gen(), &["pass", "detach", &self.line.gen_if]);
+    }
+}
+
+/// Sends `n` small datagrams, pausing every 64 so that a veth ring (256
+/// frames) never overflows: the tests check forwarding, not capacity.
+pub fn send_paced(tx: &UdpSocket, to: SocketAddr, n: usize) {
+    for i in 0..n {
+        tx.send_to(&(i as u32).to_be_bytes(), to).unwrap();
+        if i % 64 == 63 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Counts datagrams until none has come for the socket's read timeout.
+pub fn count_received(rx: &UdpSocket) -> usize {
+    let mut buf = [0u8; 2048];
+    let mut n = 0;
+    while rx.recv(&mut buf).is_ok() {
+        n += 1;
+    }
+    n
+}
+
+/// Whether an `xnf router follow` process runs in `ns`.
+pub fn follower_running(ns: &Netns) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: String| std::fs::metadata(p).map(|m| m.ino()).ok();
+    let target = ino(ns.path().display().to_string());
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let pid = e.file_name().to_string_lossy().to_string();
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&cmd).contains("router\0follow")
+            && ino(format!("/proc/{pid}/ns/net")) == target
+    })
+}
+
+/// Polls `cond` for up to 5 s.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `xnf lab EXPERIMENT args...` to the end: its output and its pid
+/// (the lab's namespaces are named after it).
+pub fn lab(experiment: &str, args: &[&str]) -> (Output, u32) {
+    let child = std::process::Command::new(xnf_bin())
+        .args(["lab", experiment])
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running xnf lab {experiment}: {e}"));
+    let pid = child.id();
+    (child.wait_with_output().unwrap(), pid)
+}
+
+/// Each case — (arguments, what the one-line message must say, exit
+/// status: 2 = usage, 1 = refused) — is refused before anything is built.
+pub fn assert_lab_refuses(experiment: &str, cases: &[(&[&str], &str, i32)]) {
+    for (args, want, status) in cases {
+        let (out, pid) = lab(experiment, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*status), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
+    }
+}

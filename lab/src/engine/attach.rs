@@ -1,0 +1,130 @@
+//! XDP programs the lab attaches to its namespaces' interfaces for the
+//! length of an experiment (sink, pass, the raw verdicts, the router), each
+//! detached when its guard is dropped.
+
+use anyhow::{Context, Result};
+use xnf_core::xdp::{XdpLink, XdpMode};
+use xnf_netns::netlink::link_by_name;
+use xnf_netns::Netns;
+
+use crate::programs::actions::{Action, ActionCounters, ActionsProgram};
+use crate::programs::sink::{SinkCounter, SinkOptions, SinkProgram};
+
+/// The raw XDP verdicts of the `actions` experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionKind {
+    Drop,
+    Pass,
+    Tx,
+    Redirect,
+    Cpumap,
+}
+
+/// An XDP program attached by the lab to one interface in a namespace;
+/// detached when dropped (the link is not pinned).
+pub struct LabAttachment {
+    _link: XdpLink,
+    counter: Option<SinkCounter>,
+    actions: Option<ActionCounters>,
+}
+
+impl LabAttachment {
+    /// Attaches the counting, dropping sink program to `dev` in `ns`.
+    pub fn sink(ns: &Netns, dev: &str) -> Result<Self> {
+        Self::attach(ns, dev, Some(SinkOptions::default()))
+    }
+
+    /// The sink with options: counts per frame length, a capture of every
+    /// frame (read through [`sink_counter`](Self::sink_counter)).
+    pub fn sink_with(ns: &Netns, dev: &str, opts: SinkOptions) -> Result<Self> {
+        Self::attach(ns, dev, Some(opts))
+    }
+
+    /// Attaches the XDP_PASS program to `dev` in `ns` (a veth end that must
+    /// receive XDP_TX/redirected frames but otherwise use the kernel path).
+    pub fn pass(ns: &Netns, dev: &str) -> Result<Self> {
+        Self::attach(ns, dev, None)
+    }
+
+    fn attach(ns: &Netns, dev: &str, sink: Option<SinkOptions>) -> Result<Self> {
+        let dev = dev.to_string();
+        // Programs cannot leave the thread that loaded them; the link and
+        // the counter handle (plain fds) can.
+        ns.run(move || -> Result<Self> {
+            let ifindex = link_by_name(&dev)?.ifindex;
+            if let Some(opts) = sink {
+                let prog = SinkProgram::load_with(opts)?;
+                let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+                Ok(LabAttachment { _link: link, counter: Some(prog.counter()?), actions: None })
+            } else {
+                let prog = xnf_pass::PassProgram::load()?;
+                let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+                Ok(LabAttachment { _link: link, counter: None, actions: None })
+            }
+        })?
+    }
+
+    /// Attaches the raw-verdict program to `dev` in `ns`; a redirect goes
+    /// to `to_dev` (in `ns`), a CPU redirect to `cpu`.
+    pub fn action(ns: &Netns, dev: &str, action: ActionKind, to_dev: &str, cpu: u32) -> Result<Self> {
+        let (dev, to_dev) = (dev.to_string(), to_dev.to_string());
+        ns.run(move || -> Result<Self> {
+            let ifindex = link_by_name(&dev)?.ifindex;
+            let action = match action {
+                ActionKind::Drop => Action::Drop,
+                ActionKind::Pass => Action::Pass,
+                ActionKind::Tx => Action::Tx,
+                ActionKind::Redirect => Action::Redirect { ifindex: link_by_name(&to_dev)?.ifindex },
+                ActionKind::Cpumap => Action::Cpumap { cpu },
+            };
+            let prog = ActionsProgram::load(action)?;
+            let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+            Ok(LabAttachment { _link: link, counter: None, actions: Some(prog.counters()?) })
+        })?
+    }
+
+    /// Packets counted by a sink attachment.
+    pub fn packets(&self) -> Result<u64> {
+        self.sink_counter()?.packets()
+    }
+
+    /// A sink attachment's counters (per CPU, per length) and capture.
+    pub fn sink_counter(&self) -> Result<&SinkCounter> {
+        self.counter.as_ref().context("not a sink attachment")
+    }
+
+    /// Frames an action attachment acted on, and those its CPUMAP program
+    /// received on the remote CPU.
+    pub fn action_counts(&self) -> Result<(u64, u64)> {
+        let c = self.actions.as_ref().context("not an action attachment")?;
+        Ok((c.acted()?, c.remote()?))
+    }
+}
+
+
+/// `xnf router` attached to interfaces in a lab namespace through its
+/// library, from a thread inside that namespace (no follower: the lab's
+/// interfaces do not change while it measures); detached when dropped.
+pub struct RouterGuard {
+    ns: std::path::PathBuf,
+    ifaces: Vec<String>,
+}
+
+impl RouterGuard {
+    pub fn attach(ns: &Netns, ifaces: &[String]) -> Result<Self> {
+        let names = ifaces.to_vec();
+        let opts = xnf_router::AttachOptions { mode: XdpMode::Native, fib_direct: false };
+        ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
+        Ok(RouterGuard { ns: ns.path(), ifaces: ifaces.to_vec() })
+    }
+}
+
+impl Drop for RouterGuard {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.ifaces);
+        match xnf_netns::run_in(&self.ns, move || xnf_router::detach(&names)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) | Err(e) => eprintln!("xnf lab: detaching the router in {}: {e:#}", self.ns.display()),
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The traffic generator: live-frame generator threads, each pinned to
+//! one CPU with its own program, counters and BPF_PROG_TEST_RUN loop.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result};
+use xnf_netns::Netns;
+
+use crate::programs::gen::{GenConfig, GenControl, GenProgram};
+
+/// Seconds one BPF_PROG_TEST_RUN call should last. Every live-frame run
+/// ends with a teardown that waits (an RCU grace period, 10-25 ms here)
+/// during which nothing is sent: long calls amortise it (with a rate, the
+/// program catches up afterwards); the stop flag is checked between calls,
+/// so this is also how long stopping may take.
+const GEN_CALL_SECS: f64 = 0.5;
+
+/// How a [`Generator`] runs on several CPUs.
+#[derive(Clone, Debug)]
+pub struct GenOptions {
+    /// One generator thread pinned to each of these CPUs, each with its own
+    /// program, counters and live-frame loop.
+    pub cpus: Vec<usize>,
+    /// Frames per second, all threads together (0: as fast as possible).
+    pub rate: u64,
+    /// Send exactly this many frames in all, then stop.
+    pub count: Option<u64>,
+    /// Receive queues of the device: thread i runs as if on queue i when the
+    /// device has that many, else on queue 0.
+    pub queues: u32,
+    /// Stop after this many seconds (the last call is sized to end then).
+    pub seconds: Option<f64>,
+}
+
+/// `total` split over `n` shares differing by at most one (the first get more).
+pub fn split(total: u64, n: usize) -> Vec<u64> {
+    let n = n.max(1) as u64;
+    (0..n).map(|i| total / n + u64::from(i < total % n)).collect()
+}
+
+/// One pinned generator thread.
+struct GenThread {
+    cpu: usize,
+    control: GenControl,
+    rate: Arc<AtomicU64>,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+/// Live-frame generator threads, each pinned to one CPU, until stopped or
+/// (with a count) done.
+pub struct Generator {
+    stop: Arc<AtomicBool>,
+    threads: Vec<GenThread>,
+}
+
+impl Generator {
+    /// Starts one thread per CPU of `o.cpus`, each sending its share of the
+    /// rate and of the count.
+    pub fn start_on(ns: &Netns, dev: &str, cfg: GenConfig, o: &GenOptions) -> Result<Self> {
+        anyhow::ensure!(!o.cpus.is_empty(), "no generator CPU given");
+        let n = o.cpus.len();
+        anyhow::ensure!(o.rate == 0 || o.rate >= n as u64, "a rate of {} frames/s cannot be split over {n} CPUs", o.rate);
+        anyhow::ensure!(o.count.is_none_or(|c| c >= n as u64), "a count of {} frames cannot be split over {n} CPUs", o.count.unwrap_or(0));
+        let counts = o.count.map(|c| split(c, n));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut me = Generator { stop: stop.clone(), threads: Vec::new() };
+        for (i, (&cpu, rate)) in o.cpus.iter().zip(split(o.rate, n)).enumerate() {
+            let limit = counts.as_ref().map(|c| c[i]).unwrap_or(0);
+            let queue = if (i as u32) < o.queues { i as u32 } else { 0 };
+            me.threads.push(GenThread::start(ns, dev, cfg.clone(), cpu, queue, rate, limit, o.seconds, stop.clone())?);
+        }
+        Ok(me)
+    }
+
+    /// Frames sent so far, all CPUs (exact: counted by the programs).
+    pub fn sent(&self) -> Result<u64> {
+        self.threads.iter().map(|t| t.control.sent()).sum()
+    }
+
+    /// Frames sent so far by each generator CPU: (cpu, frames).
+    pub fn sent_per_cpu(&self) -> Result<Vec<(usize, u64)>> {
+        self.threads.iter().map(|t| Ok((t.cpu, t.control.sent()?))).collect()
+    }
+
+    /// Changes the rate (frames per second, all CPUs; 0: as fast as possible).
+    pub fn set_rate(&self, pps: u64) -> Result<()> {
+        for (t, r) in self.threads.iter().zip(split(pps, self.threads.len())) {
+            // A share of 0 would mean "as fast as possible": hold back instead.
+            let r = if pps > 0 { r.max(1) } else { 0 };
+            t.rate.store(r, Ordering::Relaxed);
+            t.control.set_rate(r)?;
+        }
+        Ok(())
+    }
+
+    /// True when every thread has ended: its count sent, or failed.
+    pub fn done(&self) -> bool {
+        self.threads.iter().all(|t| t.thread.as_ref().is_none_or(|h| h.is_finished()))
+    }
+
+    /// Stops; reports whether a generator thread failed, else the frames sent.
+    pub fn stop(self) -> Result<u64> {
+        Ok(self.finish()?.iter().map(|c| c.1).sum())
+    }
+
+    /// Stops; reports whether a generator thread failed, else the frames
+    /// each CPU sent: (cpu, frames).
+    pub fn finish(mut self) -> Result<Vec<(usize, u64)>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in &mut self.threads {
+            t.thread.take().unwrap().join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
+        }
+        self.sent_per_cpu()
+    }
+}
+
+impl GenThread {
+    #[allow(clippy::too_many_arguments)]
+    fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize, queue: u32, rate: u64, limit: u64, seconds: Option<f64>, stop: Arc<AtomicBool>) -> Result<Self> {
+        let path = ns.path();
+        let dev = dev.to_string();
+        let rate_now = Arc::new(AtomicU64::new(rate));
+        let rate2 = rate_now.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || -> Result<()> {
+            let setup = || -> Result<(GenProgram, u32)> {
+                let f = std::fs::File::open(&path)?;
+                nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).context("entering the generator's namespace")?;
+                let mut set = nix::sched::CpuSet::new();
+                set.set(cpu).with_context(|| format!("CPU {cpu}"))?;
+                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+                let ifindex = xnf_netns::netlink::link_by_name(&dev)?.ifindex;
+                let prog = GenProgram::load(&cfg)?;
+                let ctl = prog.control()?;
+                ctl.set_rate(rate)?;
+                ctl.set_limit(limit)?;
+                Ok((prog, ifindex))
+            };
+            let (prog, ifindex, ctl) = match setup().and_then(|(p, i)| Ok((p.control()?, p, i))) {
+                Ok((control, prog, ifindex)) => {
+                    let _ = tx.send(Ok(control));
+                    let ctl = prog.control()?;
+                    (prog, ifindex, ctl)
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return Ok(());
+                }
+            };
+            // Tries per second, from the kernel's time per try (which leaves
+            // out the teardown after every call); a guess to start with.
+            let mut per_sec: f64 = 1e7;
+            let t_start = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let sent = ctl.sent()?;
+                if limit > 0 && sent >= limit {
+                    break;
+                }
+                // Calls of about GEN_CALL_SECS...
+                let mut tries = per_sec * GEN_CALL_SECS;
+                // ...ending at the deadline...
+                if let Some(s) = seconds {
+                    let left = s - t_start.elapsed().as_secs_f64();
+                    if left <= 0.0 {
+                        break;
+                    }
+                    tries = tries.min(per_sec * left);
+                }
+                // ...or when the count is sent: without a rate every try
+                // sends (the last call is exact); with one, the remaining
+                // frames take (limit - sent) / rate seconds.
+                if limit > 0 {
+                    let rate = rate2.load(Ordering::Relaxed);
+                    let left = (limit - sent) as f64;
+                    tries = if rate == 0 { tries.min(left) } else { tries.min(per_sec * left / rate as f64 * 1.02 + 64.0) };
+                }
+                let tries = tries.clamp(1.0, (1u64 << 30) as f64) as u32;
+                let ns = prog.send_on(ifindex, queue, tries)?;
+                if tries >= 1 << 12 {
+                    per_sec = 1e9 / f64::from(ns.max(1));
+                }
+            }
+            Ok(())
+        });
+        let control = rx.recv().context("the generator thread died while starting")??;
+        Ok(GenThread { cpu, control, rate: rate_now, thread: Some(thread) })
+    }
+}
+
+impl Drop for Generator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in &mut self.threads {
+            if let Some(h) = t.thread.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::LabAttachment;
+    use xnf_netns::{LineConfig, LineTopology};
+    use xnf_packet::PacketBuilder;
+
+    fn template(line: &LineTopology) -> GenConfig {
+        let frame = PacketBuilder::ethernet(line.gen_mac, line.dut_gen_mac)
+            .ipv4(line.gen_v4, line.sink_v4)
+            .udp(1024, 9)
+            .frame_len(60)
+            .build();
+        GenConfig { template: frame, ipv6: false, flows: 8, base_sport: 1024, ..Default::default() }
+    }
+
+    /// gen's own kernel also talks on the link (IPv6 ND, MLD): a few extra
+    /// frames at the sink are not the generator's.
+    fn assert_all_arrived(sent: u64, received: u64) {
+        assert!(received >= sent && received <= sent + 8, "sent {sent}, sink counted {received}");
+    }
+
+    /// Runs the generator in gen once per `(rate, tries)` step, in order;
+    /// returns (frames sent by each step, total received at dut).
+    fn bursts(line: &LineTopology, steps: &[(u64, u32)]) -> (Vec<u64>, u64) {
+        let sink = LabAttachment::sink(line.dut(), &line.dut_gen_if).unwrap();
+        let cfg = template(line);
+        let dev = line.gen_if.clone();
+        let steps = steps.to_vec();
+        let sent = line
+            .gen()
+            .run(move || -> Result<Vec<u64>> {
+                let prog = GenProgram::load(&cfg)?;
+                let ctl = prog.control()?;
+                let ifindex = xnf_netns::netlink::link_by_name(&dev)?.ifindex;
+                let mut out = Vec::new();
+                for (rate, tries) in steps {
+                    let before = ctl.sent()?;
+                    ctl.set_rate(rate)?;
+                    prog.send(ifindex, tries)?;
+                    out.push(ctl.sent()? - before);
+                }
+                Ok(out)
+            })
+            .unwrap()
+            .unwrap();
+        (sent, sink.packets().unwrap())
+    }
+
+    fn burst(line: &LineTopology, rate: u64, count: u32) -> (u64, u64) {
+        let (sent, received) = bursts(line, &[(rate, count)]);
+        (sent[0], received)
+    }
+
+    #[test]
+    fn generator_sends_exactly_what_it_counts_and_the_sink_gets_it() {
+        let line = LineTopology::new(&LineConfig::default()).unwrap();
+        let (sent, received) = burst(&line, 0, 100_000);
+        assert_eq!(sent, 100_000, "without a rate every frame is sent");
+        assert_all_arrived(sent, received);
+    }
+
+    #[test]
+    fn generator_holds_back_frames_that_are_not_due() {
+        let line = LineTopology::new(&LineConfig::default()).unwrap();
+        // 1 frame per second: a run of 10,000 tries lasts milliseconds, so
+        // only the catch-up burst (32) and one more may go.
+        let (sent, received) = burst(&line, 1, 10_000);
+        assert!((1..=33).contains(&sent), "sent {sent}");
+        assert_all_arrived(sent, received);
+    }
+
+    #[test]
+    fn a_faster_rate_applies_at_once_after_a_slow_one() {
+        let line = LineTopology::new(&LineConfig::default()).unwrap();
+        // 1 pps schedules the next frame a second ahead; 1e9 pps must not wait for it.
+        let (sent, received) = bursts(&line, &[(1, 10_000), (1_000_000_000, 10_000)]);
+        assert!(sent[0] <= 33, "slow step sent {}", sent[0]);
+        assert!(sent[1] >= 9_000, "fast step sent only {} of 10,000", sent[1]);
+        assert_all_arrived(sent.iter().sum(), received);
+    }
+}

@@ -1,0 +1,338 @@
+//! Measuring one variant on a built topology: counters along the path
+//! (generator, dut ingress, dut egress, receiver) and per-CPU time, read at
+//! interval boundaries; intervals at full speed, at offered rates (the
+//! CPU-vs-load curve) and as zero-loss search trials.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use crate::programs::gen::GenConfig;
+use xnf_netns::Netns;
+use xnf_packet::PacketBuilder;
+
+use super::cpu::{self, CpuTimes};
+use super::progress::Progress;
+use super::topology::BuiltTopology;
+use super::results::{Loss, Point, Results, Sample, SampleKind};
+use super::search::{loss_pct, search, SearchOptions, SearchResult};
+use super::{GenOptions, Generator};
+
+/// The experiments' generator: one thread per CPU of `cpus`, each sending
+/// its share of `rate` (0: as fast as possible), thread i as if on queue i.
+/// On a multi-queue veth each CPU's frames land on a different queue of the
+/// peer (veth picks the peer's queue by the sending CPU).
+pub fn start_generators(ns: &Netns, dev: &str, cfg: &GenConfig, cpus: &[usize], rate: u64) -> Result<Generator> {
+    let o = GenOptions { cpus: cpus.to_vec(), rate, count: None, queues: cpus.len() as u32, seconds: None };
+    Generator::start_on(ns, dev, cfg.clone(), &o)
+}
+
+/// Reads the frames that completed the path (a sink counter, an XDP
+/// program's count, an interface counter).
+pub type Received<'a> = Box<dyn Fn() -> Result<u64> + 'a>;
+
+/// The counters of one measured path.
+pub struct Probe<'a> {
+    pub gens: &'a Generator,
+    /// dut's ingress interface: its rx counter.
+    pub dut_in: (&'a Netns, String),
+    /// dut's egress interface: its tx counter (None when dut does not send).
+    pub dut_out: Option<(&'a Netns, String)>,
+    pub received: Received<'a>,
+    /// Called at every reading, after the counters: an experiment's own
+    /// counters taken at the same instants (None: nothing more).
+    pub on_read: Option<Box<dyn Fn() -> Result<()> + 'a>>,
+}
+
+/// Counters at one instant.
+#[derive(Clone, Debug)]
+pub struct Counts {
+    sent: u64,
+    dut_rx: u64,
+    dut_tx: Option<u64>,
+    received: u64,
+    cpus: Vec<CpuTimes>,
+}
+
+impl Probe<'_> {
+    pub fn read(&self) -> Result<Counts> {
+        let c = Ok(Counts {
+            sent: self.gens.sent()?,
+            dut_rx: self.dut_in.0.link_stats(&self.dut_in.1)?.rx_packets,
+            dut_tx: match &self.dut_out {
+                Some((ns, dev)) => Some(ns.link_stats(dev)?.tx_packets),
+                None => None,
+            },
+            received: (self.received)().context("reading the receive counter")?,
+            cpus: cpu::sample()?,
+        });
+        if let Some(hook) = &self.on_read {
+            hook()?;
+        }
+        c
+    }
+
+    /// Waits, the generator paused, until the path has drained: the receive
+    /// counter the same 20 ms apart (at most a second). A kernel path drains
+    /// in microseconds; a user-space receiver may still be working through
+    /// its socket buffer or RX ring, which would otherwise count frames of
+    /// this interval into the next one.
+    fn drain(&self) -> Result<()> {
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        let mut last = (self.received)()?;
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = (self.received)()?;
+            if now == last || t0.elapsed() > Duration::from_secs(1) {
+                return Ok(());
+            }
+            last = now;
+        }
+    }
+
+    /// Pauses the generator, lets the path drain and reads the counters, so
+    /// frames in flight never count as lost.
+    fn pause_and_read(&self) -> Result<Counts> {
+        self.gens.set_rate(PAUSED)?;
+        self.drain()?;
+        self.read()
+    }
+
+    /// Resumes the generator at `rate` (0: full speed); returns when.
+    fn resume(&self, rate: u64) -> Result<Instant> {
+        self.gens.set_rate(rate)?;
+        Ok(Instant::now())
+    }
+
+    /// One interval: pause and read, resume at `rate` for `secs`, pause and
+    /// read. The rate is over the time the generator was sending.
+    fn interval(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64) -> Result<Sample> {
+        let a = self.pause_and_read()?;
+        let t0 = self.resume(rate)?;
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        self.gens.set_rate(PAUSED)?;
+        let sending = t0.elapsed().as_secs_f64();
+        self.drain()?;
+        let b = self.read()?;
+        self.gens.set_rate(rate)?;
+        Ok(sample(l, kind, &a, &b, sending))
+    }
+}
+
+/// The generator's rate while paused (1 frame per second per CPU: the
+/// program drops every frame that is not due, so nearly nothing goes).
+const PAUSED: u64 = 1;
+
+/// What a sample is of.
+#[derive(Clone, Debug)]
+pub struct Labels {
+    pub variant: String,
+    pub point: Point,
+    pub run: u32,
+}
+
+/// The sample of the interval between two readings, the generator having
+/// sent for `secs` of it.
+pub fn sample(l: &Labels, kind: SampleKind, a: &Counts, b: &Counts, secs: f64) -> Sample {
+    let sent = b.sent - a.sent;
+    let received = b.received - a.received;
+    let dut_rx = (b.dut_rx - a.dut_rx) as i64;
+    let loss = match (a.dut_tx, b.dut_tx) {
+        (Some(t0), Some(t1)) => {
+            let dut_tx = (t1 - t0) as i64;
+            Loss { gen_to_dut: sent as i64 - dut_rx, in_dut: dut_rx - dut_tx, dut_to_sink: dut_tx - received as i64 }
+        }
+        _ => Loss { gen_to_dut: sent as i64 - dut_rx, in_dut: dut_rx - received as i64, dut_to_sink: 0 },
+    };
+    let cpus = cpu::delta(&b.cpus, &a.cpus);
+    let per_packet = |ns: f64| if received > 0 { ns / received as f64 } else { f64::NAN };
+    Sample {
+        variant: l.variant.clone(),
+        point: l.point.clone(),
+        run: l.run,
+        kind,
+        seconds: secs,
+        sent,
+        received,
+        sent_mpps: sent as f64 / secs / 1e6,
+        mpps: received as f64 / secs / 1e6,
+        loss_pct: loss_pct(sent, received),
+        loss,
+        cpus: cpu::shares(&cpus),
+        ns_per_packet: per_packet(cpu::busy_ns(&cpus)),
+        softirq_ns_per_packet: per_packet(cpu::softirq_ns(&cpus)),
+    }
+}
+
+/// Timing of measurements.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Timing {
+    /// Seconds of traffic before each measured interval (discarded).
+    pub warmup: f64,
+    /// Measured seconds at full speed.
+    pub seconds: f64,
+    /// Measured seconds per offered-rate step or search trial.
+    pub trial_seconds: f64,
+}
+
+/// The generator at full speed: warm up, then one interval.
+pub fn at_full_speed(p: &Probe, l: &Labels, t: &Timing) -> Result<Sample> {
+    p.gens.set_rate(0)?;
+    std::thread::sleep(Duration::from_secs_f64(t.warmup));
+    p.interval(l, SampleKind::Max, 0, t.seconds)
+}
+
+/// One interval at `rate` frames per second, after a discarded one.
+fn at_rate(p: &Probe, l: &Labels, t: &Timing, rate: f64, kind: SampleKind) -> Result<Sample> {
+    let rate = rate.max(1.0) as u64;
+    p.gens.set_rate(rate)?;
+    // The first interval after a rate change is discarded (seed 001 §5.3.8).
+    std::thread::sleep(Duration::from_secs_f64(t.warmup.max(0.5)));
+    p.interval(l, kind, rate, t.trial_seconds)
+}
+
+/// The CPU-vs-offered-load curve (seed 001 §5.3.6): `steps` rates evenly
+/// spaced up to `top` (the variant's full-speed rate), one interval each.
+pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, steps: u32, progress: &mut dyn FnMut(&str)) -> Result<Vec<Sample>> {
+    (1..=steps)
+        .map(|i| {
+            let rate = top * i as f64 / steps as f64;
+            progress(&format!("offered load {:.3} Mpps ({i}/{steps})", rate / 1e6));
+            at_rate(p, l, t, rate, SampleKind::Load { offered_pps: rate })
+        })
+        .collect()
+}
+
+/// The zero-loss search up to `top` with `tolerance` % loss; every trial is
+/// also returned as a `Search` sample (the loss-vs-rate chart).
+pub fn zero_loss(p: &Probe, l: &Labels, t: &Timing, top: f64, tolerance: f64, progress: &mut dyn FnMut(&str)) -> Result<(SearchResult, Vec<Sample>)> {
+    let so = SearchOptions { low: top / 100.0, high: top, loss_tolerance_pct: tolerance, resolution: top / 100.0, max_trials: 20 };
+    let mut samples = Vec::new();
+    let mut n = 0;
+    let result = search(&so, |rate| {
+        n += 1;
+        progress(&format!("zero-loss search: trial {n} at {:.3} Mpps", rate / 1e6));
+        let s = at_rate(p, l, t, rate, SampleKind::Search { offered_pps: rate })?;
+        let r = (s.sent, s.received);
+        samples.push(s);
+        Ok(r)
+    })?;
+    Ok((result, samples))
+}
+
+/// Everything measured of one variant at one point: the full-speed
+/// interval, then the load curve (`load_steps` > 0) and the zero-loss
+/// search (`zero_loss` = tolerance %) when asked for. Returns the samples
+/// and the zero-loss rate.
+pub fn variant(
+    p: &Probe,
+    l: &Labels,
+    t: &Timing,
+    load_steps: u32,
+    zero_loss: Option<f64>,
+    pg: &mut Progress,
+) -> Result<(Vec<Sample>, Option<f64>)> {
+    pg.message("full speed");
+    let max = at_full_speed(p, l, t)?;
+    let top = max.sent as f64 / max.seconds;
+    let mut samples = vec![max];
+    if load_steps > 0 {
+        samples.extend(load_curve(p, l, t, top, load_steps, &mut |m| pg.message(m))?);
+    }
+    let mut rate = None;
+    if let Some(tol) = zero_loss {
+        let (r, s) = self::zero_loss(p, l, t, top, tol, &mut |m| pg.message(m))?;
+        samples.extend(s);
+        rate = Some(r.rate);
+    }
+    Ok((samples, rate))
+}
+
+/// The variants in the order to measure them in `run`: reversed on every
+/// other run, so drift over time favours no variant.
+pub fn alternated<V: Clone>(variants: &[V], run: u32) -> Vec<V> {
+    let mut order = variants.to_vec();
+    if run % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// Keeps what [`variant`] measured: its samples, and its zero-loss rate
+/// for the summary.
+pub fn record(res: &mut Results, zl: &mut Vec<(String, Point, f64)>, l: &Labels, (samples, rate): (Vec<Sample>, Option<f64>)) {
+    res.samples.extend(samples);
+    zl.extend(rate.map(|r| (l.variant.clone(), l.point.clone(), r)));
+}
+
+/// Checks the options every experiment shares, naming the flag at fault.
+pub fn check_options(runs: u32, t: &Timing, sizes: &[u32], ipv6: bool, zero_loss: Option<f64>, load_steps: u32) -> Result<()> {
+    ensure!(runs >= 1, "--runs must be at least 1");
+    ensure!(t.seconds > 0.0 && t.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
+    ensure!(t.trial_seconds > 0.0, "--trial-seconds must be positive");
+    for &s in sizes {
+        ensure!(s == 0 || (64..=1518).contains(&s), "--size {s}: sizes must be 64..=1518 bytes (wire size with FCS) or imix");
+        ensure!(!ipv6 || s == 0 || s >= 66, "--size {s}: IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS)");
+    }
+    if let Some(tol) = zero_loss {
+        ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
+    }
+    ensure!(load_steps <= 50, "--load-curve: at most 50 steps");
+    Ok(())
+}
+
+/// The option checks the experiments share: flows (distinct UDP source
+/// ports), veth queues (one generator CPU each) and the generator's CPU.
+pub fn check_generator(flows: &[u32], queues: &[u32], cpu: usize, ncpu: usize) -> Result<()> {
+    for &f in flows {
+        ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
+    }
+    for &q in queues {
+        ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
+    }
+    ensure!(cpu < ncpu, "--cpu {cpu} does not exist (this machine has {ncpu})");
+    Ok(())
+}
+
+/// The generator's CPUs for `queues` queues: `cpu` alone with one, CPUs
+/// 0..queues with more (a veth puts a frame on the queue of the CPU sending it).
+pub fn gen_cpus(cpu: usize, queues: u32) -> Vec<usize> {
+    if queues == 1 {
+        vec![cpu]
+    } else {
+        (0..queues as usize).collect()
+    }
+}
+
+/// The experiments' traffic at `p`: UDP to port 9 from gen's address to
+/// the sink's, addressed to dut's ingress MAC, `p.flows` source ports;
+/// size 0 is the AMS-IX IMIX.
+pub fn udp_traffic(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
+    let roles = t.roles()?;
+    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, p.ipv6)?, t.addr(&roles.sink, p.ipv6)?);
+    let (len, sizes) = match p.size {
+        0 => (1514, crate::programs::gen::imix_sequence(if p.ipv6 { 62 } else { 60 })),
+        s => (s as usize - 4, Vec::new()),
+    };
+    let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
+    Ok(GenConfig { template: frame, ipv6: p.ipv6, flows: p.flows, base_sport: 1024, sizes, ..Default::default() })
+}
+
+/// Planned seconds of one variant's measurement, for the progress bar.
+pub fn planned_seconds(t: &Timing, load_steps: u32, search: bool) -> f64 {
+    let step = t.warmup.max(0.5) + t.trial_seconds + 0.1;
+    t.warmup + t.seconds + load_steps as f64 * step + if search { 8.0 * step } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_alternate_their_order_between_runs() {
+        assert_eq!(alternated(&["a", "b", "c"], 0), ["a", "b", "c"]);
+        assert_eq!(alternated(&["a", "b", "c"], 1), ["c", "b", "a"]);
+        assert_eq!(alternated(&["a", "b", "c"], 2), ["a", "b", "c"]);
+    }
+}

@@ -1,0 +1,8 @@
+//! The experiments, one file (or folder) each.
+
+pub mod actions;
+pub mod afxdp;
+pub mod chain;
+pub mod gen;
+pub mod latency;
+pub mod router;

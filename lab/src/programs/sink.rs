@@ -1,0 +1,167 @@
+//! The sink's program (`bpf/sink.bpf.c`): count per CPU, drop; optionally
+//! count per frame length and capture frames for user space to check.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut, RingBufferBuilder};
+
+use xnf_core::maps::{object_storage, sum_percpu};
+use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
+
+/// Bytes of a frame a capture keeps at most (`SINK_SNAP`).
+pub const SNAP_LEN: usize = 1518;
+/// Frame lengths counted one by one (`SINK_SIZES`); longer count as the last.
+pub const SIZE_SLOTS: u32 = 2048;
+
+/// What the sink does besides counting and dropping. The default is the
+/// plain counting sink, as cheap as it gets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// Copy every frame (up to [`SNAP_LEN`] bytes) into a ring buffer of
+    /// this many bytes (a power of two, at least a page); frames that do not
+    /// fit are counted as lost. Each takes 16 bytes + its length (rounded up
+    /// to 8), so the ring should hold what arrives while user space reads.
+    pub capture_ring: Option<u32>,
+    /// Count frames per length.
+    pub count_sizes: bool,
+}
+
+pub struct SinkProgram {
+    skel: SinkSkel<'static>,
+}
+
+impl SinkProgram {
+    pub fn load() -> Result<Self> {
+        Self::load_with(SinkOptions::default())
+    }
+
+    pub fn load_with(opts: SinkOptions) -> Result<Self> {
+        let mut open = SinkSkelBuilder::default().open(object_storage()).context("opening the sink BPF object")?;
+        if let Some(bytes) = opts.capture_ring {
+            ensure!(bytes.is_power_of_two() && bytes >= 4096, "capture ring of {bytes} bytes: a power of two, at least 4096");
+            open.maps.ring.set_max_entries(bytes)?;
+        }
+        let ro = open.maps.rodata_data.as_deref_mut().context("sink has no rodata")?;
+        ro.capture = opts.capture_ring.is_some() as u8;
+        ro.count_sizes = opts.count_sizes as u8;
+        Ok(Self { skel: open.load().context("loading the sink program")? })
+    }
+
+    pub fn prog(&self) -> &ProgramMut<'static> {
+        &self.skel.progs.xnf_sink
+    }
+
+    /// (packets, bytes) counted so far, summed over CPUs.
+    pub fn counts(&self) -> Result<(u64, u64)> {
+        let [packets, bytes] = sum_percpu::<2>(&self.skel.maps.counts, 0)?;
+        Ok((packets, bytes))
+    }
+
+    /// A handle on the counters and the capture that outlives this object
+    /// and may move to another thread (the program itself may not).
+    pub fn counter(&self) -> Result<SinkCounter> {
+        Ok(SinkCounter {
+            counts: MapHandle::try_from(&self.skel.maps.counts)?,
+            sizes: MapHandle::try_from(&self.skel.maps.sizes)?,
+            ring: MapHandle::try_from(&self.skel.maps.ring)?,
+        })
+    }
+}
+
+/// One sink's counters on one CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SinkCounts {
+    pub packets: u64,
+    pub bytes: u64,
+    /// Frames the capture could not keep (ring buffer full).
+    pub capture_lost: u64,
+}
+
+/// A frame copied by a capturing sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Captured {
+    /// The frame's length on arrival (`data` may be shorter: [`SNAP_LEN`]).
+    pub len: u32,
+    /// The CPU that received it (on a veth: the sender's CPU).
+    pub cpu: u32,
+    pub data: Vec<u8>,
+}
+
+/// Reads a sink's counters (and capture) from any thread.
+pub struct SinkCounter {
+    counts: MapHandle,
+    sizes: MapHandle,
+    ring: MapHandle,
+}
+
+impl SinkCounter {
+    /// Packets counted so far, summed over CPUs.
+    pub fn packets(&self) -> Result<u64> {
+        Ok(sum_percpu::<1>(&self.counts, 0)?[0])
+    }
+
+    /// Counters per CPU, indexed by CPU number.
+    pub fn per_cpu(&self) -> Result<Vec<SinkCounts>> {
+        let per_cpu = self.counts.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        per_cpu
+            .iter()
+            .map(|v| {
+                let w = |i: usize| -> Result<u64> { Ok(u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into()?)) };
+                Ok(SinkCounts { packets: w(0)?, bytes: w(1)?, capture_lost: w(2)? })
+            })
+            .collect()
+    }
+
+    /// Counters summed over CPUs.
+    pub fn total(&self) -> Result<SinkCounts> {
+        let [packets, bytes, capture_lost] = sum_percpu::<3>(&self.counts, 0)?;
+        Ok(SinkCounts { packets, bytes, capture_lost })
+    }
+
+    /// Frames per length (summed over CPUs), with `count_sizes`; lengths of
+    /// [`SIZE_SLOTS`] - 1 and more are counted together under the last.
+    pub fn sizes(&self) -> Result<BTreeMap<u32, u64>> {
+        let mut out = BTreeMap::new();
+        for len in 0..SIZE_SLOTS {
+            let n = sum_percpu::<1>(&self.sizes, len)?[0];
+            if n > 0 {
+                out.insert(len, n);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Hands every captured frame to `f` as it arrives, until `done()`
+    /// returns true; then reads what is left in the ring and returns.
+    /// Polls every few milliseconds, so `done` is checked that often.
+    pub fn read_capture(&self, done: &dyn Fn() -> bool, f: &mut dyn FnMut(Captured)) -> Result<()> {
+        let mut bad = 0u64;
+        let mut on_record = |r: &[u8]| -> i32 {
+            if r.len() < 8 {
+                bad += 1;
+                return 0;
+            }
+            let len = u32::from_ne_bytes([r[0], r[1], r[2], r[3]]);
+            let cpu = u32::from_ne_bytes([r[4], r[5], r[6], r[7]]);
+            f(Captured { len, cpu, data: r[8..].to_vec() });
+            0
+        };
+        let mut b = RingBufferBuilder::new();
+        b.add(&self.ring, &mut on_record)?;
+        let rb = b.build().context("opening the sink's capture ring")?;
+        loop {
+            let finished = done();
+            rb.poll(Duration::from_millis(20)).context("reading the sink's capture ring")?;
+            if finished {
+                rb.consume()?;
+                break;
+            }
+        }
+        drop(rb);
+        ensure!(bad == 0, "{bad} malformed capture records");
+        Ok(())
+    }
+}

@@ -1,0 +1,49 @@
+//! `xnf lab afxdp` as a user runs it: bad options are refused with one line
+//! before anything is built; a short run measures every variant, the loss
+//! locations add up, the ratios are there, and nothing is left behind.
+
+
+use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
+
+
+#[test]
+fn bad_options_are_refused_with_one_line_naming_the_flag() {
+    assert_lab_refuses(
+        "afxdp",
+        &[
+            (&["--size", "63"][..], "--size 63", 1),
+            (&["--size", "imix"][..], "--size imix", 1),
+            (&["--batch", "0"][..], "--batch 0", 1),
+            (&["--runs", "0"][..], "--runs", 1),
+            (&["--cpu", "999"][..], "--cpu 999", 1),
+            (&["--variants", "dpdk"][..], "--variants", 2),
+        ],
+    );
+}
+
+#[test]
+fn a_short_run_measures_every_variant_and_leaves_nothing() {
+    let json = std::env::temp_dir().join(format!("xnf-lab-afxdp-{}.json", std::process::id()));
+    let (out, pid) = lab("afxdp", &["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(r["experiment"], "afxdp");
+    for v in ["afxdp-rxdrop", "linux-udp", "afxdp-l2fwd", "linux-afpacket"] {
+        let of: Vec<_> = r["samples"].as_array().unwrap().iter().filter(|s| s["variant"] == v).collect();
+        assert_eq!(of.len(), 1, "{v}: one full-speed sample");
+        let s = of[0];
+        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
+        assert!(received > 0, "{v}: nothing arrived: {s}");
+        assert!(received <= sent + 10, "{v}: more received than sent: {s}");
+        let l = &s["loss"];
+        let located = l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap();
+        assert_eq!(located, sent - received, "{v}: the loss locations do not add up: {s}");
+    }
+    let ratios = r["ratios"].as_array().unwrap();
+    for (n, d) in [("afxdp-rxdrop", "linux-udp"), ("afxdp-l2fwd", "linux-afpacket")] {
+        assert!(ratios.iter().any(|q| q["numerator"] == n && q["denominator"] == d), "no {n} : {d} ratio");
+    }
+}

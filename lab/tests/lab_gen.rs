@@ -1,0 +1,93 @@
+//! `xnf lab gen` as a user runs it: bad input is refused with one line and
+//! a failing status before anything is built; good input sends, verifies,
+//! writes JSON and leaves nothing behind.
+
+use std::process::{Command, Stdio};
+
+use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
+
+
+#[test]
+fn bad_input_is_refused_with_one_line_and_a_failing_status() {
+    // (arguments, what the message must say, exit status: 2 = usage, 1 = refused)
+    assert_lab_refuses(
+        "gen",
+        &[
+            (&["--rate", "0"][..], "omit --rate", 2),
+            (&["--rate", "-5"][..], "omit --rate", 2),
+            (&["--size", "63"][..], "63 bytes is not an Ethernet frame size: 64..=1518", 2),
+            (&["--size", "1519"][..], "1519 bytes is not an Ethernet frame size", 2),
+            (&["--size", "-5"][..], "-5 bytes is not an Ethernet frame size", 2),
+            (&["--size", "big"][..], "or imix", 2),
+            (&["--count", "0"][..], "at least 1", 2),
+            (&["--count", "-3"][..], "at least 1", 2),
+            (&["--flows", "0"][..], "at least 1", 2),
+            (&["--seconds", "0"][..], "positive number of seconds", 2),
+            (&["--cpus", "a"][..], "not a CPU number", 2),
+            (&["--cpus", "0,0"][..], "listed twice", 2),
+            (&["--tcp", "fin"][..], "fin", 2),
+            (&["--flows", "3", "--sports", "3"][..], "cannot be used with", 2),
+            (&["--flows", "70000"][..], "--flows 70000: more flows than the source-port range allows (64512 ports, 1024..65535)", 1),
+            (&["--sports", "64513"][..], "more flows than the source-port range allows", 1),
+            (&["--dports", "65528"][..], "more than the destination-port range allows", 1),
+            (&["--ipv6", "--size", "64"][..], "at least 66 bytes", 1),
+            (&["--ipv6", "--tcp", "--size", "66"][..], "at least 78 bytes", 1),
+            (&["--cpus", "0,999"][..], "CPU 999 does not exist", 1),
+            (&["--dsts", "10", "--dst-base", "10.0.0.1"][..], "lab's ranges", 1),
+            (&["--dst-list", "/nonexistent/xnf-targets"][..], "reading --dst-list", 1),
+            (&["--frobnicate"][..], "--frobnicate", 2),
+        ],
+    );
+}
+
+#[test]
+fn sends_verifies_and_writes_json() {
+    let json = std::env::temp_dir().join(format!("xnf-gen-{}.json", std::process::id()));
+    let (out, pid) = lab("gen", &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--json", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("verified: every frame arrived"), "{stdout}");
+    let all = stdout.lines().find(|l| l.trim_start().starts_with("all")).expect("a total line");
+    let cols: Vec<&str> = all.split_whitespace().collect();
+    assert_eq!((cols[1], cols[2]), ("9960", "9960"), "{all}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["experiment"], "gen");
+    let samples = r["samples"].as_array().unwrap();
+    assert!(!samples.is_empty());
+    assert!(samples.iter().all(|s| s["variant"] == "gen" && s["point"]["size"] == 0 && s["point"]["queues"] == 2));
+    assert_eq!(samples.iter().map(|s| s["sent"].as_u64().unwrap()).sum::<u64>(), 9960);
+    std::fs::remove_file(json).unwrap();
+    assert!(namespaces_of(pid).is_empty());
+}
+
+#[test]
+fn through_an_xnf_dut_every_frame_arrives() {
+    let (out, pid) = lab("gen", &["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("verified: every frame arrived"), "{stdout}");
+    assert!(stdout.contains("flows: 50 seen of 50, 0 with a count other than sent"), "{stdout}");
+    assert!(namespaces_of(pid).is_empty());
+}
+
+#[test]
+fn ctrl_c_stops_sending_and_removes_the_namespaces() {
+    let mut child = Command::new(xnf_testrun::cli::xnf_bin())
+        .args(["lab", "gen", "--seconds", "60", "--rate", "100000"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t0 = std::time::Instant::now();
+    while namespaces_of(pid).len() < 2 {
+        assert!(t0.elapsed().as_secs() < 20, "the namespaces never came up");
+        assert!(child.try_wait().unwrap().is_none(), "xnf lab gen exited early");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2)); // sending
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+}

@@ -1,0 +1,199 @@
+//! `xnf lab` leaves nothing behind, also when interrupted.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xnf_testrun::cli::namespaces_of;
+
+#[test]
+fn ctrl_c_removes_the_lab_topology() {
+    let mut child = Command::new(xnf_testrun::cli::xnf_bin())
+        .args(["lab", "router", "--runs", "1", "--seconds", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting xnf lab router");
+    let pid = child.id();
+    let t0 = Instant::now();
+    while namespaces_of(pid).len() < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the lab never built its namespaces");
+        assert!(child.try_wait().unwrap().is_none(), "the lab exited early");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2)); // traffic is flowing
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+}
+
+/// Runs `xnf ARGS`; returns (success, stderr) and checks nothing was left.
+fn xnf_fails(args: &[&str]) -> (bool, String) {
+    let child = Command::new(xnf_testrun::cli::xnf_bin()).args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn bad_lab_options_fail_at_once_with_one_line() {
+    for (args, want) in [
+        (&["router", "--size", "10"][..], "--size 10: sizes must be 64..=1518"),
+        (&["router", "--size", "2000"][..], "--size 2000"),
+        (&["router", "--size", "64,x"][..], "`x`"),
+        (&["router", "--ipv6", "--size", "64"][..], "at least 66"),
+        (&["router", "--flows", "70000"][..], "--flows 70000"),
+        (&["router", "--flows", "0"][..], "--flows 0"),
+        (&["router", "--queues", "64"][..], "--queues 64"),
+        (&["router", "--runs", "0"][..], "--runs must be"),
+        (&["router", "--seconds", "0"][..], "--seconds must be"),
+        (&["router", "--cpu", "999"][..], "does not exist"),
+        (&["router", "--zero-loss", "100"][..], "tolerance"),
+        (&["router", "--size", "-5"][..], "-5"),
+        (&["router", "--netfilter", "maybe"][..], "off, on or both"),
+        (&["router", "--variants", "bogus"][..], "bogus"),
+        (&["router", "--frobnicate"][..], "--frobnicate"),
+        (&["router", "--topology", "no-such-scenario"][..], "built-in scenarios: line, pair"),
+        (&["actions", "--size", "63"][..], "--size 63"),
+        (&["actions", "--flows", "99999"][..], "--flows 99999"),
+        (&["actions", "--variants", "xdp-frobnicate"][..], "xdp-frobnicate"),
+        (&["no-such-experiment"][..], "no-such-experiment"),
+    ] {
+        let mut full = vec!["lab"];
+        full.extend_from_slice(args);
+        let (ok, err) = xnf_fails(&full);
+        assert!(!ok, "{args:?} was accepted");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn bad_topology_files_name_the_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("xnf-topo-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.toml");
+    std::fs::write(&file, "[[namespace]]\nname = \"a\"\n\n[[link]]\na = \"a:x\"\nb = \"a:y\"\nqueus = 2\n").unwrap();
+    let (ok, err) = xnf_fails(&["lab", "router", "--topology", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("bad.toml") && err.contains("line 7") && err.contains("unknown field `queus`"), "{err}");
+    std::fs::write(&file, "[[namespace]]\nname = \"a\"\n[[link]]\na = \"a:x\"\nb = \"a:y\"\na_addr = [\"10.1.1.1/24\"]\n").unwrap();
+    let (ok, err) = xnf_fails(&["lab", "up", "--check", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("link 1") && err.contains("not a test address"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The built-in line with `extra` appended (more routes, functions...).
+fn line_with(extra: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let out = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "up", "--print", "line"]).output().unwrap();
+    assert!(out.status.success());
+    let dir = std::env::temp_dir().join(format!("xnf-topo-{}-{}", std::process::id(), extra.len()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("line.toml");
+    std::fs::write(&file, format!("{}\n{extra}", String::from_utf8_lossy(&out.stdout))).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn a_topology_failing_half_way_through_its_build_leaves_nothing() {
+    // Valid as a file; the kernel refuses the route (no such gateway on
+    // the link) after the namespaces and links exist.
+    let (dir, file) = line_with("[[route]]\nns = \"dut\"\nto = \"198.19.0.0/16\"\nvia = \"198.18.9.9\"\n");
+    let (ok, err) = xnf_fails(&["lab", "router", "--topology", file.to_str().unwrap(), "--runs", "1", "--seconds", "0.2"]);
+    assert!(!ok, "an unreachable gateway was accepted");
+    assert!(err.contains("198.19.0.0/16"), "the error names the route: {err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn synthetic_route_tables_are_installed_looked_up_and_removed() {
+    // In a topology file (stay with the namespace) ...
+    let (dir, file) = line_with("[[route]]\nns = \"dut\"\nto = \"synthetic-ipv4\"\ncount = 5000\nvia = \"198.18.1.2\"\ndev = \"out\"\n");
+    let (v, csv) = run_experiment(&["router", "--topology", file.to_str().unwrap(), "--variants", "xnf", "--flows", "100"]);
+    check_accounting(&v, &csv);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // ... and swept by the experiment, the flows spread over the table's
+    // prefixes, every frame forwarded by a route of the table.
+    let (v, csv) = run_experiment(&["router", "--routes", "10000", "--flows", "100", "--variants", "kernel,xnf"]);
+    check_accounting(&v, &csv);
+    for s in v["samples"].as_array().unwrap() {
+        assert_eq!(s["point"]["routes"], 10000, "{s}");
+        // The frames that reached dut were forwarded: a destination without
+        // a route is dropped inside dut, all of its frames. (Not "none
+        // lost": under overload a full veth ring drops a few, before dut
+        // or at its egress.)
+        let (in_dut, sent) = (s["loss"]["in_dut"].as_i64().unwrap(), s["sent"].as_i64().unwrap());
+        assert!(s["received"].as_u64().unwrap() > 0 && in_dut * 100 < sent, "{} lost frames inside dut: {s}", s["variant"]);
+    }
+}
+
+/// Runs a short experiment and returns its JSON and CSV.
+fn run_experiment(args: &[&str]) -> (serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!("xnf-lab-test-{}-{}", std::process::id(), args[0]));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, csv) = (dir.join("r.json"), dir.join("r.csv"));
+    let out = Command::new(xnf_testrun::cli::xnf_bin())
+        .arg("lab")
+        .args(args)
+        .args(["--runs", "1", "--seconds", "0.5", "--warmup", "0.2", "--trial-seconds", "0.3"])
+        .args(["--json", json.to_str().unwrap(), "--csv", csv.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "xnf lab {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(" / "), "no ratio printed:\n{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    (v, csv)
+}
+
+/// Checks what every results file must satisfy, whatever the timing.
+fn check_accounting(v: &serde_json::Value, csv: &str) {
+    let samples = v["samples"].as_array().unwrap();
+    assert!(!samples.is_empty());
+    assert_eq!(csv.lines().count(), samples.len() + 1, "one CSV row per sample");
+    for s in samples {
+        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
+        assert!(sent > 0, "nothing sent: {s}");
+        let l = &s["loss"];
+        let located = l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap();
+        assert_eq!(located, sent - received, "loss by location must add up to sent - received: {s}");
+        for c in s["cpus"].as_array().unwrap() {
+            let part = c["user_pct"].as_f64().unwrap() + c["system_pct"].as_f64().unwrap() + c["softirq_pct"].as_f64().unwrap();
+            let busy = c["busy_pct"].as_f64().unwrap();
+            assert!(part <= busy + 1e-6 && busy <= 100.0 + 1e-6, "CPU shares: {c}");
+        }
+    }
+    assert!(!v["machine"]["kernel"].as_str().unwrap().is_empty());
+    assert!(v["machine"]["cores"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn router_experiment_measures_every_variant_and_kind() {
+    let (v, csv) = run_experiment(&["router", "--load-curve", "2", "--zero-loss", "5"]);
+    check_accounting(&v, &csv);
+    let samples = v["samples"].as_array().unwrap();
+    for variant in ["kernel", "xnf", "dut-drop"] {
+        let of = |kind: &str| samples.iter().filter(|s| s["variant"] == variant && s["kind"] == kind).count();
+        assert_eq!(of("max"), 1, "{variant}");
+        assert_eq!(of("load"), 2, "{variant}");
+        assert!(of("search") >= 1, "{variant}");
+        let max = samples.iter().find(|s| s["variant"] == variant && s["kind"] == "max").unwrap();
+        assert!(max["received"].as_u64().unwrap() > 0, "{variant} received nothing");
+    }
+    assert_eq!(v["ratios"][0]["numerator"], "xnf");
+    assert!(v["summary"].as_array().unwrap().iter().all(|s| s["zero_loss_mpps"].is_number()));
+}
+
+#[test]
+fn actions_experiment_counts_every_verdict_where_it_lands() {
+    let (v, csv) = run_experiment(&["actions"]);
+    check_accounting(&v, &csv);
+    for variant in ["xdp-drop", "xdp-pass", "xdp-tx", "xdp-redirect", "xdp-cpumap", "linux-drop"] {
+        let s = v["samples"].as_array().unwrap().iter().find(|s| s["variant"] == variant).unwrap_or_else(|| panic!("no {variant} sample"));
+        assert!(s["received"].as_u64().unwrap() > 0, "{variant}: nothing arrived where it is counted: {s}");
+    }
+}

@@ -1,0 +1,212 @@
+//! `xnf lab report` renders in a real browser: a results file with a size
+//! sweep of three variants, fixed-load and zero-loss-search samples is
+//! turned into HTML, headless Chromium screenshots it, and the pixels must
+//! show every variant's colour in quantity.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+/// Each variant's 64 B rate (Mpps) and how many pixels of its colour the
+/// screenshot must hold. kernel and xnf are drawn in three charts (size
+/// sweep, CPU, loss), xdp-drop in one; their legend entries and table
+/// swatches alone give about a third of these numbers (about 800, 900, 50).
+const VARIANTS: [(&str, f64, usize); 3] = [("kernel", 1.1, 1800), ("xnf", 2.9, 1800), ("xdp-drop", 6.0, 400)];
+const SIZES: [u32; 7] = [64, 128, 256, 512, 1024, 1518, 0];
+
+fn point(size: u32) -> Value {
+    json!({"size": size, "flows": 4, "ipv6": false, "routes": 0, "queues": 1, "netfilter": false})
+}
+
+/// Forwarded Mpps of a variant at a size: its 64 B rate, falling with size.
+fn rate(cap: f64, size: u32) -> f64 {
+    let bytes = if size == 0 { 353.0 } else { f64::from(size) };
+    cap * (64.0 / bytes).powf(0.35)
+}
+
+fn sample(variant: &str, size: u32, run: u32, kind: Value, offered_mpps: f64, mpps: f64) -> Value {
+    let busy = 40.0 + 55.0 * mpps / 3.0;
+    let mut s = json!({
+        "variant": variant, "point": point(size), "run": run,
+        "seconds": 2.0, "sent": (offered_mpps * 2e6) as u64, "received": (mpps * 2e6) as u64,
+        "sent_mpps": offered_mpps, "mpps": mpps,
+        "loss_pct": ((offered_mpps - mpps) / offered_mpps * 100.0).max(0.0),
+        "loss": {"gen_to_dut": 0, "in_dut": ((offered_mpps - mpps) * 2e6) as i64, "dut_to_sink": 0},
+        "cpus": [
+            {"cpu": 0, "user_pct": 2.0, "system_pct": 6.0, "softirq_pct": busy * 0.8, "busy_pct": busy},
+            {"cpu": 1, "user_pct": 1.0, "system_pct": 2.0, "softirq_pct": busy * 0.3, "busy_pct": busy * 0.35}
+        ],
+        "ns_per_packet": 1000.0 / mpps,
+    });
+    let obj = s.as_object_mut().unwrap();
+    for (k, v) in kind.as_object().unwrap() {
+        obj.insert(k.clone(), v.clone());
+    }
+    s
+}
+
+fn results() -> Value {
+    let (mut samples, mut summary, mut ratios) = (vec![], vec![], vec![]);
+    for size in SIZES {
+        for (variant, cap, _) in VARIANTS {
+            let r = rate(cap, size);
+            for run in 0..3 {
+                let m = r * (0.96 + 0.04 * f64::from(run));
+                samples.push(sample(variant, size, run, json!({"kind": "max"}), m, m));
+            }
+            summary.push(json!({
+                "variant": variant, "point": point(size), "runs": 3,
+                "median_mpps": r, "min_mpps": r * 0.96, "max_mpps": r * 1.04,
+                "median_ns_per_packet": 1000.0 / r,
+                "zero_loss_mpps": if variant == "xnf" { Some(r * 0.8) } else { None },
+            }));
+        }
+        ratios.push(json!({"point": point(size), "numerator": "xnf", "denominator": "kernel", "ratio": rate(2.9, size) / rate(1.1, size)}));
+    }
+    for (variant, cap, _) in &VARIANTS[..2] {
+        for step in 1..=12 {
+            let offered = f64::from(step) * 0.25;
+            let kind = json!({"kind": "load", "offered_pps": offered * 1e6});
+            samples.push(sample(variant, 64, 0, kind, offered, offered.min(*cap)));
+        }
+    }
+    for (offered, got) in [(2.9, 2.6), (1.45, 1.45), (2.2, 2.2), (2.55, 2.4), (2.37, 2.32), (2.29, 2.29)] {
+        let kind = json!({"kind": "search", "offered_pps": offered * 1e6});
+        samples.push(sample("xnf", 64, 0, kind, offered, got));
+    }
+    json!({
+        "experiment": "router",
+        "machine": {"kernel": "6.1.0-test", "cpu_model": "Test CPU <8 cores> @ 3 GHz", "cores": 8, "xnf_version": "0.1.0"},
+        "started_unix": 1_700_000_000u64,
+        "options": {"runs": 3, "seconds": 2.0, "sizes": "64,128,256,512,1024,1518,imix", "zero_loss": 0.0},
+        "notes": ["veth: all of the chain runs on the generator's CPU", "rates < 10 Mpps & \"limited\" by the generator"],
+        "samples": samples, "summary": summary, "ratios": ratios,
+    })
+}
+
+/// Runs `cmd`, killing it after `limit`; returns its stdout.
+fn run_with_timeout(cmd: &mut Command, limit: Duration) -> Vec<u8> {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("starting chromium");
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut { stdout }, &mut out).ok();
+        out
+    });
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("chromium did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    reader.join().unwrap()
+}
+
+fn chromium(dir: &Path, args: &[&str]) -> Vec<u8> {
+    assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} not found: install chromium (make deps does)");
+    let profile = dir.join(format!("profile-{}", args.len()));
+    let mut cmd = Command::new(CHROMIUM);
+    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run", "--hide-scrollbars"]);
+    cmd.arg(format!("--user-data-dir={}", profile.display())).args(args);
+    run_with_timeout(&mut cmd, Duration::from_secs(90))
+}
+
+/// The decoded screenshot as 8-bit RGB pixels.
+struct Image {
+    width: u32,
+    height: u32,
+    rgb: Vec<[u8; 3]>,
+}
+
+fn decode(path: &Path) -> Image {
+    let mut decoder = png::Decoder::new(std::fs::File::open(path).expect("screenshot missing"));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().expect("not a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("PNG does not decode");
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "screenshot is not in colour: {:?}", info.color_type);
+    let rgb = buf[..info.buffer_size()].chunks_exact(channels).map(|p| [p[0], p[1], p[2]]).collect();
+    Image { width: info.width, height: info.height, rgb }
+}
+
+fn hex(colour: &str) -> [u8; 3] {
+    let c = colour.trim_start_matches('#');
+    let byte = |i: usize| u8::from_str_radix(&c[i..i + 2], 16).unwrap();
+    [byte(0), byte(2), byte(4)]
+}
+
+fn count_near(img: &Image, want: [u8; 3]) -> usize {
+    img.rgb.iter().filter(|p| p.iter().zip(want).all(|(a, b)| a.abs_diff(b) <= 8)).count()
+}
+
+/// The colour the report's legends give each variant (`data-colour`).
+fn legend_colour(html: &str, variant: &str) -> String {
+    let key = format!(r#"data-variant="{variant}" data-colour=""#);
+    let at = html.find(&key).unwrap_or_else(|| panic!("no legend entry for {variant}")) + key.len();
+    html[at..at + 7].to_string()
+}
+
+fn temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xnf-report-render-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn report_renders_every_chart_in_chromium() {
+    let dir = temp_dir();
+    let input = dir.join("results.json");
+    std::fs::write(&input, serde_json::to_string_pretty(&results()).unwrap()).unwrap();
+    let html_path = dir.join("report.html");
+    let out = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report"]).arg(&input).arg("-o").arg(&html_path).output().unwrap();
+    assert!(out.status.success(), "xnf lab report failed: {}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+
+    // Self-contained: nothing to fetch, nothing to run.
+    for banned in ["<script", "<link", "src=", "url(", "@import"] {
+        assert!(!html.contains(banned), "the report contains {banned}");
+    }
+    assert!(html.contains("Test CPU &lt;8 cores&gt;"), "machine escaped");
+
+    // The browser's DOM keeps every chart as SVG with its series.
+    let url = format!("file://{}", html_path.display());
+    let dom = String::from_utf8(chromium(&dir, &["--dump-dom", &url])).unwrap();
+    let charts = dom.matches("<svg class=\"chart\"").count();
+    assert_eq!(charts, 5, "size sweep, CPU busy, CPU by kind x2, loss: {charts} charts in the DOM");
+    assert!(dom.contains("Throughput vs packet size") && dom.contains("IMIX"));
+    assert!(dom.contains("Loss vs offered rate") && dom.contains("xnf (search trials)"));
+    assert_eq!(dom.matches("<polyline").count(), html.matches("<polyline").count(), "polylines lost in parsing");
+
+    let png_path = dir.join("report.png");
+    chromium(&dir, &[&format!("--screenshot={}", png_path.display()), "--window-size=1280,2400", &url]);
+    let img = decode(&png_path);
+    assert_eq!((img.width, img.height), (1280, 2400));
+    let background = count_near(&img, [0xf6, 0xf7, 0xf9]) + count_near(&img, [0xff, 0xff, 0xff]);
+    let ink = img.rgb.len() - background;
+    assert!(ink > img.rgb.len() / 50, "the page looks blank: {ink} of {} pixels drawn", img.rgb.len());
+    let mut colours = Vec::new();
+    for (variant, _, want) in VARIANTS {
+        let colour = legend_colour(&html, variant);
+        let n = count_near(&img, hex(&colour));
+        assert!(n >= want, "{variant} ({colour}): {n} pixels of its colour in the screenshot, want {want}: its series are not drawn");
+        colours.push(colour);
+    }
+    colours.sort();
+    colours.dedup();
+    assert_eq!(colours.len(), VARIANTS.len(), "variants share a colour: {colours:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn report_of_a_missing_file_fails_with_its_name() {
+    let out = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report", "/nonexistent/results.json"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/results.json"));
+}

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Types shared between afxdp.bpf.c and xnf's control plane
+ * (mirrored in crates/bpf/src/afxdp.rs; keep both in step).
+ */
+#pragma once
+
+#include "xnf/classify.h"
+
+/* RX queues a program can have sockets on (XSKMAP size). */
+#define XNF_AFXDP_MAX_QUEUES 256
+/* Classes of traffic handed to user space. */
+#define XNF_AFXDP_MAX_RULES 16
+
+struct xnf_afxdp_cfg {
+	__u32 nrules; /* 0: everything on a queue with a socket goes to user space */
+};
+
+/* What happened to a frame. */
+enum xnf_afxdp_reason {
+	XNF_AX_TO_USER = 0, /* redirected to the queue's AF_XDP socket */
+	XNF_AX_NO_SOCKET,   /* selected, but no socket on its queue: the kernel's */
+	XNF_AX_NO_MATCH,    /* no class matched: the kernel's */
+	XNF_AX_NON_IP,      /* with classes set: ARP, LLDP, ... go to the kernel */
+	XNF_AX_MALFORMED,   /* with classes set: truncated headers, the kernel's */
+	XNF_AX_QINQ,        /* with classes set: stacked tags, the kernel's */
+	XNF_AX_MAX,
+};
+
+struct xnf_afxdp_stats {
+	__u64 packets[XNF_AX_MAX];
+};

@@ -1,0 +1,118 @@
+//! The AF_XDP selector (`afxdp.bpf.c`): hands the selected traffic to
+//! the AF_XDP socket of its RX queue, leaves the rest to the kernel.
+
+use std::os::fd::{AsFd, AsRawFd};
+
+use anyhow::{ensure, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, ProgramMut};
+
+use xnf_core::class::Class;
+use xnf_core::maps::{as_bytes, from_bytes, object_storage, sum_percpu};
+
+use crate::skel::afxdp::{types, AfxdpSkel, AfxdpSkelBuilder};
+
+/// Queues a program can have sockets on.
+pub const MAX_QUEUES: u32 = 256;
+/// Classes of traffic a program hands to user space.
+pub const MAX_RULES: usize = 16;
+
+/// What happened to frames (`enum xnf_afxdp_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    ToUser = 0,
+    NoSocket,
+    NoMatch,
+    NonIp,
+    Malformed,
+    QinQ,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 6] = [Reason::ToUser, Reason::NoSocket, Reason::NoMatch, Reason::NonIp, Reason::Malformed, Reason::QinQ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::ToUser => "to-user",
+            Reason::NoSocket => "no-socket",
+            Reason::NoMatch => "no-match",
+            Reason::NonIp => "non-ip",
+            Reason::Malformed => "malformed",
+            Reason::QinQ => "qinq",
+        }
+    }
+}
+
+/// Frames per reason, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats(pub [u64; 6]);
+
+impl Stats {
+    pub fn get(&self, r: Reason) -> u64 {
+        self.0[r as usize]
+    }
+
+    /// Everything left to the kernel.
+    pub fn to_kernel(&self) -> u64 {
+        self.0[1..].iter().sum()
+    }
+}
+
+/// The loaded selector. Dropping it takes every socket it was given out of
+/// the XSKMAP first: a map entry holds its socket, the map itself is freed
+/// only later, and until then the socket's queue stays bound — a new socket
+/// on that queue would find it busy. So drop the program before the sockets.
+pub struct AfxdpProgram {
+    skel: AfxdpSkel<'static>,
+    queues: std::cell::RefCell<Vec<u32>>,
+}
+
+impl Drop for AfxdpProgram {
+    fn drop(&mut self) {
+        for q in self.queues.take() {
+            let _ = self.del_socket(q);
+        }
+    }
+}
+
+impl AfxdpProgram {
+    pub fn load() -> Result<Self> {
+        let open = AfxdpSkelBuilder::default().open(object_storage()).context("opening the afxdp BPF object")?;
+        Ok(Self { skel: open.load().context("loading the afxdp program")?, queues: Default::default() })
+    }
+
+    pub fn prog(&self) -> &ProgramMut<'static> {
+        &self.skel.progs.xnf_afxdp
+    }
+
+    /// Sets the classes (first match wins); none: every frame on a queue
+    /// with a socket goes to user space.
+    pub fn set_rules(&self, rules: &[Class]) -> Result<()> {
+        ensure!(rules.len() <= MAX_RULES, "{} classes: at most {MAX_RULES}", rules.len());
+        for (i, r) in rules.iter().enumerate() {
+            // The same C struct (xnf/classify.h) in this skeleton's types.
+            let m: types::xnf_match = from_bytes(as_bytes(&r.to_raw()?));
+            self.skel.maps.rules.update(&(i as u32).to_ne_bytes(), as_bytes(&m), MapFlags::ANY).context("writing a class")?;
+        }
+        let c = types::xnf_afxdp_cfg { nrules: rules.len() as u32 };
+        self.skel.maps.cfg.update(&0u32.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).context("writing the class count")?;
+        Ok(())
+    }
+
+    /// Puts the AF_XDP socket `fd` in the slot of `queue`.
+    pub fn add_socket(&self, queue: u32, fd: impl AsFd) -> Result<()> {
+        ensure!(queue < MAX_QUEUES, "queue {queue}: at most {MAX_QUEUES} queues");
+        let v = fd.as_fd().as_raw_fd() as u32;
+        self.skel.maps.xsks.update(&queue.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).with_context(|| format!("putting the socket of queue {queue} in the XSKMAP"))?;
+        self.queues.borrow_mut().push(queue);
+        Ok(())
+    }
+
+    pub fn del_socket(&self, queue: u32) -> Result<()> {
+        self.skel.maps.xsks.delete(&queue.to_ne_bytes()).with_context(|| format!("removing the socket of queue {queue}"))
+    }
+
+    pub fn stats(&self) -> Result<Stats> {
+        Ok(Stats(sum_percpu::<6>(&self.skel.maps.stats, 0)?))
+    }
+}

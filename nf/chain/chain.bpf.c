@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * xnf chain: steer classes of traffic through network functions that live
+ * in their own network namespaces (containers), one after the other, and
+ * route what comes out of the last one with the kernel FIB.
+ *
+ * One program, attached to two kinds of port (the `ports` map says which):
+ *
+ *  - an ingress: a frame for this host whose headers match a rule is sent
+ *    into the first NF of that rule's chain; everything else (no match,
+ *    ARP, broadcast, malformed) is XDP_PASS, untouched: the kernel's.
+ *  - the host end of an NF's veth: whatever the NF sends back (its output,
+ *    possibly rewritten, possibly an answer) goes to the NF's successor, or,
+ *    after the last NF, is routed out like xnf router would.
+ *
+ * The next hop is a property of the NF, not of the packet: an NF has one
+ * successor, so the control plane lets chains share an NF only where they
+ * continue the same way after it, and refuses cycles. That keeps every hop
+ * a single map lookup with no per-packet chain state to carry.
+ *
+ * Every hop is XDP_REDIRECT through the `tx` devmap: the kernel bulks
+ * frames per target and flushes once per NAPI poll, and a key that is
+ * missing (the NF's veth vanished with its namespace; the kernel removes
+ * unregistered devices from devmaps) makes bpf_redirect_map() return its
+ * fallback action instead of sending into nothing.
+ */
+#include "xnf/common.h"
+#include "xnf/parsing.h"
+#include "xnf/csum.h"
+#include "xnf/fib.h"
+#include "chain.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_CHAIN_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct xnf_chain_port);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * XNF_CHAIN_MAX_RULES);
+	__type(key, __u32);
+	__type(value, struct xnf_chain_rule);
+} rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xnf_chain_ctl);
+} ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XNF_CHAIN_MAX_NFS);
+	__type(key, __u32);
+	__type(value, struct xnf_chain_nf);
+} nfs SEC(".maps");
+
+/* NF ports and egress ports, keyed by ifindex. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, XNF_CHAIN_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XNF_CHAIN_MAX_INGRESS);
+	__type(key, __u32);
+	__type(value, struct xnf_ingress_stats);
+} ingress_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XNF_CHAIN_MAX_CHAINS);
+	__type(key, __u32);
+	__type(value, struct xnf_chain_stats);
+} chain_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XNF_CHAIN_MAX_NFS);
+	__type(key, __u32);
+	__type(value, struct xnf_nf_stats);
+} nf_stats SEC(".maps");
+
+static __always_inline __u32 ingress_count(__u32 slot, __u32 reason)
+{
+	struct xnf_ingress_stats *s = bpf_map_lookup_elem(&ingress_stats, &slot);
+
+	if (s && reason < XNF_IN_MAX)
+		s->packets[reason]++;
+	return reason;
+}
+
+static __always_inline struct xnf_nf_stats *nf_counters(__u32 slot)
+{
+	return bpf_map_lookup_elem(&nf_stats, &slot);
+}
+
+/*
+ * Send the frame into NF @slot: point the redirect at its port first (a
+ * vanished port means a drop, never a bypass of the NF), then write the
+ * Ethernet header its stack accepts as PACKET_HOST. @pop removes the one
+ * 802.1Q tag the ingress classified on: NFs see the inner frame.
+ */
+static __always_inline __u32 steer(struct xdp_md *ctx, __u32 slot, __be16 l3_proto, int pop)
+{
+	__u64 len = ctx->data_end - ctx->data;
+	struct xnf_chain_nf *nf = bpf_map_lookup_elem(&nfs, &slot);
+	struct xnf_nf_stats *s = nf_counters(slot);
+	struct ethhdr *eth;
+	void *end;
+
+	if (!nf || !nf->ifindex || bpf_redirect_map(&tx, nf->ifindex, XDP_DROP) != XDP_REDIRECT) {
+		if (s)
+			s->gone++;
+		return XDP_DROP;
+	}
+	if (pop) {
+		if (bpf_xdp_adjust_head(ctx, (int)sizeof(struct vlan_hdr)))
+			return XDP_DROP;
+		len -= sizeof(struct vlan_hdr);
+	}
+	eth = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP;
+	__builtin_memcpy(eth->h_dest, nf->nf_mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, nf->host_mac, ETH_ALEN);
+	if (pop)
+		eth->h_proto = l3_proto;
+	if (s) {
+		s->in_packets++;
+		s->in_bytes += len;
+	}
+	return XDP_REDIRECT;
+}
+
+/* The first rule of the live copy that matches a frame from @ifindex. */
+static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct flow *f)
+{
+	__u32 zero = 0, base, key, i;
+	struct xnf_chain_ctl *c = bpf_map_lookup_elem(&ctl, &zero);
+	struct xnf_chain_rule *r;
+
+	base = (c && c->active) ? XNF_CHAIN_MAX_RULES : 0;
+	for (i = 0; i < XNF_CHAIN_MAX_RULES; i++) {
+		key = base + i;
+		r = bpf_map_lookup_elem(&rules, &key);
+		if (!r || !r->ifindex)
+			return NULL;
+		if (r->ifindex == ifindex && match_flow(&r->m, f))
+			return r;
+	}
+	return NULL;
+}
+
+/* Ethernet, at most one 802.1Q tag, IP: fills @f or names why not. */
+static __always_inline __u32 parse_flow(struct xdp_md *ctx, const struct xnf_chain_port *port,
+					struct flow *f)
+{
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	struct ethhdr *eth = parse_eth(&c);
+
+	if (!eth)
+		return XNF_IN_MALFORMED;
+	/* Not for this host (or for every host): the kernel's to drop or to
+	 * deliver; a chain only takes what this host would route. */
+	if (!mac_eq(eth->h_dest, port->mac))
+		return XNF_IN_NOT_OUR_MAC;
+	switch (flow_after_eth(&c, eth->h_proto, f)) {
+	case XNF_FLOW_OK:
+		return XNF_IN_STEERED;
+	case XNF_FLOW_QINQ:
+		return XNF_IN_QINQ;
+	case XNF_FLOW_NON_IP:
+		return XNF_IN_NON_IP;
+	default:
+		return XNF_IN_MALFORMED;
+	}
+}
+
+static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_chain_port *port)
+{
+	__u64 len = ctx->data_end - ctx->data;
+	struct xnf_chain_stats *cs;
+	struct xnf_chain_rule *r;
+	struct flow f = {};
+	__u32 reason, chain, first;
+
+	reason = parse_flow(ctx, port, &f);
+	if (reason != XNF_IN_STEERED) {
+		ingress_count(port->slot, reason);
+		return XDP_PASS;
+	}
+	r = classify(ctx->ingress_ifindex, &f);
+	if (!r) {
+		ingress_count(port->slot, XNF_IN_NO_MATCH);
+		return XDP_PASS;
+	}
+	chain = r->chain;
+	first = r->first_nf;
+	cs = bpf_map_lookup_elem(&chain_stats, &chain);
+	if (cs) {
+		cs->packets++;
+		cs->bytes += len;
+	}
+	/* A chain with an NF missing fails closed: its class is dropped, not
+	 * routed around the NF (which may be a firewall). */
+	if (!first) {
+		ingress_count(port->slot, XNF_IN_DOWN);
+		return XDP_DROP;
+	}
+	if (steer(ctx, first - 1, f.l3_proto, f.tagged) != XDP_REDIRECT) {
+		ingress_count(port->slot, XNF_IN_NF_GONE);
+		return XDP_DROP;
+	}
+	ingress_count(port->slot, XNF_IN_STEERED);
+	return XDP_REDIRECT;
+}
+
+/*
+ * After the last NF: route like xnf router does, with the NF's port as the
+ * FIB's ingress. XDP_PASS on any miss hands the frame to the kernel as if
+ * the NF had sent it through the host stack: the kernel then resolves the
+ * neighbour, sends the ICMP error or fragments, and the next frames of the
+ * flow take XDP again. The port has forwarding enabled (the control plane
+ * sees to it), so both paths agree.
+ */
+static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
+{
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	struct bpf_fib_lookup p = {};
+	struct ethhdr *eth = parse_eth(&c);
+	__be16 proto;
+	long rc;
+
+	if (!eth) {
+		*reason = XNF_R_MALFORMED;
+		return XDP_PASS;
+	}
+	proto = eth->h_proto;
+	if (proto == bpf_htons(ETH_P_IP))
+		*reason = ipv4_prepare(&c, &p);
+	else if (proto == bpf_htons(ETH_P_IPV6))
+		*reason = ipv6_prepare(&c, &p);
+	else
+		*reason = proto_is_vlan(proto) ? XNF_R_VLAN_UNKNOWN : XNF_R_NON_IP;
+	if (*reason)
+		return XDP_PASS;
+
+	p.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &p, sizeof(p), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		*reason = fib_reason(rc);
+		return *reason == XNF_R_BLACKHOLE ? XDP_DROP : XDP_PASS;
+	}
+	if (bpf_redirect_map(&tx, p.ifindex, XDP_PASS) != XDP_REDIRECT) {
+		*reason = XNF_R_NOT_MANAGED;
+		return XDP_PASS;
+	}
+	__builtin_memcpy(eth->h_dest, p.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p.smac, ETH_ALEN);
+	if (decrement_hops_at(ctx, proto, ETH_HLEN)) {
+		*reason = XNF_R_MALFORMED; /* unreachable: checked by *_prepare */
+		return XDP_DROP;
+	}
+	return XDP_REDIRECT;
+}
+
+static __always_inline __u32 from_nf(struct xdp_md *ctx, __u32 slot)
+{
+	__u64 len = ctx->data_end - ctx->data;
+	struct xnf_nf_stats *s = nf_counters(slot);
+	struct xnf_chain_nf *nf = bpf_map_lookup_elem(&nfs, &slot);
+	__u32 reason = XNF_R_FORWARDED, action;
+
+	if (s) {
+		s->out_packets++;
+		s->out_bytes += len;
+	}
+	if (nf && nf->next)
+		return steer(ctx, nf->next - 1, 0, 0);
+	action = route_out(ctx, &reason);
+	if (s && reason < XNF_R_MAX)
+		s->exit[reason]++;
+	return action;
+}
+
+SEC("xdp")
+int xnf_chain(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	struct xnf_chain_port *port = bpf_map_lookup_elem(&ports, &ifindex);
+
+	if (!port)
+		return XDP_PASS;
+	if (port->kind == XNF_PORT_NF)
+		return from_nf(ctx, port->slot);
+	return from_ingress(ctx, port);
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,289 @@
+//! Makes the kernel match the registry: one chain program, pinned under
+//! `/sys/fs/bpf/xnf/net-<inode>/chain/`, attached to every ingress and to
+//! the host end of every NF's veth, and its tables (ports, NFs, devmap,
+//! rules) rewritten from the registry on every change. Reconciling the
+//! whole state each time keeps every command idempotent and lets a later
+//! command repair what an interrupted one left.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use xnf_core::state;
+use xnf_core::xdp::{open_pinned, pin_fd, veth_peer_warning, XdpLink, XdpMode};
+use xnf_netns::netlink::{self, Link};
+
+use crate::model::{successors, Function};
+use crate::ns;
+use crate::program::{ChainMaps, ChainProgram, NfEntry, Port, Rule, MAP_NAMES, MAX_INGRESS, MAX_NFS, MAX_RULES, PROG_PIN};
+use crate::registry::{Nf, Registry};
+
+pub fn pin_dir() -> Result<PathBuf> {
+    state::pin_dir("chain")
+}
+
+fn link_pin(dir: &Path, ifindex: u32) -> PathBuf {
+    dir.join(format!("link-{ifindex}"))
+}
+
+/// Pin of the program xnf attached to an NF's own end.
+fn function_pin(dir: &Path, nf: &str) -> PathBuf {
+    dir.join(format!("fn-{nf}"))
+}
+
+/// True if the NF's host end still exists (it vanishes with the NF's namespace).
+pub fn present(nf: &Nf, links: &[Link]) -> bool {
+    links.iter().any(|l| l.ifindex == nf.host_ifindex && l.name == nf.host_ifname)
+}
+
+/// What the tables must hold.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    pub ports: BTreeMap<u32, Port>,
+    pub tx: BTreeSet<u32>,
+    pub nfs: BTreeMap<u32, NfEntry>,
+    pub rules: Vec<Rule>,
+    pub warnings: Vec<String>,
+}
+
+/// Derives the tables from the registry and the interfaces that exist.
+pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
+    let mut p = Plan::default();
+    let by_name = |n: &str| links.iter().find(|l| l.name == n);
+    // NFs deleted by force still name their place in the chains that used them.
+    let names: BTreeSet<String> = reg.nfs.keys().chain(reg.chains.values().flat_map(|c| &c.spec.nfs)).cloned().collect();
+    let chains: Vec<_> = reg.chains.values().map(|c| &c.spec).collect();
+    let next = successors(&names, &chains)?;
+    let up: BTreeMap<&str, &Nf> = reg.nfs.iter().filter(|(_, n)| present(n, links)).map(|(k, n)| (k.as_str(), n)).collect();
+
+    for (name, nf) in &up {
+        let succ = next.get(*name).cloned().flatten();
+        // A successor that is gone keeps its slot in the entry: the slot is
+        // empty, so frames for it are dropped and counted, never routed around it.
+        let next_slot = match succ {
+            None => None,
+            Some(s) => match reg.nfs.get(&s) {
+                Some(n) => Some(n.slot),
+                // Deleted: point at a slot no NF holds, so frames are dropped.
+                None => Some(unused_slot(reg)),
+            },
+        };
+        p.nfs.insert(nf.slot, NfEntry { ifindex: nf.host_ifindex, next: next_slot, host_mac: nf.host_mac, nf_mac: nf.nf_mac });
+        p.ports.insert(nf.host_ifindex, Port::Nf { slot: nf.slot });
+        p.tx.insert(nf.host_ifindex);
+    }
+
+    // Ingress stats slots follow the sorted ingress names: stable while the set is.
+    let ingresses: BTreeSet<&str> = reg.chains.values().map(|c| c.spec.ingress.as_str()).collect();
+    for (slot, name) in ingresses.iter().enumerate() {
+        let slot = slot as u32;
+        anyhow::ensure!(slot < MAX_INGRESS, "more than {MAX_INGRESS} ingress interfaces");
+        match by_name(name) {
+            Some(l) => {
+                p.ports.insert(l.ifindex, Port::Ingress { mac: l.mac.unwrap_or_default(), slot });
+                p.tx.insert(l.ifindex);
+            }
+            None => p.warnings.push(format!("ingress {name} does not exist (any more): its chains steer nothing")),
+        }
+    }
+    let mut ordered: Vec<_> = reg.chains.values().collect();
+    ordered.sort_by(|a, b| (a.spec.priority, &a.spec.name).cmp(&(b.spec.priority, &b.spec.name)));
+    for c in ordered {
+        let Some(ingress) = by_name(&c.spec.ingress) else { continue };
+        let complete = c.spec.nfs.iter().all(|n| up.contains_key(n.as_str()));
+        if !complete {
+            let gone: Vec<&str> = c.spec.nfs.iter().filter(|n| !up.contains_key(n.as_str())).map(String::as_str).collect();
+            p.warnings.push(format!(
+                "chain {} is down (NF {} gone): its traffic is dropped until an NF of that name exists again",
+                c.spec.name,
+                gone.join(", ")
+            ));
+        }
+        let first = complete.then(|| reg.nfs[&c.spec.nfs[0]].slot);
+        for m in &c.spec.matches {
+            let class = m.class().with_context(|| format!("chain {}", c.spec.name))?;
+            p.rules.push(Rule { ifindex: ingress.ifindex, chain: c.slot, first_nf: first, class });
+        }
+        for e in &c.spec.egress {
+            match by_name(e) {
+                Some(l) => {
+                    p.tx.insert(l.ifindex);
+                    if l.is_veth() {
+                        p.warnings.extend(veth_peer_warning(l, links));
+                    }
+                }
+                None => p.warnings.push(format!("chain {}: egress {e} does not exist; frames routed there take the kernel path", c.spec.name)),
+            }
+        }
+    }
+    anyhow::ensure!(
+        p.rules.len() <= MAX_RULES as usize,
+        "{} traffic classes in all chains; the classifier holds {}",
+        p.rules.len(),
+        MAX_RULES
+    );
+    p.warnings.sort();
+    p.warnings.dedup();
+    Ok(p)
+}
+
+/// A slot no NF holds (its table entry stays empty).
+fn unused_slot(reg: &Registry) -> u32 {
+    Registry::free_slot(reg.nfs.values().map(|n| n.slot), MAX_NFS, "NF").unwrap_or(MAX_NFS - 1)
+}
+
+/// The pinned program and maps, loading and pinning them the first time.
+fn open_or_load(dir: &Path) -> Result<(OwnedFd, ChainMaps)> {
+    let prog_pin = dir.join(PROG_PIN);
+    if prog_pin.exists() {
+        return Ok((open_pinned(&prog_pin)?, ChainMaps::open_pinned(dir)?));
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let prog = ChainProgram::load(Some(dir))?;
+    pin_fd(prog.prog().as_fd(), &prog_pin)?;
+    Ok((open_pinned(&prog_pin)?, prog.maps()?))
+}
+
+/// Brings tables and attachments in line with the registry; returns warnings.
+pub fn sync(reg: &Registry) -> Result<Vec<String>> {
+    state::ensure_bpffs()?;
+    let links = netlink::links()?;
+    let plan = plan(reg, &links)?;
+    let dir = pin_dir()?;
+    if plan.ports.is_empty() && reg.nfs.is_empty() {
+        teardown(&dir);
+        return Ok(plan.warnings);
+    }
+    let (prog, maps) = open_or_load(&dir)?;
+
+    // Tables first, so a port attached below finds its entries.
+    for slot in 0..MAX_NFS {
+        match plan.nfs.get(&slot) {
+            Some(e) => maps.set_nf(slot, *e)?,
+            None if maps.nf(slot)?.ifindex != 0 => maps.clear_nf(slot)?,
+            None => {}
+        }
+    }
+    for t in &plan.tx {
+        maps.add_tx(*t)?;
+    }
+    for t in maps.tx_ports()? {
+        if !plan.tx.contains(&t) {
+            maps.del_tx(t)?;
+        }
+    }
+    for (ifindex, port) in &plan.ports {
+        maps.set_port(*ifindex, *port)?;
+    }
+    maps.set_rules(&plan.rules)?;
+
+    let attached: BTreeSet<u32> = attached_ports(&dir);
+    for ifindex in plan.ports.keys() {
+        if attached.contains(ifindex) {
+            continue;
+        }
+        let name = links.iter().find(|l| l.ifindex == *ifindex).map(|l| l.name.clone()).unwrap_or_default();
+        let link = XdpLink::create(prog.as_fd(), *ifindex, &name, XdpMode::Native)?;
+        link.pin(&link_pin(&dir, *ifindex))?;
+    }
+    for ifindex in attached {
+        if !plan.ports.contains_key(&ifindex) {
+            detach_pin(&link_pin(&dir, ifindex));
+        }
+    }
+    for (ifindex, _) in maps.ports()? {
+        if !plan.ports.contains_key(&ifindex) {
+            maps.del_port(ifindex)?;
+        }
+    }
+    Ok(plan.warnings)
+}
+
+/// Ports whose pinned link is attached to them; pins of links that went
+/// defunct (their device was deleted) are removed.
+fn attached_ports(dir: &Path) -> BTreeSet<u32> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return BTreeSet::new() };
+    let mut out = BTreeSet::new();
+    for e in rd.flatten() {
+        let Some(ifindex) = e.file_name().to_str().and_then(|n| n.strip_prefix("link-")).and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        match XdpLink::open(&e.path()).and_then(|l| l.info()) {
+            Ok((i, _)) if i == ifindex => {
+                out.insert(ifindex);
+            }
+            _ => detach_pin(&e.path()),
+        }
+    }
+    out
+}
+
+fn detach_pin(pin: &Path) {
+    if let Ok(l) = XdpLink::open(pin) {
+        let _ = l.detach();
+    }
+    let _ = std::fs::remove_file(pin);
+}
+
+/// Detaches everything and removes the pins: nothing of the chain is left.
+pub fn teardown(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("link-") || name.starts_with("fn-") {
+            detach_pin(&p);
+        }
+    }
+    for name in MAP_NAMES.iter().chain([&PROG_PIN]) {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    state::remove_empty_dirs(dir);
+}
+
+/// Attaches the NF's function (pass or reflect) to its own end, in its
+/// namespace, and pins the link with the chain's state.
+pub fn attach_function(nf: &Nf) -> Result<()> {
+    let dir = pin_dir()?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let pin = function_pin(&dir, &nf.spec.name);
+    detach_pin(&pin);
+    let (function, ifindex, ifname) = (nf.spec.function, nf.nf_ifindex, nf.spec.ifname.clone());
+    let link = ns::run_in(&nf.netns_path, move || {
+        let link = match function {
+            Function::Pass => XdpLink::create(xnf_pass::PassProgram::load()?.prog(), ifindex, &ifname, XdpMode::Native)?,
+            Function::Reflect => XdpLink::create(xnf_pass::ReflectProgram::load()?.prog(), ifindex, &ifname, XdpMode::Native)?,
+            Function::None => return Ok(None),
+        };
+        Ok(Some(link))
+    })?;
+    if let Some(l) = link {
+        l.pin(&pin)?;
+    }
+    Ok(())
+}
+
+pub fn detach_function(name: &str) -> Result<()> {
+    detach_pin(&function_pin(&pin_dir()?, name));
+    Ok(())
+}
+
+/// True if xnf's function link for `name` is pinned and still attached.
+pub fn function_attached(name: &str) -> bool {
+    pin_dir().ok().map(|d| function_pin(&d, name)).and_then(|p| XdpLink::open(&p).ok()).and_then(|l| l.info().ok()).is_some_and(|(i, _)| i != 0)
+}
+
+/// True if the chain program is attached to `ifindex` through its pin.
+pub fn port_attached(ifindex: u32) -> bool {
+    pin_dir().ok().and_then(|d| XdpLink::open(&link_pin(&d, ifindex)).ok()).and_then(|l| l.info().ok()).is_some_and(|(i, _)| i == ifindex)
+}
+
+/// The shared maps, if the chain program is loaded in this namespace.
+pub fn open_maps() -> Result<Option<ChainMaps>> {
+    let dir = pin_dir()?;
+    if !dir.join(PROG_PIN).exists() {
+        return Ok(None);
+    }
+    Ok(Some(ChainMaps::open_pinned(&dir)?))
+}

@@ -1,0 +1,372 @@
+//! The chain program (`bpf/chain.bpf.c`): loading it once, and the tables
+//! every attachment of it shares (ports, classifier rules, NFs, devmap,
+//! counters). The control plane in `xnf chain` keeps them in step with its
+//! registry; the packet tests fill them directly.
+
+use std::path::Path;
+
+use anyhow::{ensure, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
+
+use xnf_core::class::Class;
+pub use xnf_core::fwd::Reason;
+use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, zero_percpu};
+
+use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
+
+pub const MAX_RULES: u32 = 64;
+pub const MAX_CHAINS: u32 = 64;
+pub const MAX_NFS: u32 = 256;
+pub const MAX_INGRESS: u32 = 64;
+
+/// Names of the shared maps, as pinned.
+pub const MAP_NAMES: [&str; 8] = ["ports", "rules", "ctl", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats"];
+/// Name of the pinned program.
+pub const PROG_PIN: &str = "prog";
+
+/// What an interface carrying the chain program is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    /// Classifies and steers; `slot` is its stats slot.
+    Ingress { mac: [u8; 6], slot: u32 },
+    /// Host end of NF `slot`'s veth.
+    Nf { slot: u32 },
+}
+
+/// One class of traffic entering a chain, in classifier order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rule {
+    pub ifindex: u32,
+    /// Chain stats slot.
+    pub chain: u32,
+    /// Slot of the first NF; `None`: the chain is down and drops its class.
+    pub first_nf: Option<u32>,
+    pub class: Class,
+}
+
+impl Rule {
+    fn to_raw(&self) -> Result<types::xnf_chain_rule> {
+        // The same C struct (xnf/classify.h) in this skeleton's types.
+        let m: types::xnf_match = from_bytes(as_bytes(&self.class.to_raw()?));
+        Ok(types::xnf_chain_rule { ifindex: self.ifindex, chain: self.chain, first_nf: self.first_nf.map_or(0, |s| s + 1), m })
+    }
+}
+
+/// An NF as the data plane sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NfEntry {
+    /// Host end of its veth.
+    pub ifindex: u32,
+    /// Slot of the NF its output goes to; `None`: routed out by the FIB.
+    pub next: Option<u32>,
+    pub host_mac: [u8; 6],
+    pub nf_mac: [u8; 6],
+}
+
+/// What happened to frames arriving on an ingress; mirrors `enum xnf_ingress_reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IngressReason {
+    Steered = 0,
+    NoMatch,
+    NotOurMac,
+    NonIp,
+    Malformed,
+    Qinq,
+    Down,
+    NfGone,
+}
+
+impl IngressReason {
+    pub const ALL: [IngressReason; 8] =
+        [Self::Steered, Self::NoMatch, Self::NotOurMac, Self::NonIp, Self::Malformed, Self::Qinq, Self::Down, Self::NfGone];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Steered => "steered",
+            Self::NoMatch => "no-match",
+            Self::NotOurMac => "not-our-mac",
+            Self::NonIp => "non-ip",
+            Self::Malformed => "malformed",
+            Self::Qinq => "qinq",
+            Self::Down => "chain-down",
+            Self::NfGone => "nf-gone",
+        }
+    }
+}
+
+/// Counters of one ingress, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IngressStats {
+    pub packets: [u64; 8],
+}
+
+impl IngressStats {
+    pub fn get(&self, r: IngressReason) -> u64 {
+        self.packets[r as usize]
+    }
+}
+
+/// Counters of one NF, summed over CPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NfStats {
+    pub in_packets: u64,
+    pub in_bytes: u64,
+    pub out_packets: u64,
+    pub out_bytes: u64,
+    /// Frames that could not be sent in (its port vanished): dropped.
+    pub gone: u64,
+    /// Frames leaving the chain after this NF, by router reason.
+    pub exit: [u64; Reason::ALL.len()],
+}
+
+impl NfStats {
+    pub fn exit(&self, r: Reason) -> u64 {
+        self.exit[r as usize]
+    }
+    /// Frames that left after this NF for the kernel path (all but forwarded).
+    pub fn exit_to_kernel(&self) -> u64 {
+        self.exit.iter().sum::<u64>() - self.exit(Reason::Forwarded)
+    }
+}
+
+/// The chain program, loaded once; every port attaches this same program.
+pub struct ChainProgram {
+    skel: ChainSkel<'static>,
+}
+
+impl ChainProgram {
+    /// Loads the program. With `pin_dir`, its maps are pinned there (or
+    /// reused from there when an earlier load pinned them).
+    pub fn load(pin_dir: Option<&Path>) -> Result<Self> {
+        let mut open = ChainSkelBuilder::default().open(object_storage()).context("opening the chain BPF object")?;
+        if let Some(dir) = pin_dir {
+            let m = &mut open.maps;
+            for (map, name) in [
+                &mut m.ports,
+                &mut m.rules,
+                &mut m.ctl,
+                &mut m.nfs,
+                &mut m.tx,
+                &mut m.ingress_stats,
+                &mut m.chain_stats,
+                &mut m.nf_stats,
+            ]
+            .into_iter()
+            .zip(MAP_NAMES)
+            {
+                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
+            }
+        }
+        let skel = open.load().context("loading the chain program into the kernel failed (verifier or missing BPF support; see `dmesg`)")?;
+        Ok(Self { skel })
+    }
+
+    pub fn prog(&self) -> &ProgramMut<'static> {
+        &self.skel.progs.xnf_chain
+    }
+
+    pub fn maps(&self) -> Result<ChainMaps> {
+        let m = &self.skel.maps;
+        Ok(ChainMaps {
+            ports: MapHandle::try_from(&m.ports)?,
+            rules: MapHandle::try_from(&m.rules)?,
+            ctl: MapHandle::try_from(&m.ctl)?,
+            nfs: MapHandle::try_from(&m.nfs)?,
+            tx: MapHandle::try_from(&m.tx)?,
+            ingress_stats: MapHandle::try_from(&m.ingress_stats)?,
+            chain_stats: MapHandle::try_from(&m.chain_stats)?,
+            nf_stats: MapHandle::try_from(&m.nf_stats)?,
+        })
+    }
+}
+
+/// The chain's shared maps.
+pub struct ChainMaps {
+    ports: MapHandle,
+    rules: MapHandle,
+    ctl: MapHandle,
+    nfs: MapHandle,
+    tx: MapHandle,
+    ingress_stats: MapHandle,
+    chain_stats: MapHandle,
+    nf_stats: MapHandle,
+}
+
+impl ChainMaps {
+    pub fn open_pinned(dir: &Path) -> Result<Self> {
+        let open = |name: &str| {
+            let path = dir.join(name);
+            MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))
+        };
+        Ok(Self {
+            ports: open("ports")?,
+            rules: open("rules")?,
+            ctl: open("ctl")?,
+            nfs: open("nfs")?,
+            tx: open("tx")?,
+            ingress_stats: open("ingress_stats")?,
+            chain_stats: open("chain_stats")?,
+            nf_stats: open("nf_stats")?,
+        })
+    }
+
+    pub fn set_port(&self, ifindex: u32, port: Port) -> Result<()> {
+        let raw = match port {
+            Port::Ingress { mac, slot } => types::xnf_chain_port { kind: 1, mac, slot, ..Default::default() },
+            Port::Nf { slot } => types::xnf_chain_port { kind: 2, slot, ..Default::default() },
+        };
+        self.ports.update(&ifindex.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the chain's port table")
+    }
+
+    pub fn del_port(&self, ifindex: u32) -> Result<()> {
+        delete_if_present(&self.ports, &ifindex.to_ne_bytes())
+    }
+
+    /// Every port, by ifindex.
+    pub fn ports(&self) -> Result<Vec<(u32, Port)>> {
+        let mut out = Vec::new();
+        for k in self.ports.keys() {
+            let ifindex = u32::from_ne_bytes(k[..4].try_into()?);
+            if let Some(v) = self.ports.lookup(&k, MapFlags::ANY)? {
+                let p: types::xnf_chain_port = from_bytes(&v);
+                out.push((ifindex, if p.kind == 2 { Port::Nf { slot: p.slot } } else { Port::Ingress { mac: p.mac, slot: p.slot } }));
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        Ok(out)
+    }
+
+    /// Replaces the whole rule list at once: writes the copy not in use,
+    /// then makes it the live one.
+    pub fn set_rules(&self, rules: &[Rule]) -> Result<()> {
+        ensure!(rules.len() <= MAX_RULES as usize, "{} rules; the chain classifier holds {MAX_RULES}", rules.len());
+        let zero = 0u32.to_ne_bytes();
+        let active = self.active()?;
+        let base = if active == 0 { MAX_RULES } else { 0 };
+        for i in 0..MAX_RULES {
+            let raw = match rules.get(i as usize) {
+                Some(r) => r.to_raw()?,
+                None => types::xnf_chain_rule::default(),
+            };
+            self.rules.update(&(base + i).to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing chain rules")?;
+        }
+        let ctl = types::xnf_chain_ctl { active: (base != 0) as u32 };
+        self.ctl.update(&zero, as_bytes(&ctl), MapFlags::ANY).context("switching chain rules")
+    }
+
+    fn active(&self) -> Result<u32> {
+        let v = self.ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        Ok(from_bytes::<types::xnf_chain_ctl>(&v).active)
+    }
+
+    /// The ifindex, chain slot and first NF (slot + 1, 0 = down) of every live rule.
+    pub fn live_rules(&self) -> Result<Vec<(u32, u32, u32)>> {
+        let base = if self.active()? == 0 { 0 } else { MAX_RULES };
+        let mut out = Vec::new();
+        for i in 0..MAX_RULES {
+            let v = self.rules.lookup(&(base + i).to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+            let r: types::xnf_chain_rule = from_bytes(&v);
+            if r.ifindex == 0 {
+                break;
+            }
+            out.push((r.ifindex, r.chain, r.first_nf));
+        }
+        Ok(out)
+    }
+
+    pub fn set_nf(&self, slot: u32, e: NfEntry) -> Result<()> {
+        ensure!(slot < MAX_NFS, "NF slot {slot} out of range");
+        let raw = types::xnf_chain_nf { ifindex: e.ifindex, next: e.next.map_or(0, |s| s + 1), host_mac: e.host_mac, nf_mac: e.nf_mac };
+        self.nfs.update(&slot.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the NF table")
+    }
+
+    pub fn clear_nf(&self, slot: u32) -> Result<()> {
+        self.nfs
+            .update(&slot.to_ne_bytes(), as_bytes(&types::xnf_chain_nf::default()), MapFlags::ANY)
+            .context("clearing the NF table")
+    }
+
+    pub fn nf(&self, slot: u32) -> Result<NfEntry> {
+        let v = self.nfs.lookup(&slot.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+        let r: types::xnf_chain_nf = from_bytes(&v);
+        Ok(NfEntry { ifindex: r.ifindex, next: r.next.checked_sub(1), host_mac: r.host_mac, nf_mac: r.nf_mac })
+    }
+
+    /// Makes `ifindex` a redirect target (an NF port or an egress).
+    pub fn add_tx(&self, ifindex: u32) -> Result<()> {
+        self.tx
+            .update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("adding ifindex {ifindex} to the chain's devmap"))
+    }
+
+    pub fn del_tx(&self, ifindex: u32) -> Result<()> {
+        delete_if_present(&self.tx, &ifindex.to_ne_bytes())
+    }
+
+    pub fn tx_ports(&self) -> Result<Vec<u32>> {
+        let mut v: Vec<u32> = self.tx.keys().map(|k| u32::from_ne_bytes(k[..4].try_into().unwrap())).collect();
+        v.sort();
+        Ok(v)
+    }
+
+    pub fn ingress_stats(&self, slot: u32) -> Result<IngressStats> {
+        let mut s = IngressStats::default();
+        percpu_sum::<types::xnf_ingress_stats>(&self.ingress_stats, slot, |r| {
+            for (a, b) in s.packets.iter_mut().zip(r.packets) {
+                *a += b;
+            }
+        })?;
+        Ok(s)
+    }
+
+    /// (packets, bytes) that matched chain `slot`.
+    pub fn chain_stats(&self, slot: u32) -> Result<(u64, u64)> {
+        let mut s = (0, 0);
+        percpu_sum::<types::xnf_chain_stats>(&self.chain_stats, slot, |r| {
+            s.0 += r.packets;
+            s.1 += r.bytes;
+        })?;
+        Ok(s)
+    }
+
+    pub fn nf_stats(&self, slot: u32) -> Result<NfStats> {
+        let mut s = NfStats::default();
+        percpu_sum::<types::xnf_nf_stats>(&self.nf_stats, slot, |r| {
+            s.in_packets += r.in_packets;
+            s.in_bytes += r.in_bytes;
+            s.out_packets += r.out_packets;
+            s.out_bytes += r.out_bytes;
+            s.gone += r.gone;
+            for (a, b) in s.exit.iter_mut().zip(r.exit) {
+                *a += b;
+            }
+        })?;
+        Ok(s)
+    }
+
+    /// Zeroes the counters of a slot about to be reused.
+    pub fn reset_ingress_stats(&self, slot: u32) -> Result<()> {
+        zero_percpu::<types::xnf_ingress_stats>(&self.ingress_stats, slot)
+    }
+    pub fn reset_chain_stats(&self, slot: u32) -> Result<()> {
+        zero_percpu::<types::xnf_chain_stats>(&self.chain_stats, slot)
+    }
+    pub fn reset_nf_stats(&self, slot: u32) -> Result<()> {
+        zero_percpu::<types::xnf_nf_stats>(&self.nf_stats, slot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingress_reasons_match_the_c_enum() {
+        assert_eq!(IngressReason::ALL.len(), types::xnf_ingress_stats::default().packets.len());
+        assert_eq!(NfStats::default().exit.len(), types::xnf_nf_stats::default().exit.len());
+        for (i, r) in IngressReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+    }
+}

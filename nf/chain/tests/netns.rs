@@ -1,0 +1,321 @@
+//! `xnf nf` / `xnf chain` / `xnf apply` in namespaces with real traffic:
+//! gen -> dut -> sink (the line topology), dut being the host whose NFs
+//! live in namespaces of their own. Counters are checked on both sides:
+//! what arrived at the sink, what the chain counted per hop, and that
+//! dut's kernel forwarding counters did not move when XDP steered.
+
+
+use std::path::PathBuf;
+
+use xnf_testrun::cli::{xnf, xnf_err, xnf_ok, RoutedLine};
+use serde_json::Value;
+use xnf_netns::Netns;
+
+/// Removes every chain and NF in dut before the namespaces go, even when
+/// a test fails half-way.
+struct ChainGuard<'a> {
+    dut: &'a Netns,
+}
+
+impl Drop for ChainGuard<'_> {
+    fn drop(&mut self) {
+        let Ok(list) = serde_json::from_slice::<Value>(&xnf(self.dut, &["chain", "list", "--json"]).stdout) else { return };
+        for c in list["chains"].as_array().into_iter().flatten() {
+            let _ = xnf(self.dut, &["chain", "delete", c["name"].as_str().unwrap()]);
+        }
+        for n in list["nfs"].as_array().into_iter().flatten() {
+            let _ = xnf(self.dut, &["nf", "delete", n["name"].as_str().unwrap(), "--force"]);
+        }
+    }
+}
+
+struct Lab {
+    nfs: Vec<Netns>,
+    line: RoutedLine,
+}
+
+impl Lab {
+    /// The line with `n` NF namespaces and dut's neighbours for sink resolved.
+    fn new(n: usize) -> Lab {
+        let line = RoutedLine::new(&[]);
+        line.resolve_sink();
+        let nfs = (0..n).map(|i| Netns::new(&format!("nf{i}")).expect("NF namespace")).collect();
+        Lab { nfs, line }
+    }
+    fn dut(&self) -> &Netns {
+        self.line.dut()
+    }
+    fn nf(&self, name: &str, ns: usize, extra: &[&str]) {
+        let mut args = vec!["nf", "create", name, "--netns", self.nfs[ns].name()];
+        args.extend(extra);
+        xnf_ok(self.dut(), &args);
+    }
+    fn chain(&self, name: &str, matches: &[&str], nfs: &[&str]) {
+        let (i, o) = (self.line.line.dut_gen_if.clone(), self.line.line.dut_sink_if.clone());
+        let mut args = vec!["chain", "create", name, "--ingress", &i, "--egress", &o];
+        for m in matches {
+            args.extend(["--match", m]);
+        }
+        for n in nfs {
+            args.extend(["--nf", n]);
+        }
+        xnf_ok(self.dut(), &args);
+    }
+    fn stats(&self) -> Value {
+        serde_json::from_str(&xnf_ok(self.dut(), &["chain", "stats", "--json"])).expect("stats JSON")
+    }
+    fn list(&self) -> Value {
+        serde_json::from_str(&xnf_ok(self.dut(), &["chain", "list", "--json"])).expect("list JSON")
+    }
+}
+
+fn chain_of<'v>(s: &'v Value, name: &str) -> &'v Value {
+    s["chains"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("chain {name} in {s}"))
+}
+
+fn num(v: &Value) -> i64 {
+    v.as_i64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+const N: usize = 400;
+
+#[test]
+fn three_nf_chain_forwards_ipv4_and_ipv6_end_to_end() {
+    let lab = Lab::new(3);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("a", 0, &["--forward", "--queues", "2"]);
+    lab.nf("b", 1, &["--forward"]);
+    lab.nf("c", 2, &["--function", "reflect"]);
+    lab.chain("web", &["dst=198.18.1.0/24", "dst=2001:db8:1::/64"], &["a", "b", "c"]);
+    // Each CPU transmits on its own queue in the NF (XPS), so a Linux-stack
+    // NF's output stays on the peer queue of the CPU it came in on.
+    for q in 0..2 {
+        let out = lab.nfs[0].exec(&["cat", &format!("/sys/class/net/xnf0/queues/tx-{q}/xps_cpus")]).unwrap();
+        let mask = u64::from_str_radix(String::from_utf8_lossy(&out.stdout).trim().replace(',', "").as_str(), 16).unwrap();
+        let ncpu = std::thread::available_parallelism().unwrap().get();
+        let want: u64 = (0..ncpu).filter(|c| c % 2 == q).map(|c| 1u64 << c).sum();
+        assert_eq!(mask, want, "xps_cpus of tx-{q}");
+    }
+    let before = lab.stats();
+    let (f4, f6) = (lab.line.forw_v4(), lab.line.forw_v6());
+    assert_eq!(lab.line.send_udp(false, N), N, "IPv4 through a -> b -> c");
+    assert_eq!(lab.line.send_udp(true, N), N, "IPv6 through a -> b -> c");
+    let after = lab.stats();
+    let (b, a) = (chain_of(&before, "web"), chain_of(&after, "web"));
+    assert_eq!(num(&a["matched"]) - num(&b["matched"]), 2 * N as i64, "every datagram matched once");
+    for (hop, (ha, hb)) in a["hops"].as_array().unwrap().iter().zip(b["hops"].as_array().unwrap()).enumerate() {
+        let d_in = num(&ha["in_packets"]) - num(&hb["in_packets"]);
+        let d_out = num(&ha["out_packets"]) - num(&hb["out_packets"]);
+        // NFs' own stacks may add a frame or two (IPv6 router solicitations).
+        assert!((2 * N as i64..2 * N as i64 + 10).contains(&d_in), "hop {hop} in: {d_in}");
+        assert!((2 * N as i64..2 * N as i64 + 10).contains(&d_out), "hop {hop} out: {d_out}");
+    }
+    assert!(num(&a["routed"]) - num(&b["routed"]) >= 2 * N as i64, "routed out in XDP: {a}");
+    assert_eq!(lab.line.forw_v4(), f4, "dut's kernel forwarded IPv4 that the chain should have");
+    assert_eq!(lab.line.forw_v6(), f6, "dut's kernel forwarded IPv6 that the chain should have");
+    // The NFs forwarded with their own kernels (a and b) or reflected in XDP (c).
+    for (i, want) in [(0, true), (1, true), (2, false)] {
+        let fwd = lab.nfs[i].snmp().unwrap().value("Ip", "ForwDatagrams").unwrap();
+        assert_eq!(fwd >= N as u64, want, "NF {i} kernel forwarded {fwd}");
+    }
+}
+
+#[test]
+fn unmatched_traffic_is_untouched() {
+    let lab = Lab::new(1);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("a", 0, &["--forward"]);
+    // Only IPv4 UDP to port 9000 (what send_udp uses for IPv4).
+    lab.chain("v4only", &["family=ipv4,proto=udp,dport=9000"], &["a"]);
+    let f6 = lab.line.forw_v6();
+    let before = lab.stats();
+    assert_eq!(lab.line.send_udp(true, N), N, "IPv6 takes the kernel path and arrives");
+    let after = lab.stats();
+    assert!(lab.line.forw_v6() - f6 >= N as u64, "dut's kernel forwarded the unmatched IPv6");
+    let (b, a) = (chain_of(&before, "v4only"), chain_of(&after, "v4only"));
+    assert_eq!(num(&a["matched"]), num(&b["matched"]), "nothing matched");
+    let no_match = |s: &Value| s["ingresses"].as_object().unwrap().values().next().unwrap()["no-match"].as_i64().unwrap();
+    assert!(no_match(&after) - no_match(&before) >= N as i64);
+    let f4 = lab.line.forw_v4();
+    assert_eq!(lab.line.send_udp(false, N), N);
+    assert_eq!(lab.line.forw_v4(), f4, "matched IPv4 went through the chain, not the kernel");
+}
+
+#[test]
+fn nf_drop_and_rewrite_are_respected() {
+    let lab = Lab::new(2);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("fw", 0, &["--forward"]);
+    lab.nf("refl", 1, &["--function", "reflect"]);
+    lab.chain("c", &["all"], &["fw", "refl"]);
+    // fw drops IPv6 UDP to port 9001 (send_udp's IPv6 port) in its forward hook.
+    let nft = "add table inet xnf\nadd chain inet xnf xfwd { type filter hook forward priority 0; }\nadd rule inet xnf xfwd meta l4proto udp udp dport 9001 drop\n";
+    let out = lab.nfs[0].command("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).spawn().and_then(|mut c| {
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(nft.as_bytes())?;
+        c.wait_with_output()
+    });
+    assert!(out.as_ref().is_ok_and(|o| o.status.success()), "nft in the NF (is nftables installed?): {out:?}");
+    let before = lab.stats();
+    assert_eq!(lab.line.send_udp(true, N), 0, "the NF dropped IPv6 to port 9001: nothing may arrive");
+    assert_eq!(lab.line.send_udp(false, N), N, "IPv4 passes the firewall NF");
+    let after = lab.stats();
+    let hop = |s: &Value, i: usize| chain_of(s, "c")["hops"][i].clone();
+    let dropped = num(&hop(&after, 0)["dropped_by_nf"]) - num(&hop(&before, 0)["dropped_by_nf"]);
+    assert!((N as i64 - 5..=N as i64 + 5).contains(&dropped), "hop 1 dropped {dropped}");
+
+    // Rewrite: fw's kernel decrements the TTL. With TTL 2 from gen, fw makes
+    // it 1, so the exit must hand it to the kernel (time exceeded), not route it.
+    let ttl_before = chain_of(&lab.stats(), "c")["to_kernel"]["ttl"].as_i64().unwrap_or(0);
+    let rx = lab.line.sink_socket(false, 9000);
+    let tx = lab.line.gen_socket(false);
+    tx.set_ttl(3).unwrap(); // gen's own stack does not decrement; dut's chain is not a hop
+    let to = lab.line.sink_addr(false, 9000);
+    for i in 0..50u32 {
+        tx.send_to(&i.to_be_bytes(), to).unwrap();
+    }
+    assert_eq!(xnf_testrun::cli::count_received(&rx), 50, "TTL 3: fw makes it 2, the exit 1: delivered");
+    tx.set_ttl(2).unwrap();
+    for i in 0..50u32 {
+        tx.send_to(&i.to_be_bytes(), to).unwrap();
+    }
+    assert_eq!(xnf_testrun::cli::count_received(&rx), 0, "TTL 2: fw makes it 1, it must expire at the exit");
+    let ttl_after = chain_of(&lab.stats(), "c")["to_kernel"]["ttl"].as_i64().unwrap_or(0);
+    assert_eq!(ttl_after - ttl_before, 50, "the exit saw the rewritten TTL");
+}
+
+#[test]
+fn deleting_a_middle_nf_is_refused_and_other_chains_keep_flowing() {
+    let lab = Lab::new(3);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("a", 0, &["--forward"]);
+    lab.nf("b", 1, &["--forward"]);
+    lab.nf("c", 2, &["--forward"]);
+    lab.chain("four", &["family=ipv4"], &["a", "b"]);
+    lab.chain("six", &["family=ipv6"], &["c"]);
+    let e = xnf_err(lab.dut(), &["nf", "delete", "b"]);
+    assert!(e.contains("in chain(s) four") && e.contains("--force"), "{e}");
+    assert_eq!(lab.line.send_udp(false, N), N, "chain four still complete");
+    assert_eq!(lab.line.send_udp(true, N), N, "chain six unaffected");
+    xnf_ok(lab.dut(), &["nf", "delete", "b", "--force"]);
+    let l = lab.list();
+    let four = l["chains"].as_array().unwrap().iter().find(|c| c["name"] == "four").unwrap();
+    assert_eq!(four["state"], "down");
+    let f4 = lab.line.forw_v4();
+    assert_eq!(lab.line.send_udp(false, N), 0, "a chain missing an NF fails closed: no bypass");
+    assert_eq!(lab.line.forw_v4(), f4, "nor through the kernel");
+    assert_eq!(lab.line.send_udp(true, N), N, "the other chain is not blackholed");
+    // The NF comes back under its name: the chain is whole again.
+    lab.nf("b", 1, &["--forward", "--ifname", "xnf1"]);
+    assert_eq!(lab.line.send_udp(false, N), N, "chain four back up");
+}
+
+#[test]
+fn apply_converges_and_twice_is_a_no_op() {
+    let lab = Lab::new(2);
+    let _g = ChainGuard { dut: lab.dut() };
+    let (i, o) = (lab.line.line.dut_gen_if.clone(), lab.line.line.dut_sink_if.clone());
+    let dir = tempdir();
+    let file = dir.join("chains.toml");
+    let full = format!(
+        "[[nf]]\nname = \"a\"\nnetns = \"{}\"\nforward = true\n\n[[nf]]\nname = \"b\"\nnetns = \"{}\"\nfunction = \"reflect\"\n\n\
+         [[chain]]\nname = \"web\"\ningress = \"{i}\"\negress = [\"{o}\"]\nnfs = [\"a\", \"b\"]\n[[chain.match]]\ndst = \"198.18.1.0/24\"\n",
+        lab.nfs[0].name(),
+        lab.nfs[1].name()
+    );
+    std::fs::write(&file, &full).unwrap();
+    let f = file.to_str().unwrap();
+    let out = xnf_ok(lab.dut(), &["apply", f]);
+    assert!(out.contains("nf a: created") && out.contains("chain web: created"), "{out}");
+    let links_before = lab.dut().ip(&["-d", "link"]).unwrap().stdout;
+    assert_eq!(lab.line.send_udp(false, N), N);
+    let matched = num(&chain_of(&lab.stats(), "web")["matched"]);
+    assert!(matched >= N as i64);
+    assert_eq!(xnf_ok(lab.dut(), &["apply", f]).trim(), "nothing to change");
+    assert_eq!(lab.dut().ip(&["-d", "link"]).unwrap().stdout, links_before, "a second apply touched interfaces");
+    assert_eq!(num(&chain_of(&lab.stats(), "web")["matched"]), matched, "counters kept");
+    // A changed class: the chain is changed in place, the NFs stay.
+    std::fs::write(&file, full.replace("198.18.1.0/24", "198.18.1.2/32")).unwrap();
+    let out = xnf_ok(lab.dut(), &["apply", f]);
+    assert_eq!(out.trim(), "chain web: changed", "{out}");
+    assert_eq!(lab.line.send_udp(false, N), N);
+    // Without the chain and NF b in the file, both go.
+    let only_a = format!("[[nf]]\nname = \"a\"\nnetns = \"{}\"\nforward = true\n", lab.nfs[0].name());
+    std::fs::write(&file, only_a).unwrap();
+    let out = xnf_ok(lab.dut(), &["apply", f]);
+    assert!(out.contains("chain web: deleted") && out.contains("nf b: deleted") && !out.contains("nf a"), "{out}");
+    let l = lab.list();
+    assert_eq!(l["chains"].as_array().unwrap().len(), 0);
+    assert_eq!(l["nfs"].as_array().unwrap().len(), 1);
+    // An empty file removes everything, pins and ports included.
+    std::fs::write(&file, "").unwrap();
+    xnf_ok(lab.dut(), &["apply", f]);
+    let links = String::from_utf8_lossy(&lab.dut().ip(&["-o", "link"]).unwrap().stdout).to_string();
+    assert!(!links.lines().any(|l| l.split_whitespace().nth(1).is_some_and(|n| n.starts_with("xnf-"))), "an NF port is left: {links}");
+    assert!(chain_pins(lab.dut()).is_empty(), "pins left: {:?}", chain_pins(lab.dut()));
+}
+
+#[test]
+fn bad_input_is_refused_with_nothing_half_built() {
+    let lab = Lab::new(2);
+    let _g = ChainGuard { dut: lab.dut() };
+    let i = lab.line.line.dut_gen_if.clone();
+    lab.nf("a", 0, &[]);
+    let links = || String::from_utf8_lossy(&lab.dut().ip(&["-o", "link"]).unwrap().stdout).lines().count();
+    let n_links = links();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["chain", "create", "x", "--ingress", &i, "--match", "all", "--nf", "nope"], "unknown NF \"nope\""),
+        (vec!["chain", "create", "x", "--ingress", &i, "--match", "all", "--nf", "a", "--nf", "a"], "cycle"),
+        (vec!["chain", "create", "x", "--ingress", "xnfnosuch", "--match", "all", "--nf", "a"], "ingress \"xnfnosuch\" does not exist"),
+        (vec!["chain", "create", "x", "--ingress", &i, "--match", "dst=198.18.1.1/24", "--nf", "a"], "host bits"),
+        (vec!["chain", "create", "x", "--ingress", &i, "--match", "colour=red", "--nf", "a"], "unknown key"),
+        (vec!["chain", "create", "x", "--ingress", "xnf-a", "--match", "all", "--nf", "a"], "is an NF's port"),
+        (vec!["nf", "create", "b", "--netns", "xnf-no-such-ns"], "not found"),
+        (vec!["nf", "create", "a", "--netns", lab.nfs[1].name()], "exists already"),
+        (vec!["nf", "create", "Bad", "--netns", lab.nfs[1].name()], "NF name"),
+        (vec!["nf", "create", "b", "--netns", lab.nfs[0].name()], "already has an interface xnf0"),
+        (vec!["nf", "delete", "nope"], "no NF named"),
+        // Without docker/podman installed the error says so; with one, it says no such container.
+        (vec!["nf", "create", "d", "--container", "xnf-no-such-container"], "docker"),
+        (vec!["chain", "delete", "nope"], "no chain named"),
+    ];
+    for (args, want) in cases {
+        let e = xnf_err(lab.dut(), &args);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(lab.list()["chains"].as_array().unwrap().len(), 0, "{args:?} left a chain");
+        assert_eq!(links(), n_links, "{args:?} left an interface");
+    }
+    // An NF whose namespace vanished cannot join a chain.
+    let gone = Netns::new("nfgone").unwrap();
+    xnf_ok(lab.dut(), &["nf", "create", "g", "--netns", gone.name()]);
+    gone.delete().unwrap();
+    // The kernel dismantles a deleted namespace (and the veth with it) from
+    // a work queue: wait until xnf sees the NF gone before using it.
+    let t0 = std::time::Instant::now();
+    while lab.list()["nfs"].as_array().unwrap().iter().any(|n| n["name"] == "g" && n["state"] != "gone") {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(10), "the deleted namespace's veth never went away");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let e = xnf_err(lab.dut(), &["chain", "create", "x", "--ingress", &i, "--match", "all", "--nf", "g"]);
+    assert!(e.contains("namespace is gone"), "{e}");
+    let l = lab.list();
+    let g = l["nfs"].as_array().unwrap().iter().find(|n| n["name"] == "g").unwrap();
+    assert_eq!(g["state"], "gone");
+    xnf_ok(lab.dut(), &["nf", "delete", "g"]);
+    xnf_ok(lab.dut(), &["nf", "delete", "a"]);
+    assert!(chain_pins(lab.dut()).is_empty(), "delete left pins: {:?}", chain_pins(lab.dut()));
+}
+
+/// Pins of the chain program in `ns`'s bpffs folder.
+fn chain_pins(ns: &Netns) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(ns.path()).unwrap().ino();
+    let dir = PathBuf::from(format!("/sys/fs/bpf/xnf/net-{ino}/chain"));
+    std::fs::read_dir(dir).map(|rd| rd.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xnf-chain-test-{}-{:?}", std::process::id(), std::thread::current().id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -1,0 +1,479 @@
+//! Packet tests of `chain.bpf.c` through `BPF_PROG_TEST_RUN`.
+//!
+//! One row per case: description, the port the frame arrives on (the
+//! ingress, or the host end of an NF's veth), the frame, the verdict, the
+//! counter that must move, and the exact frame afterwards (built from
+//! scratch by xnf-packet, so checksums are computed independently).
+//!
+//! The tables are set up as `xnf chain` would for two chains sharing an
+//! ingress: NF a -> NF b -> out, and a VLAN class into NF b alone.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use xnf_chain::program::{ChainMaps, ChainProgram, IngressReason, NfEntry, Port, Rule};
+use xnf_chain::program::Reason;
+use xnf_core::class::Class;
+use xnf_testrun::{run_xdp, Verdict, XdpContext};
+use xnf_netns::{ifname, veth, Netns};
+use xnf_packet::{parse, EtherType, MacAddr, PacketBuilder, TcpFlags};
+
+const GEN_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+const NH_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0x01, 0x02]);
+const OTHER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0x02, 0x02]);
+const NFA_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xa0, 0x01]);
+const NFB_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xb0, 0x01]);
+const SRC4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+const SRC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+/// Chain 0 (NF a -> NF b) takes this IPv4 prefix.
+const CHAIN0_4: Ipv4Addr = Ipv4Addr::new(198, 18, 16, 5);
+/// Chain 2 (NF a -> NF b) takes UDP to ports 5000-5001 in this IPv6 prefix.
+const CHAIN2_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x16, 0, 0, 0, 0, 5);
+/// Chain 3 (NF b) takes UDP port 7 to this prefix.
+const CHAIN3_4: Ipv4Addr = Ipv4Addr::new(198, 18, 17, 5);
+/// Chain 4 is down (an NF missing): its class, this source, is dropped.
+const DOWN_SRC4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 77);
+/// No rule takes this.
+const OTHER4: Ipv4Addr = Ipv4Addr::new(198, 18, 30, 5);
+/// Routes after the last NF.
+const NO_NEIGH4: Ipv4Addr = Ipv4Addr::new(198, 18, 20, 5);
+const UNMANAGED4: Ipv4Addr = Ipv4Addr::new(198, 18, 18, 5);
+const BLACKHOLE4: Ipv4Addr = Ipv4Addr::new(198, 18, 19, 5);
+const NO_ROUTE4: Ipv4Addr = Ipv4Addr::new(198, 19, 99, 5);
+
+const PAYLOAD: &[u8] = b"xnf chain packet test";
+
+struct Fixture {
+    dut: Netns,
+    _peer: Netns,
+    in0: u32,
+    nfa: u32,
+    nfb: u32,
+    out0: u32,
+    in0_mac: MacAddr,
+    nfa_host: MacAddr,
+    nfb_host: MacAddr,
+    out0_mac: MacAddr,
+}
+
+impl Fixture {
+    fn new() -> anyhow::Result<Self> {
+        let dut = Netns::new("cpk-dut")?;
+        let peer = Netns::new("cpk-peer")?;
+        let names = ["in0", "nfa", "nfb", "out0", "oth0"].map(ifname);
+        let [in0, nfa, nfb, out0, oth0] = names.clone();
+        for n in &names {
+            veth(&dut, n, &peer, &ifname("p"), None)?;
+            dut.link_up(n)?;
+        }
+        dut.enable_forwarding()?;
+        dut.ip_batch(&[
+            format!("addr add 198.18.0.2/24 dev {in0}"),
+            format!("addr add 198.18.1.1/24 dev {out0}"),
+            format!("addr add 2001:db8:1::1/64 dev {out0} nodad"),
+            format!("addr add 198.18.2.1/24 dev {oth0}"),
+            format!("neigh replace 198.18.1.2 lladdr {NH_MAC} nud permanent dev {out0}"),
+            format!("neigh replace 2001:db8:1::2 lladdr {NH_MAC} nud permanent dev {out0}"),
+            format!("neigh replace 198.18.2.2 lladdr {OTHER_MAC} nud permanent dev {oth0}"),
+            "route add 198.18.16.0/24 via 198.18.1.2".into(),
+            "route add 198.18.17.0/24 via 198.18.1.2".into(),
+            "route add 2001:db8:16::/64 via 2001:db8:1::2".into(),
+            "route add 198.18.20.0/24 via 198.18.1.99".into(),
+            "route add 198.18.18.0/24 via 198.18.2.2".into(),
+            "route add blackhole 198.18.19.0/24".into(),
+        ])?;
+        Ok(Fixture {
+            in0: dut.ifindex(&in0)?,
+            nfa: dut.ifindex(&nfa)?,
+            nfb: dut.ifindex(&nfb)?,
+            out0: dut.ifindex(&out0)?,
+            in0_mac: dut.mac(&in0)?,
+            nfa_host: dut.mac(&nfa)?,
+            nfb_host: dut.mac(&nfb)?,
+            out0_mac: dut.mac(&out0)?,
+            dut,
+            _peer: peer,
+        })
+    }
+
+    /// Loads the program and fills its tables as `xnf chain` would.
+    fn load(&self) -> anyhow::Result<(ChainProgram, ChainMaps)> {
+        let prog = ChainProgram::load(None)?;
+        let m = prog.maps()?;
+        m.set_port(self.in0, Port::Ingress { mac: self.in0_mac.octets(), slot: 0 })?;
+        m.set_port(self.nfa, Port::Nf { slot: 0 })?;
+        m.set_port(self.nfb, Port::Nf { slot: 1 })?;
+        m.set_nf(0, NfEntry { ifindex: self.nfa, next: Some(1), host_mac: self.nfa_host.octets(), nf_mac: NFA_MAC.octets() })?;
+        m.set_nf(1, NfEntry { ifindex: self.nfb, next: None, host_mac: self.nfb_host.octets(), nf_mac: NFB_MAC.octets() })?;
+        for port in [self.nfa, self.nfb, self.out0] {
+            m.add_tx(port)?;
+        }
+        let pfx = |s: &str| Some(s.parse().unwrap());
+        m.set_rules(&[
+            Rule { ifindex: self.in0, chain: 3, first_nf: Some(1), class: Class { proto: Some(17), dport: Some((7, 7)), dst: pfx("198.18.17.0/24"), ..Default::default() } },
+            Rule { ifindex: self.in0, chain: 0, first_nf: Some(0), class: Class { dst: pfx("198.18.16.0/24"), ..Default::default() } },
+            Rule { ifindex: self.in0, chain: 1, first_nf: Some(1), class: Class { vid: Some(100), ..Default::default() } },
+            Rule { ifindex: self.in0, chain: 2, first_nf: Some(0), class: Class { proto: Some(17), dport: Some((5000, 5001)), dst: pfx("2001:db8:16::/64"), ..Default::default() } },
+            Rule { ifindex: self.in0, chain: 4, first_nf: None, class: Class { src: pfx("198.18.0.77/32"), ..Default::default() } },
+        ])?;
+        Ok((prog, m))
+    }
+}
+
+/// The port a frame arrives on.
+#[derive(Clone, Copy, Debug)]
+enum At {
+    Ingress,
+    FromNfA,
+    FromNfB,
+}
+
+/// The counter a case must move by exactly one.
+#[derive(Clone, Copy, Debug)]
+enum Count {
+    Ingress(IngressReason),
+    /// Sent into this NF slot.
+    Into(u32),
+    /// Left the chain after NF b for this reason.
+    Exit(Reason),
+}
+
+enum Out {
+    Unchanged,
+    Frame(Vec<u8>),
+}
+
+struct Case {
+    desc: String,
+    at: At,
+    input: Vec<u8>,
+    verdict: Verdict,
+    count: Count,
+    output: Out,
+}
+
+#[derive(Clone, Copy)]
+enum L4 {
+    Udp(u16),
+    Tcp(u16),
+}
+
+fn l3(b: PacketBuilder, src: IpAddr, dst: IpAddr, ttl: u8, l4: L4) -> PacketBuilder {
+    let b = b.ip(src, dst).ttl(ttl);
+    match l4 {
+        L4::Udp(port) => b.udp(40000, port),
+        L4::Tcp(port) => b.tcp(40000, port, TcpFlags::SYN).seq(1),
+    }
+    .payload(PAYLOAD)
+}
+
+struct Table<'f> {
+    f: &'f Fixture,
+    cases: Vec<Case>,
+}
+
+impl Table<'_> {
+    fn eth_in(&self) -> PacketBuilder {
+        PacketBuilder::ethernet(GEN_MAC, self.f.in0_mac)
+    }
+    fn to_nf_a(&self) -> PacketBuilder {
+        PacketBuilder::ethernet(self.f.nfa_host, NFA_MAC)
+    }
+    fn to_nf_b(&self) -> PacketBuilder {
+        PacketBuilder::ethernet(self.f.nfb_host, NFB_MAC)
+    }
+    fn out0(&self) -> PacketBuilder {
+        PacketBuilder::ethernet(self.f.out0_mac, NH_MAC)
+    }
+    fn push(&mut self, desc: impl Into<String>, at: At, input: Vec<u8>, verdict: Verdict, count: Count, output: Out) {
+        self.cases.push(Case { desc: desc.into(), at, input, verdict, count, output });
+    }
+    fn ingress_pass(&mut self, desc: impl Into<String>, input: Vec<u8>, why: IngressReason) {
+        self.push(desc, At::Ingress, input, Verdict::Pass, Count::Ingress(why), Out::Unchanged);
+    }
+    /// Ingress frame `input` must enter NF `slot` as `output`.
+    fn steered(&mut self, desc: impl Into<String>, input: Vec<u8>, slot: u32, output: Vec<u8>) {
+        self.push(desc, At::Ingress, input, Verdict::Redirect, Count::Into(slot), Out::Frame(output));
+    }
+    fn exit_pass(&mut self, desc: impl Into<String>, input: Vec<u8>, why: Reason) {
+        self.push(desc, At::FromNfB, input, Verdict::Pass, Count::Exit(why), Out::Unchanged);
+    }
+}
+
+fn cases(f: &Fixture) -> Vec<Case> {
+    let mut t = Table { f, cases: Vec::new() };
+    let (s4, s6): (IpAddr, IpAddr) = (SRC4.into(), SRC6.into());
+
+    // --- Classification at the ingress -------------------------------------
+    for (desc, l4) in [("UDP", L4::Udp(9)), ("TCP", L4::Tcp(80))] {
+        let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, l4).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 64, l4).build();
+        t.steered(format!("IPv4 {desc} in chain 0's prefix enters NF a, only the MACs change"), input, 0, output);
+    }
+    {
+        let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build();
+        t.steered("TTL 1 is steered too: the chain is not a routing hop, the exit is", input, 0, output);
+        let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).fragment(185, false).ident(5).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).fragment(185, false).ident(5).build();
+        t.steered("IPv4 later fragment matches a prefix-only rule", input, 0, output);
+        let input = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).min_frame_len(60).build();
+        let output = l3(t.to_nf_a(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).min_frame_len(60).build();
+        t.steered("Ethernet padding after the IPv4 packet is kept", input, 0, output);
+    }
+    {
+        let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).build();
+        t.steered("UDP port 7 to chain 3's prefix enters NF b (first rule wins)", input, 1, output);
+        let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).ipv4_options(&[1, 1, 1, 0]).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).ipv4_options(&[1, 1, 1, 0]).build();
+        t.steered("IPv4 options: ports are read after them", input, 1, output);
+        let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(0, true).ident(9).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(0, true).ident(9).build();
+        t.steered("IPv4 first fragment carries ports and matches a port rule", input, 1, output);
+        let input = l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(7)).fragment(185, false).ident(9).build();
+        t.ingress_pass("IPv4 later fragment has no ports: no port rule matches", input, IngressReason::NoMatch);
+        t.ingress_pass("UDP to another port of chain 3's prefix", l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Udp(8)).build(), IngressReason::NoMatch);
+        t.ingress_pass("TCP port 7: the rule wants UDP", l3(t.eth_in(), s4, CHAIN3_4.into(), 64, L4::Tcp(7)).build(), IngressReason::NoMatch);
+    }
+    for port in [5000, 5001] {
+        let input = l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(port)).build();
+        let output = l3(t.to_nf_a(), s6, CHAIN2_6.into(), 64, L4::Udp(port)).build();
+        t.steered(format!("IPv6 UDP port {port} in chain 2's range enters NF a"), input, 0, output);
+    }
+    t.ingress_pass("IPv6 UDP port 5002: outside the range", l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5002)).build(), IngressReason::NoMatch);
+    t.ingress_pass("IPv6 TCP port 5000: the rule wants UDP", l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Tcp(5000)).build(), IngressReason::NoMatch);
+    t.ingress_pass(
+        "IPv6 with a routing header before UDP: ports unknown, no port rule matches",
+        l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).ipv6_ext(xnf_packet::IpProtocol::ROUTING, &[0u8; 6]).build(),
+        IngressReason::NoMatch,
+    );
+    t.ingress_pass("IPv4 to no chain's class: the kernel's, untouched", l3(t.eth_in(), s4, OTHER4.into(), 64, L4::Udp(9)).build(), IngressReason::NoMatch);
+    t.push(
+        "a class whose chain is down is dropped, not routed around its NFs",
+        At::Ingress,
+        l3(t.eth_in(), DOWN_SRC4.into(), OTHER4.into(), 64, L4::Udp(9)).build(),
+        Verdict::Drop,
+        Count::Ingress(IngressReason::Down),
+        Out::Unchanged,
+    );
+
+    // --- VLANs --------------------------------------------------------------
+    {
+        let input = l3(t.eth_in().vlan_pcp(100, 3), s4, OTHER4.into(), 64, L4::Udp(9)).build();
+        let output = l3(t.to_nf_b(), s4, OTHER4.into(), 64, L4::Udp(9)).build();
+        t.steered("VLAN 100 enters NF b with its tag removed", input, 1, output);
+        let input = l3(t.eth_in().vlan(100), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).build();
+        let output = l3(t.to_nf_b(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).build();
+        t.steered("IPv6 on VLAN 100 follows the VLAN rule (untagged rules skip tagged frames)", input, 1, output);
+    }
+    t.ingress_pass("VLAN 200: no rule for it", l3(t.eth_in().vlan(200), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), IngressReason::NoMatch);
+    t.ingress_pass("QinQ goes to the kernel", l3(t.eth_in().qinq(10).vlan(100), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), IngressReason::Qinq);
+    t.ingress_pass(
+        "stacked 802.1Q tags go to the kernel",
+        l3(t.eth_in().tag(EtherType::VLAN, 100).tag(EtherType::VLAN, 101), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(),
+        IngressReason::Qinq,
+    );
+
+    // --- Not ours ---------------------------------------------------------
+    t.ingress_pass(
+        "frame for another MAC",
+        l3(PacketBuilder::ethernet(GEN_MAC, MacAddr([2, 9, 9, 9, 9, 9])), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(),
+        IngressReason::NotOurMac,
+    );
+    t.ingress_pass(
+        "ARP broadcast",
+        PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6])).arp_request(GEN_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(),
+        IngressReason::NotOurMac,
+    );
+    t.ingress_pass("ARP unicast to us", t.eth_in().arp_request(GEN_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), IngressReason::NonIp);
+    t.ingress_pass("LLDP", t.eth_in().ethertype(EtherType(0x88cc)).payload(&[0u8; 46]).build(), IngressReason::NonIp);
+
+    // --- Broken headers: the kernel's to drop --------------------------------
+    let good4 = l3(t.eth_in(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build();
+    let good6 = l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).build();
+    for (ihl, why) in [(0u8, "0"), (4, "4 (< 5)")] {
+        let mut b = good4.clone();
+        b[14] = 0x40 | ihl;
+        t.ingress_pass(format!("IPv4 IHL {why}"), b, IngressReason::Malformed);
+    }
+    for (off, v, desc) in [(16, 10u16, "IPv4 total length below the header"), (16, 1400, "IPv4 total length beyond the frame")] {
+        let mut b = good4.clone();
+        b[off..off + 2].copy_from_slice(&v.to_be_bytes());
+        t.ingress_pass(desc, b, IngressReason::Malformed);
+    }
+    let mut b = good6.clone();
+    b[18..20].copy_from_slice(&1400u16.to_be_bytes());
+    t.ingress_pass("IPv6 payload length beyond the frame", b, IngressReason::Malformed);
+    let mut b = good4.clone();
+    b[14] = 0x65;
+    t.ingress_pass("IPv4 ethertype carrying version 6", b, IngressReason::Malformed);
+    let tagged4 = l3(t.eth_in().vlan(100), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build();
+    for (name, frame, headers) in [("IPv4", &good4, good4.len()), ("IPv6", &good6, good6.len()), ("VLAN+IPv4", &tagged4, tagged4.len())] {
+        for len in 14..headers {
+            t.ingress_pass(format!("{name} truncated to {len} bytes"), frame[..len].to_vec(), IngressReason::Malformed);
+        }
+    }
+
+    // --- Between NFs: whatever NF a sends goes to NF b ---------------------------
+    {
+        let input = l3(PacketBuilder::ethernet(NFA_MAC, f.nfa_host), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
+        let output = l3(t.to_nf_b(), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
+        t.push("NF a's output (TTL rewritten by it) goes to NF b as it is", At::FromNfA, input, Verdict::Redirect, Count::Into(1), Out::Frame(output));
+        let input = l3(PacketBuilder::ethernet(NFA_MAC, f.nfa_host), s6, CHAIN2_6.into(), 2, L4::Tcp(1)).build();
+        let output = l3(t.to_nf_b(), s6, CHAIN2_6.into(), 2, L4::Tcp(1)).build();
+        t.push("NF a's IPv6 answer, of any class, goes to NF b", At::FromNfA, input, Verdict::Redirect, Count::Into(1), Out::Frame(output));
+        let input = PacketBuilder::ethernet(NFA_MAC, f.nfa_host).arp_request(NFA_MAC, SRC4, OTHER4).build();
+        let output = PacketBuilder::ethernet(f.nfb_host, NFB_MAC).arp_request(NFA_MAC, SRC4, OTHER4).build();
+        t.push("even non-IP output follows the chain (the next hop is the NF's)", At::FromNfA, input, Verdict::Redirect, Count::Into(1), Out::Frame(output));
+    }
+
+    // --- After the last NF: routed out ----------------------------------------
+    let from_b = || PacketBuilder::ethernet(NFB_MAC, f.nfb_host);
+    for (desc, src, dst) in [("IPv4", s4, IpAddr::from(CHAIN0_4)), ("IPv6", s6, IpAddr::from(CHAIN2_6))] {
+        let input = l3(from_b(), src, dst, 64, L4::Udp(5000)).build();
+        let output = l3(t.out0(), src, dst, 63, L4::Udp(5000)).build();
+        t.push(format!("{desc} after the last NF is routed out, one hop less"), At::FromNfB, input, Verdict::Redirect, Count::Exit(Reason::Forwarded), Out::Frame(output));
+    }
+    {
+        let input = l3(PacketBuilder::ethernet(NFB_MAC, MacAddr([2, 7, 7, 7, 7, 7])), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build();
+        let output = l3(t.out0(), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
+        t.push("the NF's destination MAC does not matter (a reflector leaves it)", At::FromNfB, input, Verdict::Redirect, Count::Exit(Reason::Forwarded), Out::Frame(output));
+    }
+    t.exit_pass("TTL 1 after the last NF: the kernel sends time-exceeded", l3(from_b(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build(), Reason::Ttl);
+    t.exit_pass("next hop without neighbour: the kernel resolves it", l3(from_b(), s4, NO_NEIGH4.into(), 64, L4::Udp(9)).build(), Reason::NoNeigh);
+    t.exit_pass("egress not managed by the chain", l3(from_b(), s4, UNMANAGED4.into(), 64, L4::Udp(9)).build(), Reason::NotManaged);
+    t.exit_pass("no route", l3(from_b(), s4, NO_ROUTE4.into(), 64, L4::Udp(9)).build(), Reason::Local);
+    t.exit_pass("ARP from the NF's stack goes to the host", PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])).arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), Reason::NonIp);
+    t.exit_pass("a tagged frame out of an NF goes to the kernel", l3(from_b().vlan(5), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::VlanUnknown);
+    t.exit_pass("IPv4 with a bad header checksum", l3(from_b(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).ipv4_checksum(0x1234).build(), Reason::BadCsum);
+    t.push(
+        "blackhole route after the last NF: dropped",
+        At::FromNfB,
+        l3(from_b(), s4, BLACKHOLE4.into(), 64, L4::Udp(9)).build(),
+        Verdict::Drop,
+        Count::Exit(Reason::Blackhole),
+        Out::Unchanged,
+    );
+    let good_exit = l3(from_b(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build();
+    for len in 14..good_exit.len() {
+        t.exit_pass(format!("IPv4 out of an NF truncated to {len} bytes"), good_exit[..len].to_vec(), Reason::Malformed);
+    }
+    t.cases
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The counter `c` names, read now.
+fn read(m: &ChainMaps, c: Count) -> u64 {
+    match c {
+        Count::Ingress(r) => m.ingress_stats(0).unwrap().get(r),
+        Count::Into(slot) => m.nf_stats(slot).unwrap().in_packets,
+        Count::Exit(r) => m.nf_stats(1).unwrap().exit(r),
+    }
+}
+
+fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
+    let (prog, maps) = f.load().expect("chain program loads");
+    let mut failures = Vec::new();
+    for c in cases {
+        let ifindex = match c.at {
+            At::Ingress => f.in0,
+            At::FromNfA => f.nfa,
+            At::FromNfB => f.nfb,
+        };
+        let before = read(&maps, c.count);
+        let res = match run_xdp(prog.prog(), &c.input, XdpContext { ingress_ifindex: ifindex, rx_queue_index: 0 }) {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{}: test run failed: {e:#}", c.desc));
+                continue;
+            }
+        };
+        let mut problems = Vec::new();
+        if res.verdict != c.verdict {
+            problems.push(format!("verdict {:?}, want {:?}", res.verdict, c.verdict));
+        }
+        let moved = read(&maps, c.count) - before;
+        if moved != 1 {
+            problems.push(format!("counter {:?} moved by {moved}, want 1", c.count));
+        }
+        let want = match &c.output {
+            Out::Unchanged => &c.input,
+            Out::Frame(b) => b,
+        };
+        if &res.frame != want {
+            problems.push(format!("output differs:\n     got  {}\n     want {}", hex(&res.frame), hex(want)));
+        }
+        if let Out::Frame(_) = c.output {
+            match parse(&res.frame) {
+                Ok(p) if p.checksums_ok() => {}
+                Ok(_) if matches!(c.at, At::FromNfA) => {} // ARP has no checksum to verify
+                other => problems.push(format!("output checksums do not verify: {other:?}")),
+            }
+        }
+        if !problems.is_empty() {
+            failures.push(format!("{}: {}", c.desc, problems.join("; ")));
+        }
+    }
+    failures
+}
+
+#[test]
+fn chain_packet_table() {
+    let f = Fixture::new().expect("fixture namespace (run as root)");
+    let (n, failures) = f
+        .dut
+        .run(|| {
+            let cases = cases(&f);
+            (cases.len(), run_table(&f, &cases))
+        })
+        .unwrap();
+    assert!(n >= 150, "the table shrank to {n} cases");
+    assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Rules are replaced as a whole: a new list takes effect at once and the
+/// old one is gone (the two copies alternate).
+#[test]
+fn rule_sets_replace_each_other() {
+    let f = Fixture::new().expect("fixture namespace (run as root)");
+    f.dut
+        .run(|| {
+            let (prog, maps) = f.load().unwrap();
+            let frame = l3(PacketBuilder::ethernet(GEN_MAC, f.in0_mac), SRC4.into(), OTHER4.into(), 64, L4::Udp(9)).build();
+            let ctx = XdpContext { ingress_ifindex: f.in0, rx_queue_index: 0 };
+            assert_eq!(run_xdp(prog.prog(), &frame, ctx).unwrap().verdict, Verdict::Pass);
+            for round in 0..3 {
+                let all = Rule { ifindex: f.in0, chain: 9, first_nf: Some(1), class: Class::default() };
+                maps.set_rules(&[all]).unwrap();
+                assert_eq!(run_xdp(prog.prog(), &frame, ctx).unwrap().verdict, Verdict::Redirect, "round {round}");
+                assert_eq!(maps.live_rules().unwrap(), vec![(f.in0, 9, 2)]);
+                maps.set_rules(&[]).unwrap();
+                assert_eq!(run_xdp(prog.prog(), &frame, ctx).unwrap().verdict, Verdict::Pass, "round {round}");
+            }
+            assert_eq!(maps.chain_stats(9).unwrap().0, 3);
+        })
+        .unwrap();
+}
+
+/// An NF whose port left the devmap (its namespace was deleted) gets
+/// nothing: its traffic is dropped and counted, never sent around it.
+#[test]
+fn vanished_nf_port_drops_its_traffic() {
+    let f = Fixture::new().expect("fixture namespace (run as root)");
+    f.dut
+        .run(|| {
+            let (prog, maps) = f.load().unwrap();
+            maps.del_tx(f.nfa).unwrap();
+            let frame = l3(PacketBuilder::ethernet(GEN_MAC, f.in0_mac), SRC4.into(), CHAIN0_4.into(), 64, L4::Udp(9)).build();
+            let ctx = XdpContext { ingress_ifindex: f.in0, rx_queue_index: 0 };
+            let res = run_xdp(prog.prog(), &frame, ctx).unwrap();
+            assert_eq!(res.verdict, Verdict::Drop);
+            assert_eq!(res.frame, frame, "a dropped frame is left as it was");
+            assert_eq!(maps.nf_stats(0).unwrap().gone, 1);
+            assert_eq!(maps.ingress_stats(0).unwrap().get(IngressReason::NfGone), 1);
+        })
+        .unwrap();
+}

@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * xnf router: IPv4/IPv6 forwarding at the XDP hook, driven by the kernel FIB.
+ *
+ * The fast path owns exactly one case: a well-formed unicast IP packet, for
+ * another host, whose route and neighbour the kernel already knows and whose
+ * egress interface is managed by this router. Everything else is handed to
+ * the kernel with XDP_PASS, unchanged, so the kernel's behaviour (ICMP
+ * errors, neighbour resolution, fragmentation, local delivery, netfilter)
+ * stays exactly what it was without xnf; the stats say why it happened.
+ *
+ * One program instance is loaded per attached interface; all instances share
+ * the maps below, which the control plane pins under /sys/fs/bpf/xnf/.
+ */
+#include "xnf/common.h"
+#include "xnf/parsing.h"
+#include "xnf/csum.h"
+#include "router.h"
+#include "xnf/fib.h"
+
+/* Set by the loader before load; the verifier prunes what they turn off. */
+const volatile __u32 fib_flags = 0;   /* 0 or BPF_FIB_LOOKUP_DIRECT */
+const volatile __u32 stats_slot = 0;  /* this interface's slot in ifaces/stats */
+
+/*
+ * Egress ports. A devmap (not bpf_redirect()) because the kernel then bulks
+ * frames per destination and flushes them once per NAPI poll, and because a
+ * missing key tells us the egress is not ours: bpf_redirect_map() then
+ * returns the fallback action in its flags (XDP_PASS) instead of dropping.
+ * Holds exactly the interfaces attached to this router.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, XNF_ROUTER_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XNF_ROUTER_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, struct xnf_router_iface);
+} ifaces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XNF_ROUTER_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, struct xnf_router_stats);
+} stats SEC(".maps");
+
+/* (physical ifindex, VID) -> VLAN device ifindex, for the FIB lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_ROUTER_MAX_VLANS);
+	__type(key, struct xnf_vlan_key);
+	__type(value, __u32);
+} vlan_ingress SEC(".maps");
+
+/* VLAN device ifindex (as the FIB returns it) -> physical port and VID. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_ROUTER_MAX_VLANS);
+	__type(key, __u32);
+	__type(value, struct xnf_vlan_egress);
+} vlan_egress SEC(".maps");
+
+/* What parsing learned about the frame, carried to the rewrite. */
+struct frame {
+	__u16 l3_off;      /* offset of the IP header */
+	__be16 l3_proto;   /* ETH_P_IP or ETH_P_IPV6, network order */
+	__be16 in_tci;     /* ingress 802.1Q TCI, network order */
+	__u8 tagged;       /* arrived with one 802.1Q tag */
+};
+
+static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
+{
+	struct xnf_router_stats *s;
+	__u32 slot = stats_slot;
+
+	s = bpf_map_lookup_elem(&stats, &slot);
+	if (s && action < XNF_VERDICTS && reason < XNF_R_MAX) {
+		s->packets[action]++;
+		s->bytes[action] += len;
+		s->reasons[reason]++;
+	}
+	return action;
+}
+
+/*
+ * Ethernet and at most one 802.1Q tag. Fills @f and the ingress ifindex the
+ * FIB must see: for a tagged frame that is the VLAN device, so policy rules,
+ * per-device forwarding and rp settings apply as in the kernel path.
+ */
+static __always_inline __u32 parse_l2(struct xdp_md *ctx, struct cursor *c,
+				      struct frame *f, __u32 *fib_ifindex)
+{
+	struct xnf_router_iface *iface;
+	__u32 slot = stats_slot;
+	struct vlan_hdr *vh;
+	struct ethhdr *eth;
+	__be16 proto;
+
+	eth = parse_eth(c);
+	if (!eth)
+		return XNF_R_MALFORMED;
+
+	/* A frame for another MAC (promiscuous port, broadcast) is not routed:
+	 * the kernel drops it as PACKET_OTHERHOST, so we must not forward it. */
+	iface = bpf_map_lookup_elem(&ifaces, &slot);
+	if (!iface || !mac_eq(eth->h_dest, iface->mac))
+		return XNF_R_NOT_OUR_MAC;
+
+	proto = eth->h_proto;
+	*fib_ifindex = ctx->ingress_ifindex;
+	if (proto == bpf_htons(ETH_P_8021AD))
+		return XNF_R_QINQ;
+	if (proto == bpf_htons(ETH_P_8021Q)) {
+		struct xnf_vlan_key key = { .ifindex = ctx->ingress_ifindex };
+		__u32 *vlan_ifindex;
+
+		vh = parse_vlan(c);
+		if (!vh)
+			return XNF_R_MALFORMED;
+		proto = vh->h_vlan_encapsulated_proto;
+		if (proto_is_vlan(proto))
+			return XNF_R_QINQ;
+		key.vid = bpf_ntohs(vh->h_vlan_TCI) & VLAN_VID_MASK;
+		vlan_ifindex = bpf_map_lookup_elem(&vlan_ingress, &key);
+		if (!vlan_ifindex)
+			return XNF_R_VLAN_UNKNOWN;
+		*fib_ifindex = *vlan_ifindex;
+		f->tagged = 1;
+		f->in_tci = vh->h_vlan_TCI;
+	}
+	f->l3_proto = proto;
+	f->l3_off = c->pos - (void *)(long)ctx->data;
+	return XNF_R_FORWARDED;
+}
+
+/*
+ * Point the frame at its egress: pick the devmap entry, resolving a VLAN
+ * device to its physical port. bpf_redirect_map() only records the target;
+ * the frame is still ours to rewrite until we return XDP_REDIRECT.
+ */
+static __always_inline long select_egress(__u32 ifindex, __u16 *out_vid)
+{
+	struct xnf_vlan_egress *v;
+	long action;
+
+	/* Untagged egress is the common case: one devmap probe, no VLAN lookup. */
+	action = bpf_redirect_map(&tx_ports, ifindex, XDP_PASS);
+	if (action == XDP_REDIRECT)
+		return action;
+	v = bpf_map_lookup_elem(&vlan_egress, &ifindex);
+	if (!v)
+		return XDP_PASS;
+	*out_vid = v->vid;
+	return bpf_redirect_map(&tx_ports, v->phys_ifindex, XDP_PASS);
+}
+
+/*
+ * Make room for, remove or rewrite the 802.1Q tag and write the new
+ * Ethernet header. Returns the new L3 offset, or -1 (frame unchanged) if a
+ * tag cannot be pushed.
+ */
+static __always_inline int rewrite_l2(struct xdp_md *ctx, const struct frame *f,
+				      const struct bpf_fib_lookup *p, __u16 out_vid)
+{
+	int delta = 0, l3_off = f->l3_off;
+	struct vlan_hdr *vh;
+	struct ethhdr *eth;
+	void *data, *end;
+
+	if (f->tagged && !out_vid)
+		delta = sizeof(*vh);          /* pop */
+	else if (!f->tagged && out_vid)
+		delta = -(int)sizeof(*vh);    /* push */
+	if (delta && bpf_xdp_adjust_head(ctx, delta))
+		return -1;
+	l3_off -= delta;
+
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return -1;
+	__builtin_memcpy(eth->h_dest, p->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, p->smac, ETH_ALEN);
+	if (!out_vid) {
+		eth->h_proto = f->l3_proto;
+		return l3_off;
+	}
+	vh = (void *)(eth + 1);
+	if ((void *)(vh + 1) > end)
+		return -1;
+	eth->h_proto = bpf_htons(ETH_P_8021Q);
+	/* Rewriting a tag keeps its PCP and DEI bits; a pushed tag has PCP 0. */
+	vh->h_vlan_TCI = (f->in_tci & bpf_htons(~VLAN_VID_MASK)) | bpf_htons(out_vid);
+	vh->h_vlan_encapsulated_proto = f->l3_proto;
+	return l3_off;
+}
+
+/* The IP header now sits right after an untagged or a tagged Ethernet
+ * header; constant offsets keep the verifier's packet-range tracking exact. */
+static __always_inline int decrement_hops(struct xdp_md *ctx, const struct frame *f, int l3_off)
+{
+	if (l3_off == ETH_HLEN)
+		return decrement_hops_at(ctx, f->l3_proto, ETH_HLEN);
+	if (l3_off == ETH_HLEN + (int)sizeof(struct vlan_hdr))
+		return decrement_hops_at(ctx, f->l3_proto, ETH_HLEN + sizeof(struct vlan_hdr));
+	return -1;
+}
+
+static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
+{
+	struct cursor c = {
+		.pos = (void *)(long)ctx->data,
+		.end = (void *)(long)ctx->data_end,
+	};
+	struct bpf_fib_lookup p = {};
+	struct frame f = {};
+	__u16 out_vid = 0;
+	long action, rc;
+	int l3_off;
+
+	*reason = parse_l2(ctx, &c, &f, &p.ifindex);
+	if (*reason)
+		return XDP_PASS;
+
+	if (f.l3_proto == bpf_htons(ETH_P_IP))
+		*reason = ipv4_prepare(&c, &p);
+	else if (f.l3_proto == bpf_htons(ETH_P_IPV6))
+		*reason = ipv6_prepare(&c, &p);
+	else
+		*reason = XNF_R_NON_IP;
+	if (*reason)
+		return XDP_PASS;
+
+	rc = bpf_fib_lookup(ctx, &p, sizeof(p), fib_flags);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		*reason = fib_reason(rc);
+		/* A blackhole route drops silently in the kernel too. */
+		return *reason == XNF_R_BLACKHOLE ? XDP_DROP : XDP_PASS;
+	}
+
+	action = select_egress(p.ifindex, &out_vid);
+	if (action != XDP_REDIRECT) {
+		*reason = XNF_R_NOT_MANAGED;
+		return XDP_PASS;
+	}
+
+	l3_off = rewrite_l2(ctx, &f, &p, out_vid);
+	if (l3_off < 0) {
+		*reason = XNF_R_NO_HEADROOM;
+		return XDP_PASS;
+	}
+	if (decrement_hops(ctx, &f, l3_off)) {
+		/* Unreachable: the header was bounds-checked before the rewrite. */
+		*reason = XNF_R_MALFORMED;
+		return XDP_DROP;
+	}
+	return XDP_REDIRECT;
+}
+
+SEC("xdp")
+int xnf_router(struct xdp_md *ctx)
+{
+	__u64 len = ctx->data_end - ctx->data;
+	__u32 reason = XNF_R_FORWARDED;
+	__u32 action = route(ctx, &reason);
+
+	return count(action, reason, len);
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";

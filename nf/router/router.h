@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Types shared between router.bpf.c and its control plane (src/program.rs).
+ */
+#pragma once
+
+#include "xnf/common.h"
+#include "xnf/fib.h"
+
+/* Interfaces one router instance can manage (devmap and stats slots). */
+#define XNF_ROUTER_MAX_IFACES 256
+/* VLAN sub-interfaces the router can translate. */
+#define XNF_ROUTER_MAX_VLANS 4096
+
+struct xnf_router_stats {
+	__u64 packets[XNF_VERDICTS]; /* indexed by XDP action */
+	__u64 bytes[XNF_VERDICTS];
+	__u64 reasons[XNF_R_MAX];    /* packets per reason */
+};
+
+/* Per managed interface, indexed by its stats slot. */
+struct xnf_router_iface {
+	__u8 mac[ETH_ALEN]; /* frames to another MAC are the kernel's to drop */
+	__u16 flags;        /* control plane only: how it was attached */
+	__u32 ifindex;      /* 0: slot unused */
+};
+
+/* Key of the ingress VLAN table: a tag seen on a physical interface. */
+struct xnf_vlan_key {
+	__u32 ifindex; /* physical (attached) interface */
+	__u16 vid;
+	__u16 pad;
+};
+
+/* Value of the egress VLAN table, keyed by the VLAN device's ifindex. */
+struct xnf_vlan_egress {
+	__u32 phys_ifindex;
+	__u16 vid;
+	__u16 pad;
+};

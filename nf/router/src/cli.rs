@@ -1,0 +1,84 @@
+//! `xnf router`: the commands, their arguments and their output.
+
+use anyhow::Result;
+use clap::{Subcommand, ValueEnum};
+use xnf_core::runtime::{warn, watch_period};
+use xnf_core::xdp::XdpMode;
+
+use crate::{follow, report, AttachOptions};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Fib {
+    /// Full lookup: policy rules, then tables (what the kernel does).
+    Full,
+    /// Skip policy rules; main table only (`BPF_FIB_LOOKUP_DIRECT`, faster).
+    Direct,
+}
+
+#[derive(Subcommand)]
+pub enum RouterCmd {
+    /// Attach the router to interfaces (again with other --fib: replace atomically).
+    Attach {
+        #[arg(required = true, value_name = "IFACE")]
+        ifaces: Vec<String>,
+        /// XDP mode: native (in the driver) or skb (generic, any device, slow).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: XdpMode,
+        /// How to look routes up.
+        #[arg(long, value_enum, default_value = "full")]
+        fib: Fib,
+        /// Do not start the background follower of VLAN/MAC changes.
+        #[arg(long)]
+        no_follow: bool,
+    },
+    /// Detach the router; the kernel forwards these interfaces' traffic again.
+    Detach {
+        #[arg(required = true, value_name = "IFACE")]
+        ifaces: Vec<String>,
+    },
+    /// Show attached interfaces, the VLAN table and the follower.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Packets and bytes per verdict, and why packets took the kernel path.
+    Stats {
+        #[arg(long)]
+        json: bool,
+        /// Show live rates, refreshed every SECS seconds (default 1).
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        watch: Option<f64>,
+    },
+    /// Follow link events and keep VLAN and MAC tables current (attach starts it).
+    Follow,
+}
+
+pub fn run(cmd: RouterCmd) -> Result<()> {
+    match cmd {
+        RouterCmd::Attach { ifaces, mode, fib, no_follow } => {
+            let opts = AttachOptions { mode, fib_direct: matches!(fib, Fib::Direct) };
+            let report = crate::attach(&ifaces, opts)?;
+            warn(&report.warnings);
+            for name in &report.attached {
+                println!("attached router to {name}");
+            }
+            for name in &report.replaced {
+                println!("replaced router program on {name}");
+            }
+            if !no_follow {
+                follow::spawn()?;
+            }
+            Ok(())
+        }
+        RouterCmd::Detach { ifaces } => {
+            crate::detach(&ifaces)?;
+            for name in &ifaces {
+                println!("detached router from {name}");
+            }
+            Ok(())
+        }
+        RouterCmd::Status { json } => report::status(json),
+        RouterCmd::Stats { json, watch } => report::stats(json, watch_period(watch)?),
+        RouterCmd::Follow => follow::run(),
+    }
+}

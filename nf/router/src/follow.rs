@@ -1,0 +1,167 @@
+//! Keeps the router's tables in step with the kernel's interfaces: VLAN
+//! devices on attached ports, MAC changes, and attached interfaces that
+//! disappear. `sync` runs once at attach; `xnf router follow` (started in the
+//! background by `attach`) runs it again on every rtnetlink link event.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use xnf_core::state;
+use xnf_netns::netlink::{self, Link, LinkEvents};
+
+use crate::program::{IfaceEntry, RouterMaps, VlanEntry};
+
+/// The VLAN table the kernel's links call for: every 802.1Q device whose
+/// parent is an attached interface.
+pub fn wanted_vlans(links: &[Link], attached: &[u32]) -> BTreeSet<VlanEntry> {
+    links
+        .iter()
+        .filter_map(|l| {
+            let (parent, vid) = l.vlan()?;
+            attached
+                .contains(&parent)
+                .then_some(VlanEntry { vlan_ifindex: l.ifindex, phys_ifindex: parent, vid })
+        })
+        .collect()
+}
+
+/// What changed in one sync, for the follower's log.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    pub vlans_added: Vec<VlanEntry>,
+    pub vlans_removed: Vec<VlanEntry>,
+    pub macs_updated: Vec<u32>,
+    pub ifaces_gone: Vec<u32>,
+}
+
+impl SyncReport {
+    pub fn is_empty(&self) -> bool {
+        *self == SyncReport::default()
+    }
+}
+
+/// Brings the maps in line with the current links.
+pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
+    let links = netlink::links()?;
+    let mut report = SyncReport::default();
+    let mut attached = Vec::new();
+    for (slot, entry) in maps.ifaces()? {
+        match links.iter().find(|l| l.ifindex == entry.ifindex) {
+            None => {
+                // The device is gone (and with it the kernel's link): drop our state.
+                crate::attach::forget(dir, maps, slot, entry.ifindex)?;
+                report.ifaces_gone.push(entry.ifindex);
+            }
+            Some(link) => {
+                if let Some(mac) = link.mac.filter(|m| *m != entry.mac) {
+                    maps.update_iface(slot, IfaceEntry { mac, ..entry })?;
+                    report.macs_updated.push(entry.ifindex);
+                }
+                attached.push(entry.ifindex);
+            }
+        }
+    }
+    let want = wanted_vlans(&links, &attached);
+    let have: BTreeSet<VlanEntry> = maps.vlans()?.into_iter().collect();
+    for v in have.difference(&want) {
+        maps.del_vlan(*v)?;
+        report.vlans_removed.push(*v);
+    }
+    for v in want.difference(&have) {
+        maps.set_vlan(*v)?;
+        report.vlans_added.push(*v);
+    }
+    Ok(report)
+}
+
+/// Runs until the router is detached from every interface.
+pub fn run() -> Result<()> {
+    let events = LinkEvents::subscribe()?;
+    let dir = crate::attach::pin_dir()?;
+    eprintln!("xnf router follow: following link events for {}", dir.display());
+    loop {
+        let Ok(maps) = RouterMaps::open_pinned(&dir) else {
+            eprintln!("xnf router follow: router detached, exiting");
+            return Ok(());
+        };
+        let report = sync(&dir, &maps)?;
+        if !report.is_empty() {
+            eprintln!("xnf router follow: {report:?}");
+        }
+        if crate::attach::cleanup_if_unused(&dir) {
+            eprintln!("xnf router follow: no interface left, exiting");
+            return Ok(());
+        }
+        // Wake on the next event; poll the pins every second regardless, so
+        // a detach by another process ends us promptly.
+        events.wait(Duration::from_secs(1))?;
+    }
+}
+
+fn pid_file() -> Result<std::path::PathBuf> {
+    Ok(state::run_dir()?.join("router-follow.pid"))
+}
+
+/// Pid of the running follower of this namespace, if any.
+pub fn running_pid() -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(pid_file().ok()?).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let alive = String::from_utf8_lossy(&cmdline).contains("follow");
+    alive.then_some(pid)
+}
+
+/// Starts `xnf router follow` in the background unless one runs already.
+/// The child inherits this process's network namespace.
+pub fn spawn() -> Result<Option<i32>> {
+    if running_pid().is_some() {
+        return Ok(None);
+    }
+    let exe = std::env::current_exe().context("finding the xnf executable")?;
+    let log = std::fs::File::create(state::run_dir()?.join("router-follow.log"))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["router", "follow"]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // SAFETY: setsid is async-signal-safe; the child leaves our session so
+    // it outlives the terminal that ran `attach`.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("starting `xnf router follow`")?;
+    let pid = child.id() as i32;
+    std::fs::write(pid_file()?, pid.to_string())?;
+    Ok(Some(pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vlan(ifindex: u32, parent: u32, vid: u16) -> Link {
+        Link {
+            ifindex,
+            name: format!("v{vid}"),
+            kind: Some("vlan".into()),
+            vlan_id: Some(vid),
+            parent: Some(parent),
+            ethernet: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_vlans_on_attached_parents_are_wanted() {
+        let mut veth = vlan(9, 1, 0);
+        veth.kind = Some("veth".into());
+        let links = vec![vlan(10, 2, 100), vlan(11, 3, 200), vlan(12, 2, 300), veth];
+        let want = wanted_vlans(&links, &[2]);
+        let got: Vec<_> = want.iter().map(|v| (v.vlan_ifindex, v.phys_ifindex, v.vid)).collect();
+        assert_eq!(got, vec![(10, 2, 100), (12, 2, 300)]);
+        assert!(wanted_vlans(&links, &[]).is_empty());
+    }
+}

@@ -1,0 +1,167 @@
+//! `xnf router status` and `xnf router stats`: tables for people, JSON for
+//! programs.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::Serialize;
+use xnf_core::xdp::Verdict;
+use xnf_netns::netlink;
+
+use crate::attach::{attached, open_maps, Attached};
+use crate::program::{Reason, Stats};
+
+#[derive(Serialize)]
+struct Status {
+    interfaces: Vec<Attached>,
+    vlans: Vec<VlanRow>,
+    follower_pid: Option<i32>,
+}
+
+#[derive(Serialize)]
+struct VlanRow {
+    vlan: String,
+    vlan_ifindex: u32,
+    parent: String,
+    vid: u16,
+}
+
+pub fn status(json: bool) -> Result<()> {
+    let interfaces = attached()?;
+    let (_, maps) = open_maps()?;
+    let links = netlink::links()?;
+    let name = |i: u32| links.iter().find(|l| l.ifindex == i).map(|l| l.name.clone()).unwrap_or(i.to_string());
+    let vlans = maps
+        .vlans()?
+        .into_iter()
+        .map(|v| VlanRow { vlan: name(v.vlan_ifindex), vlan_ifindex: v.vlan_ifindex, parent: name(v.phys_ifindex), vid: v.vid })
+        .collect();
+    let s = Status { interfaces, vlans, follower_pid: crate::follow::running_pid() };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!("{:<16} {:>7} {:>4} {:<7} {:<7} {:>7}", "INTERFACE", "IFINDEX", "SLOT", "MODE", "FIB", "PROG");
+    for a in &s.interfaces {
+        let prog = a.prog_id.map(|p| p.to_string()).unwrap_or("-".into());
+        println!("{:<16} {:>7} {:>4} {:<7} {:<7} {:>7}", a.name, a.ifindex, a.slot, a.mode.name(), a.fib, prog);
+    }
+    if !s.vlans.is_empty() {
+        println!("\n{:<16} {:<16} {:>5}", "VLAN DEVICE", "PARENT", "VID");
+        for v in &s.vlans {
+            println!("{:<16} {:<16} {:>5}", v.vlan, v.parent, v.vid);
+        }
+    }
+    match s.follower_pid {
+        Some(pid) => println!("\nlink-event follower: running (pid {pid})"),
+        None => println!("\nlink-event follower: not running (VLAN and MAC changes are not followed; `xnf router follow`)"),
+    }
+    Ok(())
+}
+
+/// Counters of one interface, keyed by names for JSON.
+#[derive(Serialize, Clone)]
+struct IfaceStats {
+    interface: String,
+    packets: BTreeMap<&'static str, u64>,
+    bytes: BTreeMap<&'static str, u64>,
+    reasons: BTreeMap<&'static str, u64>,
+}
+
+impl IfaceStats {
+    fn new(interface: String, s: &Stats) -> Self {
+        let verdicts = |a: &[u64; 5]| Verdict::ALL.iter().map(|v| (v.name(), a[*v as usize])).collect();
+        IfaceStats {
+            interface,
+            packets: verdicts(&s.packets),
+            bytes: verdicts(&s.bytes),
+            reasons: Reason::ALL.iter().map(|r| (r.name(), s.reason(*r))).collect(),
+        }
+    }
+}
+
+fn snapshot() -> Result<Vec<(String, Stats)>> {
+    let (_, maps) = open_maps()?;
+    attached()?.into_iter().map(|a| Ok((a.name, maps.stats(a.slot)?))).collect()
+}
+
+pub fn stats(json: bool, watch: Option<Duration>) -> Result<()> {
+    let Some(interval) = watch else {
+        let rows: Vec<IfaceStats> = snapshot()?.iter().map(|(n, s)| IfaceStats::new(n.clone(), s)).collect();
+        if json {
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        } else {
+            print_totals(&rows);
+        }
+        return Ok(());
+    };
+    let mut prev = snapshot()?;
+    let mut t0 = Instant::now();
+    loop {
+        std::thread::sleep(interval);
+        let now = snapshot()?;
+        let secs = t0.elapsed().as_secs_f64();
+        t0 = Instant::now();
+        let rates: Vec<(String, Stats)> = now
+            .iter()
+            .map(|(name, s)| {
+                let old = prev.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone()).unwrap_or_default();
+                (name.clone(), s.delta(&old))
+            })
+            .collect();
+        if json {
+            let rows: Vec<IfaceStats> = rates.iter().map(|(n, s)| IfaceStats::new(n.clone(), &s.per_second(secs))).collect();
+            println!("{}", serde_json::to_string(&serde_json::json!({ "interval_s": secs, "rates": rows }))?);
+        } else {
+            print_rates(&rates, secs);
+        }
+        std::io::stdout().flush()?;
+        prev = now;
+    }
+}
+
+fn print_totals(rows: &[IfaceStats]) {
+    for r in rows {
+        println!("{}:", r.interface);
+        if r.packets.values().all(|p| *p == 0) {
+            println!("  no packets yet");
+        }
+        for v in Verdict::ALL {
+            let p = r.packets[v.name()];
+            if p > 0 {
+                println!("  {:<10} {:>14} pkts {:>16} bytes", v.name(), p, r.bytes[v.name()]);
+            }
+        }
+        let reasons: Vec<String> = r.reasons.iter().filter(|(k, v)| **v > 0 && **k != "forwarded").map(|(k, v)| format!("{k}={v}")).collect();
+        if !reasons.is_empty() {
+            println!("  slow path: {}", reasons.join(" "));
+        }
+    }
+}
+
+fn print_rates(rates: &[(String, Stats)], secs: f64) {
+    // Clear the screen and home the cursor: a live view like `top`.
+    print!("\x1b[2J\x1b[H");
+    println!("xnf router stats — packets per second over {secs:.1} s (Ctrl-C to stop)\n");
+    println!("{:<16} {:>12} {:>12} {:>12} {:>10}  WHY PASS / DROP", "INTERFACE", "REDIRECT", "PASS", "DROP", "Mbit/s");
+    for (name, s) in rates {
+        let pps = |v: Verdict| s.packets(v) as f64 / secs;
+        let mbit = s.bytes.iter().sum::<u64>() as f64 * 8.0 / secs / 1e6;
+        let why: Vec<String> = Reason::ALL[1..]
+            .iter()
+            .filter(|r| s.reason(**r) > 0)
+            .map(|r| format!("{} {:.0}", r.name(), s.reason(*r) as f64 / secs))
+            .collect();
+        println!(
+            "{:<16} {:>12.0} {:>12.0} {:>12.0} {:>10.1}  {}",
+            name,
+            pps(Verdict::Redirect),
+            pps(Verdict::Pass),
+            pps(Verdict::Drop) + pps(Verdict::Aborted),
+            mbit,
+            why.join(", ")
+        );
+    }
+}

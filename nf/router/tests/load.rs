@@ -1,0 +1,22 @@
+//! The programs pass the verifier of the running kernel.
+
+use xnf_pass::PassProgram;
+use xnf_router::program::{IfaceEntry, RouterConfig, RouterProgram};
+
+#[test]
+fn router_loads_in_both_fib_modes() {
+    for fib_direct in [false, true] {
+        let r = RouterProgram::load(RouterConfig { fib_direct, slot: 3 }, None).expect("router loads");
+        let maps = r.maps().unwrap();
+        let e = IfaceEntry { ifindex: 7, mac: [2, 0, 0, 0, 0, 1], flags: 1 };
+        maps.set_iface(3, e).unwrap();
+        assert_eq!(maps.ifaces().unwrap(), vec![(3, e)]);
+        assert_eq!(maps.free_slot().unwrap(), 0);
+        assert_eq!(maps.stats(3).unwrap().total_packets(), 0);
+    }
+}
+
+#[test]
+fn pass_loads() {
+    PassProgram::load().expect("pass program loads");
+}

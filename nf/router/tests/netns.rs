@@ -1,0 +1,231 @@
+//! `xnf router` on real veths between namespaces (gen -> dut -> sink),
+//! with real traffic, checking counters on both sides.
+
+
+use std::net::UdpSocket;
+use std::path::Path;
+
+use xnf_testrun::cli::{count_received, follower_running, send_paced, wait_for, xnf, xnf_err, xnf_ok, RoutedLine};
+
+#[test]
+fn forwards_ipv4_and_ipv6_in_xdp_while_kernel_counters_stay_still() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    r.resolve_sink();
+    let (fw4, fw6, redir) = (r.forw_v4(), r.forw_v6(), r.redirected());
+
+    assert_eq!(r.send_udp(false, 1000), 1000, "IPv4 datagrams lost");
+    assert_eq!(r.send_udp(true, 1000), 1000, "IPv6 datagrams lost");
+
+    assert_eq!(r.redirected() - redir, 2000, "xnf should have redirected every datagram");
+    assert_eq!(r.forw_v4(), fw4, "kernel Ip ForwDatagrams moved: the kernel forwarded");
+    assert_eq!(r.forw_v6(), fw6, "kernel Ip6 OutForwDatagrams moved: the kernel forwarded");
+}
+
+#[test]
+fn neighbour_miss_goes_to_the_kernel_once_then_xdp() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    let fw4 = r.forw_v4();
+    // No neighbour entry for sink yet: the kernel forwards and resolves it.
+    assert_eq!(r.send_udp(false, 1), 1);
+    assert_eq!(r.reason("no-neigh"), 1);
+    assert_eq!(r.forw_v4(), fw4 + 1, "the kernel should have forwarded the first packet");
+    r.resolve_sink(); // one IPv6 packet: its own neighbour miss
+    assert_eq!(r.reason("no-neigh"), 2);
+    let redir = r.redirected();
+    assert_eq!(r.send_udp(false, 100), 100);
+    assert_eq!(r.redirected() - redir, 100);
+    assert_eq!(r.reason("no-neigh"), 2, "a neighbour miss after resolution");
+    assert_eq!(r.forw_v4(), fw4 + 1, "later packets went through the kernel");
+}
+
+#[test]
+fn route_change_mid_stream_is_followed_at_once() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    r.resolve_sink();
+    let sink = format!("{}/32", r.line.sink_v4);
+    assert_eq!(r.send_udp(false, 10), 10);
+
+    r.dut().ip(&["route", "add", "blackhole", &sink]).unwrap();
+    let drops = r.reason("blackhole");
+    assert_eq!(r.send_udp(false, 10), 0, "blackholed traffic arrived");
+    assert_eq!(r.reason("blackhole") - drops, 10, "the router did not see the new route");
+
+    r.dut().ip(&["route", "del", "blackhole", &sink]).unwrap();
+    let redir = r.redirected();
+    assert_eq!(r.send_udp(false, 10), 10);
+    assert_eq!(r.redirected() - redir, 10);
+}
+
+#[test]
+fn detach_restores_kernel_forwarding_with_no_state_left() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    r.resolve_sink();
+    let pins = Path::new("/sys/fs/bpf/xnf").join(r.dut().run(netns_key).unwrap());
+    assert!(pins.exists(), "attach pinned nothing at {}", pins.display());
+    r.detach();
+
+    assert!(!pins.exists(), "pins left after detach: {}", pins.display());
+    for dev in [&r.line.dut_gen_if, &r.line.dut_sink_if] {
+        let out = r.dut().ip(&["link", "show", "dev", dev]).unwrap();
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("prog/xdp"), "{dev} still has XDP");
+    }
+    let fw4 = r.forw_v4();
+    assert_eq!(r.send_udp(false, 100), 100);
+    assert_eq!(r.forw_v4() - fw4, 100, "the kernel should forward again");
+    let err = xnf_err(r.dut(), &["router", "status"]);
+    assert!(err.contains("not attached"), "{err}");
+    wait_for("the follower to exit", || !follower_running(r.dut()));
+}
+
+#[test]
+fn ttl_1_makes_the_sender_receive_time_exceeded() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    r.resolve_sink();
+    for v6 in [false, true] {
+        let (proto, counter) = if v6 { ("Icmp6", "InTimeExcds") } else { ("Icmp", "InTimeExcds") };
+        let before = r.line.gen().snmp().unwrap().value(proto, counter).unwrap();
+        let ttl_before = r.reason("ttl");
+        let tx: UdpSocket = r.gen_socket(v6);
+        if v6 {
+            set_hop_limit_v6(&tx, 1);
+        } else {
+            tx.set_ttl(1).unwrap();
+        }
+        tx.send_to(b"expire", r.sink_addr(v6, 9)).unwrap();
+        wait_for("an ICMP time-exceeded at gen", || r.line.gen().snmp().unwrap().value(proto, counter).unwrap() > before);
+        assert_eq!(r.reason("ttl") - ttl_before, 1, "the router should have passed it with reason ttl");
+    }
+}
+
+#[test]
+fn keeps_forwarding_after_the_attaching_process_exited() {
+    let mut r = RoutedLine::new(&[]);
+    // --no-follow: no xnf process of any kind remains after this returns.
+    r.attach(&["--no-follow"]);
+    assert!(!follower_running(r.dut()));
+    r.resolve_sink();
+    let redir = r.redirected();
+    assert_eq!(r.send_udp(false, 200), 200);
+    assert_eq!(r.redirected() - redir, 200, "nothing forwarded once xnf exited");
+}
+
+#[test]
+fn changing_the_fib_mode_replaces_the_program_without_a_gap() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    r.resolve_sink();
+    let fw4 = r.forw_v4();
+    let rx = r.sink_socket(false, 9100);
+    let tx = r.gen_socket(false);
+    let to = r.sink_addr(false, 9100);
+    let received = std::thread::scope(|s| {
+        let receiver = s.spawn(|| count_received(&rx));
+        let sender = s.spawn(|| send_paced(&tx, to, 6000));
+        for fib in ["direct", "full", "direct"] {
+            let (g, si) = (r.line.dut_gen_if.clone(), r.line.dut_sink_if.clone());
+            let out = xnf_ok(r.dut(), &["router", "attach", &g, &si, "--fib", fib]);
+            assert!(out.contains("replaced"), "{out}");
+        }
+        sender.join().unwrap();
+        receiver.join().unwrap()
+    });
+    assert_eq!(received, 6000, "packets lost while replacing the program");
+    assert_eq!(r.forw_v4(), fw4, "packets took the kernel path while replacing the program");
+    let status = xnf_ok(r.dut(), &["router", "status", "--json"]);
+    assert!(status.contains("\"fib\": \"direct\""), "{status}");
+}
+
+#[test]
+fn follower_tracks_mac_changes_and_vanished_interfaces() {
+    let mut r = RoutedLine::new(&[]);
+    r.attach(&[]);
+    r.resolve_sink();
+    wait_for("the follower to start", || follower_running(r.dut()));
+
+    // New MAC on dut's ingress: frames to it must still be routed in XDP.
+    let mac = "02:00:00:00:99:01";
+    r.dut().ip(&["link", "set", "dev", &r.line.dut_gen_if, "address", mac]).unwrap();
+    r.line.gen().ip(&["neigh", "replace", &r.line.dut_gen_v4.to_string(), "lladdr", mac, "nud", "permanent", "dev", &r.line.gen_if]).unwrap();
+    wait_for("the follower to learn the new MAC", || {
+        let redir = r.redirected();
+        r.send_udp(false, 5) == 5 && r.redirected() - redir == 5
+    });
+
+    // An attached interface deleted under the router: its state goes.
+    let extra = xnf_netns::ifname("x");
+    xnf_netns::veth(r.dut(), &extra, r.line.sink(), &xnf_netns::ifname("y"), None).unwrap();
+    xnf_ok(r.dut(), &["router", "attach", &extra]);
+    assert!(xnf_ok(r.dut(), &["router", "status"]).contains(&extra));
+    r.dut().ip(&["link", "del", &extra]).unwrap();
+    wait_for("the follower to forget the deleted interface", || !xnf_ok(r.dut(), &["router", "status"]).contains(&extra));
+}
+
+#[test]
+fn bad_input_gives_one_line_errors_and_leaves_nothing_half_attached() {
+    let mut r = RoutedLine::new(&[]);
+    let dut = r.line.dut();
+    let g = r.line.dut_gen_if.clone();
+    assert!(xnf_err(dut, &["router", "attach", "xnfnope0"]).contains("no interface named"));
+    assert!(xnf_err(dut, &["router", "attach", "lo"]).contains("loopback"));
+    assert!(xnf_err(dut, &["router", "detach", &g]).contains("not attached"));
+    // One bad name in a list: nothing is attached.
+    assert!(xnf_err(dut, &["router", "attach", &g, "xnfnope0"]).contains("no interface named"));
+    assert!(xnf_err(dut, &["router", "status"]).contains("not attached"));
+    let out = xnf(dut, &["router", "attach", &g, "--frobnicate"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--frobnicate"));
+    assert!(xnf_err(dut, &["router", "attach", &g, "--fib", "sideways"]).contains("sideways"));
+    let out = std::process::Command::new(xnf_testrun::cli::xnf_bin()).args(["--netns", "xnf-no-such-ns", "router", "status"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("no network namespace") && err.lines().count() == 1, "{err}");
+
+    r.attach(&[]);
+    assert!(xnf_err(r.dut(), &["router", "attach", &g]).contains("already attached"));
+    assert!(xnf_err(r.dut(), &["router", "attach", &g, "--mode", "skb"]).contains("detach"));
+    let dut = r.line.dut();
+    assert!(xnf_err(dut, &["router", "stats", "--watch", "0"]).contains("positive"));
+}
+
+fn netns_key() -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("net-{}", std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino())
+}
+
+fn set_hop_limit_v6(s: &UdpSocket, hops: i32) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: setsockopt with a valid fd and an int option.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_UNICAST_HOPS,
+            (&hops as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+}
+
+#[test]
+fn pins_of_a_deleted_namespace_are_collected() {
+    let ns = xnf_netns::Netns::new("gc").unwrap();
+    let other = xnf_netns::Netns::new("gc2").unwrap();
+    let (a, b) = (xnf_netns::ifname("a"), xnf_netns::ifname("b"));
+    xnf_netns::veth(&ns, &a, &other, &b, None).unwrap();
+    ns.link_up(&a).unwrap();
+    xnf_ok(&ns, &["router", "attach", &a, "--no-follow"]);
+    let pins = Path::new("/sys/fs/bpf/xnf").join(ns.run(netns_key).unwrap());
+    assert!(pins.exists());
+    ns.delete().unwrap(); // deleted while attached, as a crashed test would leave it
+
+    // The next attach anywhere notices and removes them.
+    let (c, d) = (xnf_netns::ifname("c"), xnf_netns::ifname("d"));
+    xnf_netns::veth(&other, &c, &other, &d, None).unwrap();
+    xnf_ok(&other, &["pass", "attach", &c]);
+    assert!(!pins.exists(), "pins of the deleted namespace are still at {}", pins.display());
+    xnf_ok(&other, &["pass", "detach", &c]);
+}
