@@ -7,9 +7,14 @@
  */
 #include "xnf/common.h"
 #include "xnf/fib.h"
+#include "xnf/parse.h"
 #include "xnf/classify.h"
 
 const volatile struct {
+	enum xdp_action action;
+	enum xnf_parse_result parse_result;
+	enum xnf_frag frag;
+	enum xnf_l4 l4;
 	enum xnf_router_reason fwd_reason;
 	enum xnf_match_flag match_flag;
 	struct xnf_match match;

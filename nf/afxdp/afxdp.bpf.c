@@ -20,9 +20,15 @@
  * (xdpsock's behaviour).
  */
 #include "xnf/common.h"
-#include "xnf/parsing.h"
 #include "xnf/classify.h"
 #include "afxdp.h"
+
+/* Not used by the program: puts these types into BTF, so that the skeleton
+ * gives the control plane their Rust mirrors (src/selector.rs). */
+const volatile struct {
+	enum xnf_afxdp_limits limits;
+	enum xnf_afxdp_reason reason;
+} xnf_btf_anchor = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -64,22 +70,15 @@ static __always_inline void count(__u32 reason)
 /* XNF_AX_TO_USER when the frame is in a class, else why not. */
 static __always_inline __u32 classify_frame(struct xdp_md *ctx, __u32 nrules)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
-	struct ethhdr *eth = parse_eth(&c);
-	struct flow f = {};
+	struct xnf_pkt f = {};
 	__u32 i, key;
 
-	if (!eth)
-		return XNF_AX_MALFORMED;
-	switch (flow_after_eth(&c, eth->h_proto, &f)) {
-	case XNF_FLOW_OK:
+	switch (xnf_parse(ctx, &f)) {
+	case XNF_PARSE_OK:
 		break;
-	case XNF_FLOW_QINQ:
+	case XNF_PARSE_QINQ:
 		return XNF_AX_QINQ;
-	case XNF_FLOW_NON_IP:
+	case XNF_PARSE_NON_IP:
 		return XNF_AX_NON_IP;
 	default:
 		return XNF_AX_MALFORMED;
@@ -91,7 +90,7 @@ static __always_inline __u32 classify_frame(struct xdp_md *ctx, __u32 nrules)
 			break;
 		key = i;
 		m = bpf_map_lookup_elem(&rules, &key);
-		if (m && match_flow(m, &f))
+		if (m && match_pkt(m, &f))
 			return XNF_AX_TO_USER;
 	}
 	return XNF_AX_NO_MATCH;

@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * Types shared between afxdp.bpf.c and xnf's control plane
- * (mirrored in crates/bpf/src/afxdp.rs; keep both in step).
+ * Types shared between afxdp.bpf.c and its control plane (src/selector.rs,
+ * which uses the skeleton's generated mirrors of them).
  */
 #pragma once
 
 #include "xnf/classify.h"
 
-/* RX queues a program can have sockets on (XSKMAP size). */
-#define XNF_AFXDP_MAX_QUEUES 256
-/* Classes of traffic handed to user space. */
-#define XNF_AFXDP_MAX_RULES 16
+/* Sizes of the selector's tables (an enum, so that BTF and the Rust skeleton carry them). */
+enum xnf_afxdp_limits {
+	XNF_AFXDP_MAX_QUEUES = 256, /* RX queues a program can have sockets on (XSKMAP size) */
+	XNF_AFXDP_MAX_RULES = 16,   /* classes of traffic handed to user space */
+};
 
 struct xnf_afxdp_cfg {
 	__u32 nrules; /* 0: everything on a queue with a socket goes to user space */

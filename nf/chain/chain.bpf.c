@@ -25,10 +25,18 @@
  * fallback action instead of sending into nothing.
  */
 #include "xnf/common.h"
-#include "xnf/parsing.h"
+#include "xnf/parse.h"
 #include "xnf/csum.h"
 #include "xnf/fib.h"
 #include "chain.h"
+
+/* Not used by the program: puts these types into BTF, so that the skeleton
+ * gives the control plane their Rust mirrors (src/program.rs). */
+const volatile struct {
+	enum xnf_chain_limits limits;
+	enum xnf_chain_port_kind port_kind;
+	enum xnf_ingress_reason ingress_reason;
+} xnf_btf_anchor = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -141,7 +149,7 @@ static __always_inline __u32 steer(struct xdp_md *ctx, __u32 slot, __be16 l3_pro
 }
 
 /* The first rule of the live copy that matches a frame from @ifindex. */
-static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct flow *f)
+static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct xnf_pkt *f)
 {
 	__u32 zero = 0, base, key, i;
 	struct xnf_chain_ctl *c = bpf_map_lookup_elem(&ctl, &zero);
@@ -153,34 +161,33 @@ static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const stru
 		r = bpf_map_lookup_elem(&rules, &key);
 		if (!r || !r->ifindex)
 			return NULL;
-		if (r->ifindex == ifindex && match_flow(&r->m, f))
+		if (r->ifindex == ifindex && match_pkt(&r->m, f))
 			return r;
 	}
 	return NULL;
 }
 
-/* Ethernet, at most one 802.1Q tag, IP: fills @f or names why not. */
-static __always_inline __u32 parse_flow(struct xdp_md *ctx, const struct xnf_chain_port *port,
-					struct flow *f)
+/* Parses the frame into @f, or names why it is not a chain's to take. */
+static __always_inline __u32 parse_ingress(struct xdp_md *ctx, const struct xnf_chain_port *port,
+					   struct xnf_pkt *f)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
-	struct ethhdr *eth = parse_eth(&c);
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	enum xnf_parse_result parsed = xnf_parse(ctx, f);
+	struct ethhdr *eth = data;
 
-	if (!eth)
+	if ((void *)(eth + 1) > end)
 		return XNF_IN_MALFORMED;
 	/* Not for this host (or for every host): the kernel's to drop or to
 	 * deliver; a chain only takes what this host would route. */
-	if (!mac_eq(eth->h_dest, port->mac))
+	if (!xnf_mac_eq(eth->h_dest, port->mac))
 		return XNF_IN_NOT_OUR_MAC;
-	switch (flow_after_eth(&c, eth->h_proto, f)) {
-	case XNF_FLOW_OK:
+	switch (parsed) {
+	case XNF_PARSE_OK:
 		return XNF_IN_STEERED;
-	case XNF_FLOW_QINQ:
+	case XNF_PARSE_QINQ:
 		return XNF_IN_QINQ;
-	case XNF_FLOW_NON_IP:
+	case XNF_PARSE_NON_IP:
 		return XNF_IN_NON_IP;
 	default:
 		return XNF_IN_MALFORMED;
@@ -192,10 +199,10 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
 	__u64 len = ctx->data_end - ctx->data;
 	struct xnf_chain_stats *cs;
 	struct xnf_chain_rule *r;
-	struct flow f = {};
+	struct xnf_pkt f = {};
 	__u32 reason, chain, first;
 
-	reason = parse_flow(ctx, port, &f);
+	reason = parse_ingress(ctx, port, &f);
 	if (reason != XNF_IN_STEERED) {
 		ingress_count(port->slot, reason);
 		return XDP_PASS;
@@ -236,26 +243,25 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
  */
 static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
 	struct bpf_fib_lookup p = {};
-	struct ethhdr *eth = parse_eth(&c);
-	__be16 proto;
+	struct xnf_pkt f = {};
+	struct ethhdr *eth;
 	long rc;
 
-	if (!eth) {
+	switch (xnf_parse(ctx, &f)) {
+	case XNF_PARSE_OK:
+		/* An NF sends untagged frames; a tag here has no VLAN device. */
+		*reason = f.tagged ? XNF_R_VLAN_UNKNOWN : fib_prepare(ctx, &f, &p);
+		break;
+	case XNF_PARSE_QINQ:
+		*reason = XNF_R_VLAN_UNKNOWN;
+		break;
+	case XNF_PARSE_NON_IP:
+		*reason = f.tagged ? XNF_R_VLAN_UNKNOWN : XNF_R_NON_IP;
+		break;
+	default:
 		*reason = XNF_R_MALFORMED;
-		return XDP_PASS;
 	}
-	proto = eth->h_proto;
-	if (proto == bpf_htons(ETH_P_IP))
-		*reason = ipv4_prepare(&c, &p);
-	else if (proto == bpf_htons(ETH_P_IPV6))
-		*reason = ipv6_prepare(&c, &p);
-	else
-		*reason = proto_is_vlan(proto) ? XNF_R_VLAN_UNKNOWN : XNF_R_NON_IP;
 	if (*reason)
 		return XDP_PASS;
 
@@ -269,10 +275,15 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
 		*reason = XNF_R_NOT_MANAGED;
 		return XDP_PASS;
 	}
+	eth = (void *)(long)ctx->data;
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end) {
+		*reason = XNF_R_MALFORMED; /* unreachable: parsed above */
+		return XDP_DROP;
+	}
 	__builtin_memcpy(eth->h_dest, p.dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, p.smac, ETH_ALEN);
-	if (decrement_hops_at(ctx, proto, ETH_HLEN)) {
-		*reason = XNF_R_MALFORMED; /* unreachable: checked by *_prepare */
+	if (decrement_hops_at(ctx, f.l3_proto, ETH_HLEN)) {
+		*reason = XNF_R_MALFORMED; /* unreachable: checked by the parser */
 		return XDP_DROP;
 	}
 	return XDP_REDIRECT;

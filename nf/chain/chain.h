@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * Types shared between chain.bpf.c and xnf's control plane
- * (mirrored in crates/bpf/src/chain.rs; keep both in step).
+ * Types shared between chain.bpf.c and its control plane (src/program.rs,
+ * which uses the skeleton's generated mirrors of them).
  */
 #pragma once
 
@@ -9,16 +9,14 @@
 #include "xnf/fib.h"
 #include "xnf/classify.h"
 
-/* Classifier rules, over all ingresses; the rules map holds two copies. */
-#define XNF_CHAIN_MAX_RULES 64
-/* Chains (stats slots). */
-#define XNF_CHAIN_MAX_CHAINS 64
-/* Network functions (NF table and stats slots). */
-#define XNF_CHAIN_MAX_NFS 256
-/* Ingress interfaces (stats slots). */
-#define XNF_CHAIN_MAX_INGRESS 64
-/* Devmap size: NF ports plus egress ports. */
-#define XNF_CHAIN_MAX_PORTS 512
+/* Sizes of the chain's tables (an enum, so that BTF and the Rust skeleton carry them). */
+enum xnf_chain_limits {
+	XNF_CHAIN_MAX_RULES = 64,   /* classifier rules over all ingresses; the rules map holds two copies */
+	XNF_CHAIN_MAX_CHAINS = 64,  /* chains (stats slots) */
+	XNF_CHAIN_MAX_NFS = 256,    /* network functions (NF table and stats slots) */
+	XNF_CHAIN_MAX_INGRESS = 64, /* ingress interfaces (stats slots) */
+	XNF_CHAIN_MAX_PORTS = 512,  /* devmap: NF ports plus egress ports */
+};
 
 /* What an interface carrying the chain program is. */
 enum xnf_chain_port_kind {

@@ -13,10 +13,16 @@
  * the maps below, which the control plane pins under /sys/fs/bpf/xnf/.
  */
 #include "xnf/common.h"
-#include "xnf/parsing.h"
+#include "xnf/parse.h"
 #include "xnf/csum.h"
 #include "router.h"
 #include "xnf/fib.h"
+
+/* Not used by the program: puts these types into BTF, so that the skeleton
+ * gives the control plane their Rust mirrors (src/program.rs). */
+const volatile struct {
+	enum xnf_router_limits limits;
+} xnf_btf_anchor = {};
 
 /* Set by the loader before load; the verifier prunes what they turn off. */
 const volatile __u32 fib_flags = 0;   /* 0 or BPF_FIB_LOOKUP_DIRECT */
@@ -66,14 +72,6 @@ struct {
 	__type(value, struct xnf_vlan_egress);
 } vlan_egress SEC(".maps");
 
-/* What parsing learned about the frame, carried to the rewrite. */
-struct frame {
-	__u16 l3_off;      /* offset of the IP header */
-	__be16 l3_proto;   /* ETH_P_IP or ETH_P_IPV6, network order */
-	__be16 in_tci;     /* ingress 802.1Q TCI, network order */
-	__u8 tagged;       /* arrived with one 802.1Q tag */
-};
-
 static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
 {
 	struct xnf_router_stats *s;
@@ -89,53 +87,42 @@ static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
 }
 
 /*
- * Ethernet and at most one 802.1Q tag. Fills @f and the ingress ifindex the
- * FIB must see: for a tagged frame that is the VLAN device, so policy rules,
+ * What the Ethernet header and the tag say, after parsing: whether the
+ * frame is for this router at all, and the ingress ifindex the FIB must
+ * see. For a tagged frame that is the VLAN device, so policy rules,
  * per-device forwarding and rp settings apply as in the kernel path.
  */
-static __always_inline __u32 parse_l2(struct xdp_md *ctx, struct cursor *c,
-				      struct frame *f, __u32 *fib_ifindex)
+static __always_inline __u32 check_l2(struct xdp_md *ctx, const struct xnf_pkt *pkt,
+				      enum xnf_parse_result parsed, __u32 *fib_ifindex)
 {
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
 	struct xnf_router_iface *iface;
 	__u32 slot = stats_slot;
-	struct vlan_hdr *vh;
-	struct ethhdr *eth;
-	__be16 proto;
+	struct ethhdr *eth = data;
 
-	eth = parse_eth(c);
-	if (!eth)
+	if ((void *)(eth + 1) > end)
 		return XNF_R_MALFORMED;
-
 	/* A frame for another MAC (promiscuous port, broadcast) is not routed:
 	 * the kernel drops it as PACKET_OTHERHOST, so we must not forward it. */
 	iface = bpf_map_lookup_elem(&ifaces, &slot);
-	if (!iface || !mac_eq(eth->h_dest, iface->mac))
+	if (!iface || !xnf_mac_eq(eth->h_dest, iface->mac))
 		return XNF_R_NOT_OUR_MAC;
-
-	proto = eth->h_proto;
-	*fib_ifindex = ctx->ingress_ifindex;
-	if (proto == bpf_htons(ETH_P_8021AD))
+	if (parsed == XNF_PARSE_QINQ)
 		return XNF_R_QINQ;
-	if (proto == bpf_htons(ETH_P_8021Q)) {
-		struct xnf_vlan_key key = { .ifindex = ctx->ingress_ifindex };
-		__u32 *vlan_ifindex;
+	if (parsed == XNF_PARSE_MALFORMED)
+		return XNF_R_MALFORMED;
+	*fib_ifindex = ctx->ingress_ifindex;
+	if (pkt->tagged) {
+		struct xnf_vlan_key key = { .ifindex = ctx->ingress_ifindex, .vid = pkt->vid };
+		__u32 *vlan_ifindex = bpf_map_lookup_elem(&vlan_ingress, &key);
 
-		vh = parse_vlan(c);
-		if (!vh)
-			return XNF_R_MALFORMED;
-		proto = vh->h_vlan_encapsulated_proto;
-		if (proto_is_vlan(proto))
-			return XNF_R_QINQ;
-		key.vid = bpf_ntohs(vh->h_vlan_TCI) & VLAN_VID_MASK;
-		vlan_ifindex = bpf_map_lookup_elem(&vlan_ingress, &key);
 		if (!vlan_ifindex)
 			return XNF_R_VLAN_UNKNOWN;
 		*fib_ifindex = *vlan_ifindex;
-		f->tagged = 1;
-		f->in_tci = vh->h_vlan_TCI;
 	}
-	f->l3_proto = proto;
-	f->l3_off = c->pos - (void *)(long)ctx->data;
+	if (parsed == XNF_PARSE_NON_IP)
+		return XNF_R_NON_IP;
 	return XNF_R_FORWARDED;
 }
 
@@ -165,7 +152,7 @@ static __always_inline long select_egress(__u32 ifindex, __u16 *out_vid)
  * Ethernet header. Returns the new L3 offset, or -1 (frame unchanged) if a
  * tag cannot be pushed.
  */
-static __always_inline int rewrite_l2(struct xdp_md *ctx, const struct frame *f,
+static __always_inline int rewrite_l2(struct xdp_md *ctx, const struct xnf_pkt *f,
 				      const struct bpf_fib_lookup *p, __u16 out_vid)
 {
 	int delta = 0, l3_off = f->l3_off;
@@ -197,14 +184,14 @@ static __always_inline int rewrite_l2(struct xdp_md *ctx, const struct frame *f,
 		return -1;
 	eth->h_proto = bpf_htons(ETH_P_8021Q);
 	/* Rewriting a tag keeps its PCP and DEI bits; a pushed tag has PCP 0. */
-	vh->h_vlan_TCI = (f->in_tci & bpf_htons(~VLAN_VID_MASK)) | bpf_htons(out_vid);
+	vh->h_vlan_TCI = (f->tci & bpf_htons(~VLAN_VID_MASK)) | bpf_htons(out_vid);
 	vh->h_vlan_encapsulated_proto = f->l3_proto;
 	return l3_off;
 }
 
 /* The IP header now sits right after an untagged or a tagged Ethernet
  * header; constant offsets keep the verifier's packet-range tracking exact. */
-static __always_inline int decrement_hops(struct xdp_md *ctx, const struct frame *f, int l3_off)
+static __always_inline int decrement_hops(struct xdp_md *ctx, const struct xnf_pkt *f, int l3_off)
 {
 	if (l3_off == ETH_HLEN)
 		return decrement_hops_at(ctx, f->l3_proto, ETH_HLEN);
@@ -215,26 +202,18 @@ static __always_inline int decrement_hops(struct xdp_md *ctx, const struct frame
 
 static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 {
-	struct cursor c = {
-		.pos = (void *)(long)ctx->data,
-		.end = (void *)(long)ctx->data_end,
-	};
 	struct bpf_fib_lookup p = {};
-	struct frame f = {};
+	struct xnf_pkt f = {};
+	enum xnf_parse_result parsed;
 	__u16 out_vid = 0;
 	long action, rc;
 	int l3_off;
 
-	*reason = parse_l2(ctx, &c, &f, &p.ifindex);
+	parsed = xnf_parse(ctx, &f);
+	*reason = check_l2(ctx, &f, parsed, &p.ifindex);
 	if (*reason)
 		return XDP_PASS;
-
-	if (f.l3_proto == bpf_htons(ETH_P_IP))
-		*reason = ipv4_prepare(&c, &p);
-	else if (f.l3_proto == bpf_htons(ETH_P_IPV6))
-		*reason = ipv6_prepare(&c, &p);
-	else
-		*reason = XNF_R_NON_IP;
+	*reason = fib_prepare(ctx, &f, &p);
 	if (*reason)
 		return XDP_PASS;
 

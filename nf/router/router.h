@@ -7,10 +7,11 @@
 #include "xnf/common.h"
 #include "xnf/fib.h"
 
-/* Interfaces one router instance can manage (devmap and stats slots). */
-#define XNF_ROUTER_MAX_IFACES 256
-/* VLAN sub-interfaces the router can translate. */
-#define XNF_ROUTER_MAX_VLANS 4096
+/* Sizes of the router's tables (an enum, so that BTF and the Rust skeleton carry them). */
+enum xnf_router_limits {
+	XNF_ROUTER_MAX_IFACES = 256, /* interfaces one router can manage (devmap and stats slots) */
+	XNF_ROUTER_MAX_VLANS = 4096, /* VLAN sub-interfaces it can translate */
+};
 
 struct xnf_router_stats {
 	__u64 packets[XNF_VERDICTS]; /* indexed by XDP action */

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * The routing half shared by every xnf program that forwards with the
- * kernel FIB (router, chain exit): checking an IP header the way the
- * kernel's forwarding path would, filling struct bpf_fib_lookup from it,
- * naming why a lookup failed, and the TTL / hop-limit decrement.
+ * kernel FIB (router, chain exit): checking a parsed IP packet (parse.h)
+ * the way the kernel's forwarding path would, filling struct
+ * bpf_fib_lookup from it, naming why a lookup failed, and the TTL /
+ * hop-limit decrement.
  *
  * Whatever these functions refuse is handed to the kernel with XDP_PASS by
  * the caller, so the kernel's own answer (ICMP error, option processing,
@@ -12,7 +13,7 @@
 #pragma once
 
 #include "common.h"
-#include "parsing.h"
+#include "parse.h"
 #include "csum.h"
 
 /*
@@ -44,79 +45,67 @@ enum xnf_router_reason {
 };
 
 
-/* Ports feed the FIB's multipath hash; only a first fragment has them. */
-static __always_inline void fib_ports(struct bpf_fib_lookup *p, void *l4,
-				      struct cursor *c, int has_ports)
+/* True if the IPv4 header at @off (no options) carries a valid checksum. */
+static __always_inline int ipv4_csum_ok_at(struct xdp_md *ctx, __u32 off)
 {
-	struct udphdr *uh = l4;
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct iphdr *iph;
 
-	if (!has_ports || (p->l4_protocol != IPPROTO_UDP &&
-			   p->l4_protocol != IPPROTO_TCP))
-		return;
-	if ((void *)(uh + 1) > c->end)
-		return; /* a truncated L4 header is forwarded like the kernel does */
-	p->sport = uh->source;
-	p->dport = uh->dest;
+	if (off > XNF_MAX_OFF)
+		return 0;
+	iph = data + off;
+	if ((void *)(iph + 1) > end)
+		return 0;
+	return ipv4_csum_ok(iph);
 }
 
-static __always_inline __u32 ipv4_prepare(struct cursor *c, struct bpf_fib_lookup *p)
+/*
+ * Checks the parsed IP packet @pkt the way the kernel's forwarding path
+ * would and fills @p for bpf_fib_lookup(). Returns XNF_R_FORWARDED, or why
+ * the kernel must handle the packet.
+ */
+static __always_inline __u32 fib_prepare(struct xdp_md *ctx, const struct xnf_pkt *pkt,
+					 struct bpf_fib_lookup *p)
 {
-	struct iphdr *iph = parse_ipv4(c);
-	__u32 tot_len;
-
-	if (!iph || iph->version != 4 || iph->ihl < 5)
-		return XNF_R_MALFORMED;
-	tot_len = bpf_ntohs(iph->tot_len);
-	if (tot_len < iph->ihl * 4 || tot_len > bytes_left(iph, c))
-		return XNF_R_MALFORMED;
-	/* Options (record route, timestamps, ...) are rewritten by forwarding
-	 * routers; only the kernel implements that. Rare on today's networks. */
-	if (iph->ihl != 5)
-		return XNF_R_IP_OPTIONS;
-	/* The kernel drops a header with a bad checksum; so must we. */
-	if (!ipv4_csum_ok(iph))
-		return XNF_R_BAD_CSUM;
-	/* TTL 1 would expire here: the kernel sends the time-exceeded. */
-	if (iph->ttl <= 1)
-		return XNF_R_TTL;
-
-	p->family = AF_INET;
-	p->tos = iph->tos;
-	p->l4_protocol = iph->protocol;
-	p->tot_len = tot_len;
-	p->ipv4_src = iph->saddr;
-	p->ipv4_dst = iph->daddr;
-	/* Fragments are forwarded as they are; all fragments of a datagram
-	 * hash alike because none of them contributes ports. */
-	fib_ports(p, iph + 1, c, !(iph->frag_off & bpf_htons(0x3fff)));
-	return XNF_R_FORWARDED;
-}
-
-static __always_inline __u32 ipv6_prepare(struct cursor *c, struct bpf_fib_lookup *p)
-{
-	struct ipv6hdr *ip6h = parse_ipv6(c);
-	__u32 plen;
-
-	if (!ip6h || ip6h->version != 6)
-		return XNF_R_MALFORMED;
-	plen = bpf_ntohs(ip6h->payload_len);
-	if (plen + sizeof(*ip6h) > bytes_left(ip6h, c))
-		return XNF_R_MALFORMED;
-	/* Hop-by-hop options are for every router (and jumbograms carry their
-	 * length there): the kernel's business. Other extension headers are
-	 * end-to-end and forwarded untouched. */
-	if (ip6h->nexthdr == IPPROTO_HOPOPTS)
-		return XNF_R_IPV6_HBH;
-	if (ip6h->hop_limit <= 1)
-		return XNF_R_TTL;
-
-	p->family = AF_INET6;
-	p->flowinfo = *(__be32 *)ip6h & bpf_htonl(0x0FFFFFFF);
-	p->l4_protocol = ip6h->nexthdr;
-	p->tot_len = plen + sizeof(*ip6h);
-	__builtin_memcpy(p->ipv6_src, &ip6h->saddr, sizeof(p->ipv6_src));
-	__builtin_memcpy(p->ipv6_dst, &ip6h->daddr, sizeof(p->ipv6_dst));
-	fib_ports(p, ip6h + 1, c, 1);
+	if (pkt->family == AF_INET) {
+		/* Options (record route, timestamps, ...) are rewritten by
+		 * forwarding routers; only the kernel implements that. */
+		if (pkt->ip_options)
+			return XNF_R_IP_OPTIONS;
+		/* The kernel drops a header with a bad checksum; so must we. */
+		if (!ipv4_csum_ok_at(ctx, pkt->l3_off))
+			return XNF_R_BAD_CSUM;
+		/* TTL 1 would expire here: the kernel sends the time-exceeded. */
+		if (pkt->ttl <= 1)
+			return XNF_R_TTL;
+		p->family = AF_INET;
+		p->tos = pkt->tos;
+		p->ipv4_src = pkt->src[0];
+		p->ipv4_dst = pkt->dst[0];
+	} else {
+		/* Hop-by-hop options are for every router (and jumbograms carry
+		 * their length there): the kernel's business. Other extension
+		 * headers are end-to-end and forwarded untouched. */
+		if (pkt->hbh)
+			return XNF_R_IPV6_HBH;
+		if (pkt->ttl <= 1)
+			return XNF_R_TTL;
+		p->family = AF_INET6;
+		p->flowinfo = pkt->flowinfo;
+		__builtin_memcpy(p->ipv6_src, pkt->src, sizeof(p->ipv6_src));
+		__builtin_memcpy(p->ipv6_dst, pkt->dst, sizeof(p->ipv6_dst));
+	}
+	/* The kernel's input route lookup keys on the IP header's own protocol
+	 * field (for IPv6 the first next header, ip6_route_input), and hashes
+	 * multipath routes over the ports of unfragmented UDP/TCP only: the
+	 * same values here give the same path. */
+	p->l4_protocol = pkt->ip_proto;
+	p->tot_len = pkt->ip_end - pkt->l3_off;
+	if (pkt->frag == XNF_FRAG_NONE && pkt->l4 == XNF_L4_PORTS && pkt->ip_proto == pkt->proto) {
+		p->sport = bpf_htons(pkt->sport);
+		p->dport = bpf_htons(pkt->dport);
+	}
 	return XNF_R_FORWARDED;
 }
 

@@ -3,16 +3,35 @@
 //! [`c_enum!`](crate::c_enum) declares a Rust enum whose discriminants are
 //! the values of the C enum as the skeleton generator read them from BTF,
 //! so no number is written twice; the build fails if the Rust enum does not
-//! list every value of the C enum from 0 to its `..._MAX`, in order.
+//! list the values from 0 in order, or (with `max NAME`) misses any below
+//! the C enum's `..._MAX`.
+//!
+//! `c_enum! { pub enum Reason: types::xnf_router_reason, max XNF_R_MAX {
+//! Forwarded = XNF_R_FORWARDED => "forwarded", ... } }` declares `Reason`
+//! with `ALL` (in value order), `name()` and `from_u32()`.
 
-/// `c_enum! { pub enum Reason: types::xnf_router_reason, max XNF_R_MAX {
-/// Forwarded = XNF_R_FORWARDED => "forwarded", ... } }` declares `Reason`
-/// with `ALL` (in value order), `name()` and `from_u32()`.
 #[macro_export]
 macro_rules! c_enum {
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident : $c:ty, max $max:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $cconst:ident => $text:literal, )*
+        }
+    ) => {
+        $crate::c_enum! {
+            $(#[$meta])*
+            $vis enum $name : $c {
+                $( $(#[$vmeta])* $variant = $cconst => $text, )*
+            }
+        }
+        const _: () = assert!(
+            <$c>::$max.0 as usize == $name::ALL.len(),
+            concat!(stringify!($name), ": the C enum has values the Rust enum lacks")
+        );
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $c:ty {
             $( $(#[$vmeta:meta])* $variant:ident = $cconst:ident => $text:literal, )*
         }
     ) => {
@@ -41,10 +60,6 @@ macro_rules! c_enum {
         }
 
         const _: () = {
-            assert!(
-                <$c>::$max.0 as usize == $name::ALL.len(),
-                concat!(stringify!($name), ": the C enum has values the Rust enum lacks")
-            );
             let mut i = 0;
             while i < $name::ALL.len() {
                 assert!($name::ALL[i] as usize == i, concat!(stringify!($name), ": values out of order or with gaps"));

@@ -9,33 +9,14 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-/// XDP verdicts, as the program returns them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Verdict {
-    Aborted = 0,
-    Drop = 1,
-    Pass = 2,
-    Tx = 3,
-    Redirect = 4,
-}
-
-impl Verdict {
-    /// All verdicts, indexed by their value.
-    pub const ALL: [Verdict; 5] = [Self::Aborted, Self::Drop, Self::Pass, Self::Tx, Self::Redirect];
-
-    pub fn from_u32(v: u32) -> Option<Self> {
-        Self::ALL.get(v as usize).copied()
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Aborted => "aborted",
-            Self::Drop => "drop",
-            Self::Pass => "pass",
-            Self::Tx => "tx",
-            Self::Redirect => "redirect",
-        }
+crate::c_enum! {
+    /// XDP verdicts, as the program returns them (`enum xdp_action`).
+    pub enum Verdict: crate::abi::types::xdp_action {
+        Aborted = XDP_ABORTED => "aborted",
+        Drop = XDP_DROP => "drop",
+        Pass = XDP_PASS => "pass",
+        Tx = XDP_TX => "tx",
+        Redirect = XDP_REDIRECT => "redirect",
     }
 }
 

@@ -13,39 +13,25 @@ use xnf_core::maps::{as_bytes, from_bytes, object_storage, sum_percpu};
 use crate::skel::afxdp::{types, AfxdpSkel, AfxdpSkelBuilder};
 
 /// Queues a program can have sockets on.
-pub const MAX_QUEUES: u32 = 256;
+pub const MAX_QUEUES: u32 = types::xnf_afxdp_limits::XNF_AFXDP_MAX_QUEUES.0;
 /// Classes of traffic a program hands to user space.
-pub const MAX_RULES: usize = 16;
+pub const MAX_RULES: usize = types::xnf_afxdp_limits::XNF_AFXDP_MAX_RULES.0 as usize;
 
-/// What happened to frames (`enum xnf_afxdp_reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    ToUser = 0,
-    NoSocket,
-    NoMatch,
-    NonIp,
-    Malformed,
-    QinQ,
-}
-
-impl Reason {
-    pub const ALL: [Reason; 6] = [Reason::ToUser, Reason::NoSocket, Reason::NoMatch, Reason::NonIp, Reason::Malformed, Reason::QinQ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Reason::ToUser => "to-user",
-            Reason::NoSocket => "no-socket",
-            Reason::NoMatch => "no-match",
-            Reason::NonIp => "non-ip",
-            Reason::Malformed => "malformed",
-            Reason::QinQ => "qinq",
-        }
+xnf_core::c_enum! {
+    /// What happened to frames (`enum xnf_afxdp_reason`).
+    pub enum Reason: types::xnf_afxdp_reason, max XNF_AX_MAX {
+        ToUser = XNF_AX_TO_USER => "to-user",
+        NoSocket = XNF_AX_NO_SOCKET => "no-socket",
+        NoMatch = XNF_AX_NO_MATCH => "no-match",
+        NonIp = XNF_AX_NON_IP => "non-ip",
+        Malformed = XNF_AX_MALFORMED => "malformed",
+        QinQ = XNF_AX_QINQ => "qinq",
     }
 }
 
 /// Frames per reason, summed over CPUs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats(pub [u64; 6]);
+pub struct Stats(pub [u64; Reason::ALL.len()]);
 
 impl Stats {
     pub fn get(&self, r: Reason) -> u64 {
@@ -113,6 +99,6 @@ impl AfxdpProgram {
     }
 
     pub fn stats(&self) -> Result<Stats> {
-        Ok(Stats(sum_percpu::<6>(&self.skel.maps.stats, 0)?))
+        Ok(Stats(sum_percpu::<{ Reason::ALL.len() }>(&self.skel.maps.stats, 0)?))
     }
 }

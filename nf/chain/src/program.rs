@@ -15,15 +15,20 @@ use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, pe
 
 use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
 
-pub const MAX_RULES: u32 = 64;
-pub const MAX_CHAINS: u32 = 64;
-pub const MAX_NFS: u32 = 256;
-pub const MAX_INGRESS: u32 = 64;
+use types::xnf_chain_limits as limits;
+
+pub const MAX_RULES: u32 = limits::XNF_CHAIN_MAX_RULES.0;
+pub const MAX_CHAINS: u32 = limits::XNF_CHAIN_MAX_CHAINS.0;
+pub const MAX_NFS: u32 = limits::XNF_CHAIN_MAX_NFS.0;
+pub const MAX_INGRESS: u32 = limits::XNF_CHAIN_MAX_INGRESS.0;
 
 /// Names of the shared maps, as pinned.
 pub const MAP_NAMES: [&str; 8] = ["ports", "rules", "ctl", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats"];
 /// Name of the pinned program.
 pub const PROG_PIN: &str = "prog";
+
+const PORT_INGRESS: u8 = types::xnf_chain_port_kind::XNF_PORT_INGRESS.0 as u8;
+const PORT_NF: u8 = types::xnf_chain_port_kind::XNF_PORT_NF.0 as u8;
 
 /// What an interface carrying the chain program is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,41 +69,28 @@ pub struct NfEntry {
     pub nf_mac: [u8; 6],
 }
 
-/// What happened to frames arriving on an ingress; mirrors `enum xnf_ingress_reason`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IngressReason {
-    Steered = 0,
-    NoMatch,
-    NotOurMac,
-    NonIp,
-    Malformed,
-    Qinq,
-    Down,
-    NfGone,
-}
-
-impl IngressReason {
-    pub const ALL: [IngressReason; 8] =
-        [Self::Steered, Self::NoMatch, Self::NotOurMac, Self::NonIp, Self::Malformed, Self::Qinq, Self::Down, Self::NfGone];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Steered => "steered",
-            Self::NoMatch => "no-match",
-            Self::NotOurMac => "not-our-mac",
-            Self::NonIp => "non-ip",
-            Self::Malformed => "malformed",
-            Self::Qinq => "qinq",
-            Self::Down => "chain-down",
-            Self::NfGone => "nf-gone",
-        }
+xnf_core::c_enum! {
+    /// What happened to frames arriving on an ingress (`enum xnf_ingress_reason`).
+    pub enum IngressReason: types::xnf_ingress_reason, max XNF_IN_MAX {
+        Steered = XNF_IN_STEERED => "steered",
+        NoMatch = XNF_IN_NO_MATCH => "no-match",
+        NotOurMac = XNF_IN_NOT_OUR_MAC => "not-our-mac",
+        NonIp = XNF_IN_NON_IP => "non-ip",
+        Malformed = XNF_IN_MALFORMED => "malformed",
+        Qinq = XNF_IN_QINQ => "qinq",
+        Down = XNF_IN_DOWN => "chain-down",
+        NfGone = XNF_IN_NF_GONE => "nf-gone",
     }
 }
+
+// The counter arrays of the C structs hold one counter per value of their enums.
+const _: () = assert!(std::mem::size_of::<types::xnf_ingress_stats>() == 8 * IngressReason::ALL.len());
+const _: () = assert!(std::mem::size_of::<types::xnf_nf_stats>() == 8 * (5 + Reason::ALL.len()));
 
 /// Counters of one ingress, summed over CPUs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IngressStats {
-    pub packets: [u64; 8],
+    pub packets: [u64; IngressReason::ALL.len()],
 }
 
 impl IngressStats {
@@ -213,8 +205,8 @@ impl ChainMaps {
 
     pub fn set_port(&self, ifindex: u32, port: Port) -> Result<()> {
         let raw = match port {
-            Port::Ingress { mac, slot } => types::xnf_chain_port { kind: 1, mac, slot, ..Default::default() },
-            Port::Nf { slot } => types::xnf_chain_port { kind: 2, slot, ..Default::default() },
+            Port::Ingress { mac, slot } => types::xnf_chain_port { kind: PORT_INGRESS, mac, slot, ..Default::default() },
+            Port::Nf { slot } => types::xnf_chain_port { kind: PORT_NF, slot, ..Default::default() },
         };
         self.ports.update(&ifindex.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the chain's port table")
     }
@@ -230,7 +222,7 @@ impl ChainMaps {
             let ifindex = u32::from_ne_bytes(k[..4].try_into()?);
             if let Some(v) = self.ports.lookup(&k, MapFlags::ANY)? {
                 let p: types::xnf_chain_port = from_bytes(&v);
-                out.push((ifindex, if p.kind == 2 { Port::Nf { slot: p.slot } } else { Port::Ingress { mac: p.mac, slot: p.slot } }));
+                out.push((ifindex, if p.kind == PORT_NF { Port::Nf { slot: p.slot } } else { Port::Ingress { mac: p.mac, slot: p.slot } }));
             }
         }
         out.sort_by_key(|(i, _)| *i);
@@ -354,19 +346,5 @@ impl ChainMaps {
     }
     pub fn reset_nf_stats(&self, slot: u32) -> Result<()> {
         zero_percpu::<types::xnf_nf_stats>(&self.nf_stats, slot)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ingress_reasons_match_the_c_enum() {
-        assert_eq!(IngressReason::ALL.len(), types::xnf_ingress_stats::default().packets.len());
-        assert_eq!(NfStats::default().exit.len(), types::xnf_nf_stats::default().exit.len());
-        for (i, r) in IngressReason::ALL.iter().enumerate() {
-            assert_eq!(*r as usize, i);
-        }
     }
 }

@@ -242,11 +242,11 @@ fn cases(f: &Fixture) -> Vec<Case> {
     }
     t.ingress_pass("IPv6 UDP port 5002: outside the range", l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5002)).build(), IngressReason::NoMatch);
     t.ingress_pass("IPv6 TCP port 5000: the rule wants UDP", l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Tcp(5000)).build(), IngressReason::NoMatch);
-    t.ingress_pass(
-        "IPv6 with a routing header before UDP: ports unknown, no port rule matches",
-        l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).ipv6_ext(xnf_packet::IpProtocol::ROUTING, &[0u8; 6]).build(),
-        IngressReason::NoMatch,
-    );
+    {
+        let input = l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).ipv6_ext(xnf_packet::IpProtocol::ROUTING, &[0u8; 6]).build();
+        let output = l3(t.to_nf_a(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)).ipv6_ext(xnf_packet::IpProtocol::ROUTING, &[0u8; 6]).build();
+        t.steered("IPv6 with a routing header before UDP: the parser walks to the ports, chain 2 takes it", input, 0, output);
+    }
     t.ingress_pass("IPv4 to no chain's class: the kernel's, untouched", l3(t.eth_in(), s4, OTHER4.into(), 64, L4::Udp(9)).build(), IngressReason::NoMatch);
     t.push(
         "a class whose chain is down is dropped, not routed around its NFs",

@@ -16,7 +16,7 @@ use crate::skel::router::{types, RouterSkel, RouterSkelBuilder};
 pub use types::xnf_router_stats as RawStats;
 
 /// Interfaces (devmap entries, stats slots) one router can manage.
-pub const MAX_IFACES: u32 = 256;
+pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 
 /// `BPF_FIB_LOOKUP_DIRECT`: skip policy rules, look up the main table only.
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
@@ -118,11 +118,14 @@ pub struct VlanEntry {
     pub vid: u16,
 }
 
+// The C struct holds packets and bytes per verdict and packets per reason.
+const _: () = assert!(std::mem::size_of::<RawStats>() == 8 * (2 * Verdict::ALL.len() + Reason::ALL.len()));
+
 /// Per-interface counters summed over CPUs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    pub packets: [u64; 5],
-    pub bytes: [u64; 5],
+    pub packets: [u64; Verdict::ALL.len()],
+    pub bytes: [u64; Verdict::ALL.len()],
     pub reasons: [u64; Reason::ALL.len()],
 }
 
@@ -296,17 +299,5 @@ impl RouterMaps {
         }
         out.sort();
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stats_hold_a_counter_per_reason_and_verdict() {
-        let raw = RawStats::default();
-        assert_eq!(raw.reasons.len(), Reason::ALL.len());
-        assert_eq!(raw.packets.len(), Verdict::ALL.len());
     }
 }
