@@ -1,6 +1,7 @@
 //! Where xnf keeps the state that outlives its process: pins under
 //! `/sys/fs/bpf/xnf/net-<inode>/` (one folder per network namespace, since
-//! bpffs is shared by all of them) and run files under `/run/xnf/`.
+//! bpffs is shared by all of them) and run files under `/run/xnf/`, and the
+//! one lock every control plane takes before it changes that state.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -170,4 +171,30 @@ pub fn gc_dead_namespaces() -> Vec<PathBuf> {
         }
     }
     removed
+}
+
+/// An exclusive lock on one network function's state in this network
+/// namespace (`/run/xnf/net-<inode>/<name>.lock`, flock): every command,
+/// process or thread that changes that state holds it, so two concurrent
+/// commands (two `attach`es, a CNI runtime starting pods in parallel, a
+/// follower resyncing) see each other's changes instead of racing. Held
+/// until dropped; the kernel releases it if the process dies.
+///
+/// flock belongs to the open file: a second `acquire` of the same name
+/// in the same process waits like any other, so never nest them.
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+impl StateLock {
+    pub fn acquire(name: &str) -> Result<StateLock> {
+        use std::os::fd::AsRawFd;
+        let path = run_dir()?.join(format!("{name}.lock"));
+        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        // SAFETY: flock on a valid fd; blocks until the holder releases it.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {}", path.display()));
+        }
+        Ok(StateLock { _file: file })
+    }
 }

@@ -4,15 +4,13 @@
 //! other's changes. The BPF maps are derived from it (see `dataplane`).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{ChainSpec, NfSpec, Origin};
-use xnf_core::state;
+use xnf_core::state::{self, StateLock};
 
 /// An NF as created: its spec and what xnf made for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,22 +68,17 @@ impl Registry {
     }
 }
 
-/// The registry, read under an exclusive lock held until this is dropped.
+/// The registry, read under the chain's state lock, held until this is dropped.
 pub struct Locked {
-    _lock: File,
+    _lock: StateLock,
     path: PathBuf,
     pub reg: Registry,
 }
 
 impl Locked {
     pub fn open() -> Result<Locked> {
-        let dir = state::run_dir()?;
-        let lock = File::create(dir.join("chain.lock")).context("creating the chain lock file")?;
-        // SAFETY: flock on a valid fd; blocks until other xnf commands finish.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("locking the chain state");
-        }
-        let path = dir.join("chain.json");
+        let lock = StateLock::acquire("chain")?;
+        let path = state::run_dir()?.join("chain.json");
         let reg = match std::fs::read_to_string(&path) {
             Ok(s) => serde_json::from_str(&s).with_context(|| format!("{} is corrupt; remove it and recreate the chains", path.display()))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Registry::default(),

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use xnf_core::state;
+use xnf_core::state::{self, StateLock};
 use xnf_core::xdp::{veth_peer_warning, XdpLink, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
@@ -36,6 +36,10 @@ impl AttachOptions {
         }
     }
 }
+
+/// The name of the router's state lock: attach, detach and the follower's
+/// resyncs each hold it, so that concurrent ones never pick the same slot.
+pub(crate) const LOCK: &str = "router";
 
 /// The router's pin folder in this network namespace.
 pub fn pin_dir() -> Result<PathBuf> {
@@ -97,6 +101,7 @@ pub struct AttachReport {
 /// attached by this call are detached again.
 pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
     state::ensure_bpffs()?;
+    let _lock = StateLock::acquire(LOCK)?;
     let links = netlink::links()?;
     let targets = resolve(names, &links)?;
     let dir = pin_dir()?;
@@ -216,6 +221,7 @@ fn warnings(targets: &[Link], links: &[Link], opts: AttachOptions) -> Vec<String
 
 /// Detaches the router from `names`; with nothing left, removes all its state.
 pub fn detach(names: &[String]) -> Result<()> {
+    let _lock = StateLock::acquire(LOCK)?;
     let (dir, maps) = open_maps()?;
     let links = netlink::links()?;
     let mut todo = Vec::new();
@@ -281,6 +287,8 @@ pub struct Attached {
     pub name: String,
     pub ifindex: u32,
     pub slot: u32,
+    /// The MAC in its slot: frames to any other are left to the kernel.
+    pub mac: String,
     pub mode: XdpMode,
     pub fib: &'static str,
     pub prog_id: Option<u32>,
@@ -300,6 +308,7 @@ pub fn attached() -> Result<Vec<Attached>> {
                 name: name.unwrap_or_else(|| format!("(gone, ifindex {})", e.ifindex)),
                 ifindex: e.ifindex,
                 slot,
+                mac: e.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
                 mode: opts.mode,
                 fib: if opts.fib_direct { "direct" } else { "full" },
                 prog_id,

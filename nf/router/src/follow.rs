@@ -9,9 +9,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use xnf_core::state;
+use xnf_core::state::{self, StateLock};
 use xnf_netns::netlink::{self, Link, LinkEvents};
 
+use crate::attach::LOCK;
 use crate::program::{IfaceEntry, RouterMaps, VlanEntry};
 
 /// The VLAN table the kernel's links call for: every 802.1Q device whose
@@ -81,24 +82,44 @@ pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
 pub fn run() -> Result<()> {
     let events = LinkEvents::subscribe()?;
     let dir = crate::attach::pin_dir()?;
+    if !register()? {
+        eprintln!("xnf router follow: another follower runs in this network namespace, exiting");
+        return Ok(());
+    }
     eprintln!("xnf router follow: following link events for {}", dir.display());
     loop {
-        let Ok(maps) = RouterMaps::open_pinned(&dir) else {
-            eprintln!("xnf router follow: router detached, exiting");
-            return Ok(());
-        };
-        let report = sync(&dir, &maps)?;
-        if !report.is_empty() {
-            eprintln!("xnf router follow: {report:?}");
-        }
-        if crate::attach::cleanup_if_unused(&dir) {
-            eprintln!("xnf router follow: no interface left, exiting");
-            return Ok(());
+        {
+            // Each resync under the router's lock: an attach or detach in
+            // between must not see half of it, nor it half of theirs.
+            let _lock = StateLock::acquire(LOCK)?;
+            let Ok(maps) = RouterMaps::open_pinned(&dir) else {
+                eprintln!("xnf router follow: router detached, exiting");
+                return Ok(());
+            };
+            let report = sync(&dir, &maps)?;
+            if !report.is_empty() {
+                eprintln!("xnf router follow: {report:?}");
+            }
+            if crate::attach::cleanup_if_unused(&dir) {
+                eprintln!("xnf router follow: no interface left, exiting");
+                return Ok(());
+            }
         }
         // Wake on the next event; poll the pins every second regardless, so
         // a detach by another process ends us promptly.
         events.wait(Duration::from_secs(1))?;
     }
+}
+
+/// Makes this process the namespace's follower, unless another live one is.
+fn register() -> Result<bool> {
+    let _lock = StateLock::acquire(LOCK)?;
+    let me = std::process::id() as i32;
+    if running_pid().is_some_and(|pid| pid != me) {
+        return Ok(false);
+    }
+    std::fs::write(pid_file()?, me.to_string())?;
+    Ok(true)
 }
 
 fn pid_file() -> Result<std::path::PathBuf> {
@@ -116,6 +137,8 @@ pub fn running_pid() -> Option<i32> {
 /// Starts `xnf router follow` in the background unless one runs already.
 /// The child inherits this process's network namespace.
 pub fn spawn() -> Result<Option<i32>> {
+    // Under the lock, so that two attaches at once start one follower.
+    let _lock = StateLock::acquire(LOCK)?;
     if running_pid().is_some() {
         return Ok(None);
     }

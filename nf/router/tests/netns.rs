@@ -229,3 +229,71 @@ fn pins_of_a_deleted_namespace_are_collected() {
     assert!(!pins.exists(), "pins of the deleted namespace are still at {}", pins.display());
     xnf_ok(&other, &["pass", "detach", &c]);
 }
+
+/// Followers of `xnf router` whose network namespace is `ns`.
+fn followers_in(ns: &xnf_netns::Netns) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: &str| std::fs::metadata(p).map(|m| m.ino()).ok();
+    let target = ino(&ns.path().display().to_string());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let pid = e.file_name().to_string_lossy().to_string();
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd).contains("router\0follow") && ino(&format!("/proc/{pid}/ns/net")) == target
+        })
+        .count()
+}
+
+#[test]
+fn concurrent_attaches_of_different_interfaces_all_get_their_own_slot_and_mac() {
+    use xnf_netns::{ifname, veth, Netns};
+    const N: usize = 6;
+    let dut = Netns::new("lock-dut").unwrap();
+    let peer = Netns::new("lock-peer").unwrap();
+    let names: Vec<String> = (0..N).map(|i| ifname(&format!("c{i}"))).collect();
+    for (i, n) in names.iter().enumerate() {
+        veth(&dut, n, &peer, &ifname(&format!("p{i}")), None).unwrap();
+        dut.link_up(n).unwrap();
+    }
+    // Several rounds: without the lock, attaches racing for the first free
+    // slot (or for creating the shared maps) lose now and then.
+    for round in 0..4 {
+        let follow = round % 2 == 1;
+        let children: Vec<_> = names
+            .iter()
+            .map(|n| {
+                let mut c = std::process::Command::new(xnf_testrun::cli::xnf_bin());
+                c.args(["--netns", dut.name(), "router", "attach", n]);
+                if !follow {
+                    c.arg("--no-follow");
+                }
+                c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let status: serde_json::Value = serde_json::from_str(&xnf_ok(&dut, &["router", "status", "--json"])).unwrap();
+        let ifaces = status["interfaces"].as_array().unwrap();
+        assert_eq!(ifaces.len(), N, "round {round}: {status}");
+        let mut slots: Vec<u64> = ifaces.iter().map(|i| i["slot"].as_u64().unwrap()).collect();
+        slots.sort();
+        slots.dedup();
+        assert_eq!(slots.len(), N, "round {round}: two interfaces share a slot: {status}");
+        for i in ifaces {
+            let name = i["name"].as_str().unwrap();
+            assert_eq!(i["mac"].as_str().unwrap(), dut.mac(name).unwrap().to_string(), "round {round}: {name} holds another MAC");
+        }
+        if follow {
+            wait_for("the follower to register", || followers_in(&dut) >= 1);
+            assert_eq!(followers_in(&dut), 1, "round {round}: concurrent attaches started more than one follower");
+        }
+        let mut args = vec!["router", "detach"];
+        args.extend(names.iter().map(String::as_str));
+        xnf_ok(&dut, &args);
+        wait_for("the follower to exit", || followers_in(&dut) == 0);
+    }
+}
