@@ -72,6 +72,60 @@ fn forget_if_stale() -> Result<()> {
     std::fs::write(&marker, cookie.to_string()).with_context(|| format!("writing {}", marker.display()))
 }
 
+/// The parent of process `pid` (from /proc/PID/stat), if readable.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Joins the mount namespace of the nearest ancestor process that is in
+/// another one, when this process's hides bpffs. `ip netns exec` unshares
+/// the mount namespace and remounts /sys for the target network namespace,
+/// so /sys/fs/bpf there is an empty sysfs folder: pins made in it vanish
+/// with the command, and the pins of every other xnf command are invisible.
+/// The shell that ran `ip netns exec` is in the host's mount namespace;
+/// joining it (the network namespace stays the same) makes every command
+/// behave as it does from the host or with `xnf --netns`. xnf touches /sys
+/// only through its own private mounts, so the host's /sys does no harm.
+///
+/// Must run before the process starts any thread (setns of a mount
+/// namespace refuses a process whose threads share its filesystem).
+pub fn join_host_mount_ns() -> Result<()> {
+    if is_bpffs(BPFFS) {
+        return Ok(());
+    }
+    let ino = |pid: u32| std::fs::metadata(format!("/proc/{pid}/ns/mnt")).map(|m| m.ino()).ok();
+    let Some(mine) = ino(std::process::id()) else { return Ok(()) };
+    // The nearest ancestor in another mount namespace (one whose namespace
+    // cannot be read, like a sandbox's init, is passed over).
+    let mut pid = std::process::id();
+    let host = loop {
+        let Some(parent) = parent_of(pid).filter(|p| *p > 0) else { return Ok(()) };
+        pid = parent;
+        if ino(pid).is_some_and(|ns| ns != mine) {
+            break pid;
+        }
+        if pid == 1 {
+            return Ok(());
+        }
+    };
+    let cwd = std::fs::File::open(".").ok();
+    let ns = std::fs::File::open(format!("/proc/{host}/ns/mnt")).with_context(|| format!("opening the mount namespace of process {host}"))?;
+    nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNS).with_context(|| {
+        format!(
+            "bpffs is hidden in this mount namespace (`ip netns exec` remounts /sys) and joining the host's (of process {host}) \
+             failed: run `xnf --netns NAME ...` from the host instead"
+        )
+    })?;
+    // setns moved the working directory to the namespace's root; relative
+    // paths on the command line mean the one the user was in.
+    if let Some(dir) = cwd {
+        nix::unistd::fchdir(&dir).context("returning to the working directory")?;
+    }
+    Ok(())
+}
+
 /// Makes sure bpffs is mounted at /sys/fs/bpf, mounting it if needed, and
 /// clears pins left by network namespaces that are gone.
 pub fn ensure_bpffs() -> Result<()> {

@@ -49,6 +49,24 @@ pub fn xnf(ns: &Netns, args: &[&str]) -> Output {
         .expect("running the xnf binary")
 }
 
+/// Runs `ip netns exec NS xnf args...`: the way users often run tools, in a
+/// private mount namespace whose /sys hides the host's bpffs.
+pub fn xnf_ip_netns_exec(ns: &Netns, args: &[&str]) -> Output {
+    std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name()])
+        .arg(xnf_bin())
+        .args(args)
+        .output()
+        .expect("running ip netns exec xnf")
+}
+
+/// Runs `ip netns exec NS xnf args...` and insists it succeeds.
+pub fn xnf_ip_netns_exec_ok(ns: &Netns, args: &[&str]) -> String {
+    let out = xnf_ip_netns_exec(ns, args);
+    assert!(out.status.success(), "ip netns exec xnf {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Runs xnf and insists it succeeds.
 pub fn xnf_ok(ns: &Netns, args: &[&str]) -> String {
     let out = xnf(ns, args);

@@ -53,6 +53,8 @@ enum Command {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    // Before any thread: under `ip netns exec`, find the host's bpffs.
+    xnf_core::state::join_host_mount_ns()?;
     if let Some(ns) = &cli.netns {
         xnf_core::runtime::enter_netns(ns)?;
     }

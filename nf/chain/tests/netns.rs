@@ -319,3 +319,28 @@ fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// NFs and chains made under `ip netns exec` (a private mount namespace
+/// that hides bpffs) are the same state `--netns` sees, and traffic takes them.
+#[test]
+fn ip_netns_exec_manages_the_same_nfs_and_chains() {
+    use xnf_testrun::cli::xnf_ip_netns_exec_ok;
+    let lab = Lab::new(1);
+    let _g = ChainGuard { dut: lab.dut() };
+    let (i, o) = (lab.line.line.dut_gen_if.clone(), lab.line.line.dut_sink_if.clone());
+    xnf_ip_netns_exec_ok(lab.dut(), &["nf", "create", "a", "--netns", lab.nfs[0].name(), "--forward"]);
+    xnf_ip_netns_exec_ok(lab.dut(), &["chain", "create", "web", "--ingress", &i, "--egress", &o, "--match", "dst=198.18.1.0/24", "--nf", "a"]);
+    let list = lab.list();
+    assert_eq!(list["chains"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["nfs"][0]["state"], "up", "{list}");
+    let before = lab.stats();
+    assert_eq!(lab.line.send_udp(false, N), N);
+    let after = lab.stats();
+    assert!(num(&chain_of(&after, "web")["matched"]) - num(&chain_of(&before, "web")["matched"]) >= N as i64);
+    let seen: Value = serde_json::from_str(&xnf_ip_netns_exec_ok(lab.dut(), &["chain", "list", "--json"])).unwrap();
+    assert_eq!(seen, lab.list(), "ip netns exec and --netns list the same state");
+    xnf_ip_netns_exec_ok(lab.dut(), &["chain", "delete", "web"]);
+    xnf_ip_netns_exec_ok(lab.dut(), &["nf", "delete", "a"]);
+    let list = lab.list();
+    assert!(list["chains"].as_array().unwrap().is_empty() && list["nfs"].as_array().unwrap().is_empty(), "{list}");
+}

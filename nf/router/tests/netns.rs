@@ -297,3 +297,37 @@ fn concurrent_attaches_of_different_interfaces_all_get_their_own_slot_and_mac() 
         wait_for("the follower to exit", || followers_in(&dut) == 0);
     }
 }
+
+/// `ip netns exec` gives xnf a private mount namespace whose /sys hides
+/// bpffs. Before xnf looked for the host's, an attach under it pinned into
+/// a throw-away bpffs: it forwarded, but no later command could see or
+/// detach it. Every command must behave as with `--netns`.
+#[test]
+fn ip_netns_exec_sees_and_changes_the_same_state_as_netns() {
+    use xnf_testrun::cli::{xnf_ip_netns_exec, xnf_ip_netns_exec_ok};
+    let mut r = RoutedLine::new(&[]);
+    let (g, s) = (r.line.dut_gen_if.clone(), r.line.dut_sink_if.clone());
+    xnf_ip_netns_exec_ok(r.dut(), &["router", "attach", &g, &s]);
+    r.resolve_sink();
+    let before = r.redirected();
+    assert_eq!(r.send_udp(false, 100), 100);
+    assert_eq!(r.redirected() - before, 100, "attached under ip netns exec, forwarding in XDP");
+    for out in [xnf_ok(r.dut(), &["router", "status", "--json"]), xnf_ip_netns_exec_ok(r.dut(), &["router", "status", "--json"])] {
+        let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(status["interfaces"].as_array().unwrap().len(), 2, "{status}");
+    }
+    wait_for("the follower started under ip netns exec", || follower_running(r.dut()));
+    let stats: serde_json::Value = serde_json::from_str(&xnf_ip_netns_exec_ok(r.dut(), &["router", "stats", "--json"])).unwrap();
+    assert_eq!(stats.as_array().unwrap().len(), 2, "{stats}");
+    xnf_ip_netns_exec_ok(r.dut(), &["router", "detach", &g, &s]);
+    let out = xnf_ip_netns_exec(r.dut(), &["router", "status"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not attached"));
+    assert!(xnf_err(r.dut(), &["router", "status"]).contains("not attached"), "detached under ip netns exec, gone for --netns too");
+    assert!(!Path::new(&format!("/sys/fs/bpf/xnf/{}", netns_key_of(r.dut()))).exists(), "pins left behind");
+    wait_for("the follower to exit", || !follower_running(r.dut()));
+}
+
+fn netns_key_of(ns: &xnf_netns::Netns) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("net-{}", std::fs::metadata(ns.path()).unwrap().ino())
+}
