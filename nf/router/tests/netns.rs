@@ -305,7 +305,7 @@ fn concurrent_attaches_of_different_interfaces_all_get_their_own_slot_and_mac() 
 #[test]
 fn ip_netns_exec_sees_and_changes_the_same_state_as_netns() {
     use xnf_testrun::cli::{xnf_ip_netns_exec, xnf_ip_netns_exec_ok};
-    let mut r = RoutedLine::new(&[]);
+    let r = RoutedLine::new(&[]);
     let (g, s) = (r.line.dut_gen_if.clone(), r.line.dut_sink_if.clone());
     xnf_ip_netns_exec_ok(r.dut(), &["router", "attach", &g, &s]);
     r.resolve_sink();
