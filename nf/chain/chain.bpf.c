@@ -243,6 +243,7 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
  */
 static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
 {
+	__u32 trailer = ctx->data_end - ctx->data;
 	struct bpf_fib_lookup p = {};
 	struct xnf_pkt f = {};
 	struct ethhdr *eth;
@@ -267,12 +268,16 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
 
 	p.ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		*reason = fib_reason(rc);
+	*reason = fib_result(rc, &f);
+	if (*reason)
 		return *reason == XNF_R_BLACKHOLE ? XDP_DROP : XDP_PASS;
-	}
 	if (bpf_redirect_map(&tx, p.ifindex, XDP_PASS) != XDP_REDIRECT) {
 		*reason = XNF_R_NOT_MANAGED;
+		return XDP_PASS;
+	}
+	trailer -= f.ip_end;
+	if (trim_trailer(ctx, trailer)) {
+		*reason = XNF_R_MALFORMED; /* unreachable: the IP packet is shorter */
 		return XDP_PASS;
 	}
 	eth = (void *)(long)ctx->data;

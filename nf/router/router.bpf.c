@@ -27,13 +27,20 @@ const volatile struct {
 /* Set by the loader before load; the verifier prunes what they turn off. */
 const volatile __u32 fib_flags = 0;   /* 0 or BPF_FIB_LOOKUP_DIRECT */
 const volatile __u32 stats_slot = 0;  /* this interface's slot in ifaces/stats */
+const volatile __u8 generic = 0;      /* attached in skb (generic) mode */
 
 /*
  * Egress ports. A devmap (not bpf_redirect()) because the kernel then bulks
  * frames per destination and flushes them once per NAPI poll, and because a
  * missing key tells us the egress is not ours: bpf_redirect_map() then
  * returns the fallback action in its flags (XDP_PASS) instead of dropping.
- * Holds exactly the interfaces attached to this router.
+ *
+ * tx_ports holds the interfaces attached in driver (native) mode: a frame
+ * redirected from a driver hook is sent with the egress driver's XDP
+ * transmit (ndo_xdp_xmit), which a device attached in skb mode may not have
+ * set up, so it would be lost. tx_ports_all holds every attached interface,
+ * for instances attached in skb mode: their redirects take the kernel's
+ * generic transmit, which reaches any device.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
@@ -41,6 +48,22 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } tx_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, XNF_ROUTER_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx_ports_all SEC(".maps");
+
+/* Interfaces attached in skb mode: driver-mode instances hand frames for
+ * them to the kernel and count why (egress-skb-mode). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_ROUTER_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, __u32);
+} skb_ports SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -103,17 +126,24 @@ static __always_inline __u32 check_l2(struct xdp_md *ctx, const struct xnf_pkt *
 
 	if ((void *)(eth + 1) > end)
 		return XNF_R_MALFORMED;
-	/* A frame for another MAC (promiscuous port, broadcast) is not routed:
-	 * the kernel drops it as PACKET_OTHERHOST, so we must not forward it. */
 	iface = bpf_map_lookup_elem(&ifaces, &slot);
-	if (!iface || !xnf_mac_eq(eth->h_dest, iface->mac))
+	if (!iface || !iface->ifindex)
+		return XNF_R_UNCONFIGURED;
+	/* Broadcast and multicast (ARP, ND, LLDP, STP) are the host's: the
+	 * kernel delivers them or drops them, and never routes them. */
+	if (xnf_mac_is_multicast(eth->h_dest))
+		return XNF_R_MULTICAST;
+	/* A frame for another MAC (a promiscuous port) is not routed either:
+	 * the kernel drops it as PACKET_OTHERHOST, so we must not forward it. */
+	if (!xnf_mac_eq(eth->h_dest, iface->mac))
 		return XNF_R_NOT_OUR_MAC;
 	if (parsed == XNF_PARSE_QINQ)
 		return XNF_R_QINQ;
 	if (parsed == XNF_PARSE_MALFORMED)
 		return XNF_R_MALFORMED;
 	*fib_ifindex = ctx->ingress_ifindex;
-	if (pkt->tagged) {
+	/* VID 0 is a priority tag: the kernel takes the frame as untagged. */
+	if (pkt->tagged && pkt->vid) {
 		struct xnf_vlan_key key = { .ifindex = ctx->ingress_ifindex, .vid = pkt->vid };
 		__u32 *vlan_ifindex = bpf_map_lookup_elem(&vlan_ingress, &key);
 
@@ -126,25 +156,34 @@ static __always_inline __u32 check_l2(struct xdp_md *ctx, const struct xnf_pkt *
 	return XNF_R_FORWARDED;
 }
 
+static __always_inline long redirect_to(__u32 ifindex)
+{
+	if (generic)
+		return bpf_redirect_map(&tx_ports_all, ifindex, XDP_PASS);
+	return bpf_redirect_map(&tx_ports, ifindex, XDP_PASS);
+}
+
 /*
  * Point the frame at its egress: pick the devmap entry, resolving a VLAN
  * device to its physical port. bpf_redirect_map() only records the target;
- * the frame is still ours to rewrite until we return XDP_REDIRECT.
+ * the frame is still ours to rewrite until we return XDP_REDIRECT. Returns
+ * XNF_R_FORWARDED or why the frame goes to the kernel.
  */
-static __always_inline long select_egress(__u32 ifindex, __u16 *out_vid)
+static __always_inline __u32 select_egress(__u32 ifindex, __u16 *out_vid)
 {
 	struct xnf_vlan_egress *v;
-	long action;
 
 	/* Untagged egress is the common case: one devmap probe, no VLAN lookup. */
-	action = bpf_redirect_map(&tx_ports, ifindex, XDP_PASS);
-	if (action == XDP_REDIRECT)
-		return action;
+	if (redirect_to(ifindex) == XDP_REDIRECT)
+		return XNF_R_FORWARDED;
 	v = bpf_map_lookup_elem(&vlan_egress, &ifindex);
-	if (!v)
-		return XDP_PASS;
-	*out_vid = v->vid;
-	return bpf_redirect_map(&tx_ports, v->phys_ifindex, XDP_PASS);
+	if (v) {
+		*out_vid = v->vid;
+		ifindex = v->phys_ifindex;
+		if (redirect_to(ifindex) == XDP_REDIRECT)
+			return XNF_R_FORWARDED;
+	}
+	return bpf_map_lookup_elem(&skb_ports, &ifindex) ? XNF_R_EGRESS_SKB : XNF_R_NOT_MANAGED;
 }
 
 /*
@@ -202,12 +241,13 @@ static __always_inline int decrement_hops(struct xdp_md *ctx, const struct xnf_p
 
 static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 {
+	__u32 trailer = ctx->data_end - ctx->data;
 	struct bpf_fib_lookup p = {};
 	struct xnf_pkt f = {};
 	enum xnf_parse_result parsed;
 	__u16 out_vid = 0;
-	long action, rc;
 	int l3_off;
+	long rc;
 
 	parsed = xnf_parse(ctx, &f);
 	*reason = check_l2(ctx, &f, parsed, &p.ifindex);
@@ -218,15 +258,17 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 		return XDP_PASS;
 
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), fib_flags);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-		*reason = fib_reason(rc);
+	*reason = fib_result(rc, &f);
+	if (*reason)
 		/* A blackhole route drops silently in the kernel too. */
 		return *reason == XNF_R_BLACKHOLE ? XDP_DROP : XDP_PASS;
-	}
 
-	action = select_egress(p.ifindex, &out_vid);
-	if (action != XDP_REDIRECT) {
-		*reason = XNF_R_NOT_MANAGED;
+	*reason = select_egress(p.ifindex, &out_vid);
+	if (*reason)
+		return XDP_PASS;
+	trailer -= f.ip_end;
+	if (trim_trailer(ctx, trailer)) {
+		*reason = XNF_R_MALFORMED; /* unreachable: the IP packet is shorter */
 		return XDP_PASS;
 	}
 

@@ -41,6 +41,9 @@ enum xnf_router_reason {
 	XNF_R_NOT_MANAGED,   /* egress interface not attached to this router */
 	XNF_R_NO_HEADROOM,   /* could not push a VLAN tag */
 	XNF_R_BLACKHOLE,     /* blackhole route: dropped, as the kernel would */
+	XNF_R_MULTICAST,     /* broadcast/multicast destination (ARP, ND, LLDP): never routed */
+	XNF_R_UNCONFIGURED,  /* the interface's slot is empty: a control-plane fault */
+	XNF_R_EGRESS_SKB,    /* egress attached in skb mode: no XDP transmit from the driver hook */
 	XNF_R_MAX,
 };
 
@@ -76,9 +79,6 @@ static __always_inline __u32 fib_prepare(struct xdp_md *ctx, const struct xnf_pk
 		/* The kernel drops a header with a bad checksum; so must we. */
 		if (!ipv4_csum_ok_at(ctx, pkt->l3_off))
 			return XNF_R_BAD_CSUM;
-		/* TTL 1 would expire here: the kernel sends the time-exceeded. */
-		if (pkt->ttl <= 1)
-			return XNF_R_TTL;
 		p->family = AF_INET;
 		p->tos = pkt->tos;
 		p->ipv4_src = pkt->src[0];
@@ -89,8 +89,6 @@ static __always_inline __u32 fib_prepare(struct xdp_md *ctx, const struct xnf_pk
 		 * headers are end-to-end and forwarded untouched. */
 		if (pkt->hbh)
 			return XNF_R_IPV6_HBH;
-		if (pkt->ttl <= 1)
-			return XNF_R_TTL;
 		p->family = AF_INET6;
 		p->flowinfo = pkt->flowinfo;
 		__builtin_memcpy(p->ipv6_src, pkt->src, sizeof(p->ipv6_src));
@@ -132,6 +130,41 @@ static __always_inline __u32 fib_reason(long rc)
 	default:
 		return XNF_R_UNSUPPORTED;
 	}
+}
+
+/*
+ * What the kernel's own path says of @pkt after the lookup returned @rc.
+ * The route decides first whether the packet is forwarded at all (local
+ * delivery, unreachable, blackhole: no TTL check, as in ip_route_input);
+ * a packet to be forwarded then has its TTL checked before the neighbour
+ * and the MTU (ip_forward, ip6_forward): TTL 1 gets time-exceeded.
+ */
+static __always_inline __u32 fib_result(long rc, const struct xnf_pkt *pkt)
+{
+	int forwards = rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ||
+		       rc == BPF_FIB_LKUP_RET_FRAG_NEEDED;
+
+	if (forwards && pkt->ttl <= 1)
+		return XNF_R_TTL;
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		return XNF_R_FORWARDED;
+	return fib_reason(rc);
+}
+
+/*
+ * Drops the @trailer bytes after the IP packet: an Ethernet trailer or
+ * padding, which the kernel trims on receive (ip_rcv_core, ipv6_rcv) and so
+ * never forwards. Done before the frame meets the egress: the route's MTU
+ * was checked against the IP length, and a device drops a frame longer
+ * than its MTU.
+ */
+static __always_inline int trim_trailer(struct xdp_md *ctx, __u32 trailer)
+{
+	if (!trailer)
+		return 0;
+	if (trailer > XNF_MAX_OFF)
+		return -1;
+	return bpf_xdp_adjust_tail(ctx, -(int)trailer);
 }
 
 /* Decrement TTL / hop limit of the IP header at the constant offset @off. */

@@ -25,6 +25,9 @@ crate::c_enum! {
         NotManaged = XNF_R_NOT_MANAGED => "not-managed",
         NoHeadroom = XNF_R_NO_HEADROOM => "no-headroom",
         Blackhole = XNF_R_BLACKHOLE => "blackhole",
+        Multicast = XNF_R_MULTICAST => "broadcast-multicast",
+        Unconfigured = XNF_R_UNCONFIGURED => "unconfigured",
+        EgressSkbMode = XNF_R_EGRESS_SKB => "egress-skb-mode",
     }
 }
 

@@ -34,6 +34,7 @@ mod cmd;
 mod config;
 pub mod netlink;
 mod netns;
+mod packet;
 mod routes;
 mod stats;
 mod topology;
@@ -46,5 +47,6 @@ pub use routes::{
     IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT,
     V6_SHIFT, XNF_RTPROT,
 };
+pub use packet::{packet_socket, send_frame};
 pub use stats::{LinkStats, Snmp};
 pub use topology::{ifname, veth, LineConfig, LineTopology, Topology, VethPair};

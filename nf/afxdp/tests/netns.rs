@@ -79,44 +79,22 @@ struct Raw {
 
 impl Raw {
     fn open(ns: &Netns, dev: &str) -> Raw {
-        let ifindex = ns.ifindex(dev).unwrap();
-        let fd = ns
-            .run(move || {
-                use std::os::fd::FromRawFd;
-                let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
-                // SAFETY: plain socket(2); the fd is owned below.
-                let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto) };
-                assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
-                // SAFETY: a new fd we own.
-                let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-                // SAFETY: zeroed sockaddr_ll, then the fields bind needs.
-                let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-                sa.sll_family = libc::AF_PACKET as u16;
-                sa.sll_protocol = proto as u16;
-                sa.sll_ifindex = ifindex as i32;
-                use std::os::fd::AsRawFd;
-                // SAFETY: sa is a valid sockaddr_ll.
-                let rc = unsafe { libc::bind(fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) };
-                assert_eq!(rc, 0, "binding AF_PACKET: {}", std::io::Error::last_os_error());
-                // Room for every frame a test sends back to back (the
-                // default buffer holds a few hundred small skbs).
-                let rcvbuf: libc::c_int = 32 << 20;
-                // SAFETY: valid int option.
-                unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf as *const _ as *const libc::c_void, 4) };
-                let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
-                // SAFETY: valid timeval.
-                unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32) };
-                fd
-            })
-            .unwrap();
+        let dev = dev.to_string();
+        let fd = ns.run(move || xnf_netns::packet_socket(&dev)).unwrap().unwrap();
+        use std::os::fd::AsRawFd;
+        // Room for every frame a test sends back to back (the default
+        // buffer holds a few hundred small skbs).
+        let rcvbuf: libc::c_int = 32 << 20;
+        // SAFETY: valid int option.
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf as *const _ as *const libc::c_void, 4) };
+        let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+        // SAFETY: valid timeval.
+        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32) };
         Raw { fd }
     }
 
     fn send(&self, frame: &[u8]) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: frame is a valid buffer.
-        let n = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr() as *const libc::c_void, frame.len(), 0) };
-        assert_eq!(n, frame.len() as isize, "AF_PACKET send: {}", std::io::Error::last_os_error());
+        xnf_netns::send_frame(&self.fd, frame).unwrap();
     }
 
     /// Frames received (not our own outgoing ones) whose bytes contain

@@ -170,7 +170,7 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
         (None, Some(m)) => m.free_slot()?,
         (None, None) => 0,
     };
-    let prog = RouterProgram::load(RouterConfig { fib_direct: opts.fib_direct, slot }, Some(dir))?;
+    let prog = RouterProgram::load(RouterConfig { fib_direct: opts.fib_direct, slot, generic: opts.mode == XdpMode::Skb }, Some(dir))?;
     let maps = prog.maps()?;
     let entry = IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags() };
     let pin = link_pin(dir, link.ifindex);
@@ -182,7 +182,7 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
         return Ok(Outcome::Replaced);
     }
     maps.set_iface(slot, entry)?;
-    maps.add_port(link.ifindex)?;
+    maps.add_port(link.ifindex, opts.mode == XdpMode::Skb)?;
     let attached = XdpLink::create(prog.prog(), link.ifindex, &link.name, opts.mode).and_then(|l| {
         l.pin(&pin)?;
         Ok(l)

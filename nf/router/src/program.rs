@@ -22,7 +22,7 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 
 /// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 5] = ["tx_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress"];
+pub const MAP_NAMES: [&str; 7] = ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress"];
 
 /// How a router instance is built; fixed at load time (read-only data, so
 /// the verifier prunes what is off). Changing them means a new instance,
@@ -33,6 +33,9 @@ pub struct RouterConfig {
     pub fib_direct: bool,
     /// The interface's slot in the `ifaces` and `stats` maps.
     pub slot: u32,
+    /// Attached in skb (generic) mode: redirects may go to every port,
+    /// not only to those attached in driver mode.
+    pub generic: bool,
 }
 
 /// One loaded router program instance.
@@ -50,10 +53,13 @@ impl RouterProgram {
         let ro = open.maps.rodata_data.as_deref_mut().context("router has no rodata")?;
         ro.fib_flags = if cfg.fib_direct { BPF_FIB_LOOKUP_DIRECT } else { 0 };
         ro.stats_slot = cfg.slot;
+        ro.generic = cfg.generic as u8;
         if let Some(dir) = pin_dir {
             let m = &mut open.maps;
             for (map, name) in [
                 &mut m.tx_ports,
+                &mut m.tx_ports_all,
+                &mut m.skb_ports,
                 &mut m.ifaces,
                 &mut m.stats,
                 &mut m.vlan_ingress,
@@ -82,6 +88,8 @@ impl RouterProgram {
         let m = &self.skel.maps;
         Ok(RouterMaps {
             tx_ports: MapHandle::try_from(&m.tx_ports)?,
+            tx_ports_all: MapHandle::try_from(&m.tx_ports_all)?,
+            skb_ports: MapHandle::try_from(&m.skb_ports)?,
             ifaces: MapHandle::try_from(&m.ifaces)?,
             stats: MapHandle::try_from(&m.stats)?,
             vlan_ingress: MapHandle::try_from(&m.vlan_ingress)?,
@@ -93,6 +101,8 @@ impl RouterProgram {
 /// The router's shared maps.
 pub struct RouterMaps {
     tx_ports: MapHandle,
+    tx_ports_all: MapHandle,
+    skb_ports: MapHandle,
     ifaces: MapHandle,
     stats: MapHandle,
     vlan_ingress: MapHandle,
@@ -183,28 +193,32 @@ impl Stats {
 impl RouterMaps {
     /// Opens the maps pinned in `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let open = |name: &str| {
-            let path = dir.join(name);
-            MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))
-        };
-        Ok(Self {
-            tx_ports: open("tx_ports")?,
-            ifaces: open("ifaces")?,
-            stats: open("stats")?,
-            vlan_ingress: open("vlan_ingress")?,
-            vlan_egress: open("vlan_egress")?,
-        })
+        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress })
     }
 
-    /// Makes `ifindex` a redirect target.
-    pub fn add_port(&self, ifindex: u32) -> Result<()> {
-        self.tx_ports
-            .update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("adding ifindex {ifindex} to the router's devmap"))
+    /// Makes `ifindex` a redirect target: for every instance when it is
+    /// attached in driver mode, for instances in skb mode only when it is
+    /// attached in skb mode itself (see tx_ports in router.bpf.c).
+    pub fn add_port(&self, ifindex: u32, skb_mode: bool) -> Result<()> {
+        let k = ifindex.to_ne_bytes();
+        let add = |map: &MapHandle| map.update(&k, &k, MapFlags::ANY).with_context(|| format!("adding ifindex {ifindex} to the router's ports"));
+        add(&self.tx_ports_all)?;
+        if skb_mode {
+            delete_if_present(&self.tx_ports, &k)?;
+            add(&self.skb_ports)
+        } else {
+            delete_if_present(&self.skb_ports, &k)?;
+            add(&self.tx_ports)
+        }
     }
 
     pub fn del_port(&self, ifindex: u32) -> Result<()> {
-        delete_if_present(&self.tx_ports, &ifindex.to_ne_bytes())
+        let k = ifindex.to_ne_bytes();
+        for map in [&self.tx_ports, &self.tx_ports_all, &self.skb_ports] {
+            delete_if_present(map, &k)?;
+        }
+        Ok(())
     }
 
     /// Fills an interface's slot and zeroes its counters.

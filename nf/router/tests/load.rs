@@ -6,7 +6,7 @@ use xnf_router::program::{IfaceEntry, RouterConfig, RouterProgram};
 #[test]
 fn router_loads_in_both_fib_modes() {
     for fib_direct in [false, true] {
-        let r = RouterProgram::load(RouterConfig { fib_direct, slot: 3 }, None).expect("router loads");
+        let r = RouterProgram::load(RouterConfig { fib_direct, slot: 3, generic: fib_direct }, None).expect("router loads");
         let maps = r.maps().unwrap();
         let e = IfaceEntry { ifindex: 7, mac: [2, 0, 0, 0, 0, 1], flags: 1 };
         maps.set_iface(3, e).unwrap();

@@ -331,3 +331,93 @@ fn netns_key_of(ns: &xnf_netns::Netns) -> String {
     use std::os::unix::fs::MetadataExt;
     format!("net-{}", std::fs::metadata(ns.path()).unwrap().ino())
 }
+
+/// 100 UDP datagrams of 1,300 bytes in 1,514-byte frames (a 214-byte
+/// Ethernet trailer) towards an egress with MTU 1,400: the kernel trims the
+/// trailer and delivers them; so must the router. It used to redirect the
+/// whole frame, which the egress dropped as too long for its MTU.
+#[test]
+fn trailers_are_trimmed_so_frames_fit_the_egress_mtu() {
+    use xnf_packet::PacketBuilder;
+    let r = RoutedLine::new(&["--no-follow"]);
+    let l = &r.line;
+    r.dut().set_mtu(&l.dut_sink_if, 1400).unwrap();
+    l.sink().set_mtu(&l.sink_if, 1400).unwrap();
+    r.resolve_sink();
+    let rx = r.sink_socket(false, 7000);
+    let frames: Vec<Vec<u8>> = (0..100u32)
+        .map(|i| {
+            let mut f = PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac)
+                .ipv4(l.gen_v4, l.sink_v4)
+                .udp(40000, 7000)
+                .payload(&i.to_be_bytes())
+                .frame_len(14 + 1300)
+                .build();
+            f.resize(1514, 0xa5);
+            f
+        })
+        .collect();
+    let before = r.redirected();
+    let dev = l.gen_if.clone();
+    let received = std::thread::scope(|s| {
+        let counter = s.spawn(|| count_received(&rx));
+        l.gen()
+            .run(move || {
+                let sock = xnf_netns::packet_socket(&dev).unwrap();
+                for (i, f) in frames.iter().enumerate() {
+                    xnf_netns::send_frame(&sock, f).unwrap();
+                    if i % 32 == 31 {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                }
+            })
+            .unwrap();
+        counter.join().unwrap()
+    });
+    assert_eq!(received, 100, "datagrams delivered to the sink");
+    assert_eq!(r.redirected() - before, 100, "forwarded in XDP, not by the kernel");
+}
+
+/// A bridge has no XDP transmit: frames redirected into it from a
+/// driver-mode hook are lost. Attached in skb mode, it stays out of the
+/// driver-mode instances' devmap; the kernel forwards their frames to it
+/// (counted egress-skb-mode) and they arrive.
+#[test]
+fn an_egress_attached_in_skb_mode_gets_its_frames_through_the_kernel() {
+    use xnf_netns::{ifname, veth, Netns};
+    let r = RoutedLine::new(&[]);
+    let l = &r.line;
+    let lan = Netns::new("lan").unwrap();
+    let (br, port, host) = (ifname("br0"), ifname("bp0"), ifname("lan0"));
+    r.dut().ip(&["link", "add", &br, "type", "bridge"]).unwrap();
+    veth(r.dut(), &port, &lan, &host, None).unwrap();
+    r.dut()
+        .ip_batch(&[
+            format!("link set {port} master {br}"),
+            format!("link set {port} up"),
+            format!("link set {br} up"),
+            format!("addr add 198.18.60.1/24 dev {br}"),
+        ])
+        .unwrap();
+    lan.ip_batch(&[format!("link set {host} up"), format!("addr add 198.18.60.2/24 dev {host}"), "route add default via 198.18.60.1".to_string()]).unwrap();
+    lan.set_offload(&host, "tx", false).unwrap();
+    l.gen().route_add("198.18.60.0/24", Some(&l.dut_gen_v4.to_string()), None).unwrap();
+    xnf_ok(r.dut(), &["router", "attach", &l.dut_gen_if, "--no-follow"]);
+    xnf_ok(r.dut(), &["router", "attach", &br, "--mode", "skb", "--no-follow"]);
+    let rx = lan.run(|| UdpSocket::bind("198.18.60.2:7001")).unwrap().unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+    let tx = r.gen_socket(false);
+    let to: std::net::SocketAddr = "198.18.60.2:7001".parse().unwrap();
+    // The first one resolves the neighbour through the kernel.
+    send_paced(&tx, to, 1);
+    assert_eq!(count_received(&rx), 1);
+    let before = r.reason("egress-skb-mode");
+    let received = std::thread::scope(|s| {
+        let counter = s.spawn(|| count_received(&rx));
+        send_paced(&tx, to, 100);
+        counter.join().unwrap()
+    });
+    assert_eq!(received, 100, "datagrams routed to the bridge arrived");
+    assert_eq!(r.reason("egress-skb-mode") - before, 100, "left to the kernel, counted why");
+    xnf_ok(r.dut(), &["router", "detach", &br]);
+}

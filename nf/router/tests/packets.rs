@@ -9,8 +9,8 @@ mod fixture;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SRC4, SRC6, VLAN_NH_MAC};
-use xnf_router::program::Reason;
+use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SKB_NH_MAC, SRC4, SRC6, VLAN_NH_MAC};
+use xnf_router::program::{Reason, Stats};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_packet::{parse, EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
 
@@ -138,10 +138,28 @@ fn cases(f: &Fixture) -> Vec<Case> {
         t.push("IPv4 DSCP/ECN/DF/ident are kept", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
     }
     {
-        let fl = Flow::v4(dst::FWD4);
-        let input = fl.on(t.eth_in()).min_frame_len(60).build();
-        let output = fl.clone().hops(63).on(t.eth_out()).min_frame_len(60).build();
-        t.push("IPv4 with Ethernet padding after tot_len is forwarded, padding kept", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        // The kernel trims what follows the IP packet on receive and never
+        // forwards it; neither does the router.
+        let short = |b: PacketBuilder, ttl: u8| b.ip(SRC4.into(), dst::FWD4.into()).ttl(ttl).udp(40000, 9).payload(b"x");
+        // Ethernet padding: zeros after the IP packet up to the 60-byte minimum.
+        let mut input = short(t.eth_in(), 64).build();
+        input.resize(60, 0);
+        let output = short(t.eth_out(), 63).build();
+        assert!(output.len() < 60);
+        t.push("IPv4 with Ethernet padding after tot_len is forwarded without the padding", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        for (fl, fam) in [(Flow::v4(dst::FWD4), "IPv4"), (Flow::v6(dst::FWD6), "IPv6")] {
+            let mut input = fl.on(t.eth_in()).frame_len(1300).build();
+            input.extend(std::iter::repeat_n(0xa5u8, 214));
+            let output = fl.clone().hops(63).on(t.eth_out()).frame_len(1300).build();
+            t.push(format!("{fam} in a 1514-byte frame with a 214-byte trailer is forwarded without it"), input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        }
+        // Only the IP packet meets the route's MTU (locked at 1000): the
+        // trailer must not make it too big, nor be sent.
+        let fl = Flow::v4(dst::SMALL_MTU4);
+        let mut input = fl.on(t.eth_in()).frame_len(900).build();
+        input.extend(std::iter::repeat_n(0u8, 300));
+        let output = fl.clone().hops(63).on(t.eth_out()).frame_len(900).build();
+        t.push("IPv4 of 886 bytes in a 1200-byte frame, route MTU 1000: forwarded, trailer trimmed", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
     }
     {
         let fl = Flow::v4(dst::FWD4);
@@ -192,6 +210,21 @@ fn cases(f: &Fixture) -> Vec<Case> {
         let output = fl6.clone().hops(63).on(t.eth_out()).build();
         t.push("VLAN IPv6 tagged -> untagged", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
     }
+    {
+        // VID 0 is a priority tag: the kernel takes such frames as untagged.
+        let fl = Flow::v4(dst::FWD4);
+        let input = fl.on(t.eth_in().vlan_pcp(0, 4)).build();
+        let output = fl.clone().hops(63).on(t.eth_out()).build();
+        t.push("priority-tagged (VID 0) IPv4 is routed as untagged: tag popped", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        let fl6 = Flow::v6(dst::FWD6);
+        let input = fl6.on(t.eth_in().vlan_pcp(0, 4)).build();
+        let output = fl6.clone().hops(63).on(t.eth_out()).build();
+        t.push("priority-tagged (VID 0) IPv6 is routed as untagged: tag popped", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        let fl = Flow::v4(dst::VLAN100_4);
+        let input = fl.on(t.eth_in().vlan_pcp(0, 4)).build();
+        let output = fl.clone().hops(63).on(t.eth_vlan100().vlan_pcp(100, 4)).build();
+        t.push("priority-tagged (VID 0) to VLAN 100: VID rewritten, PCP kept", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+    }
     t.pass("VLAN with a VID that has no VLAN device", Flow::v4(dst::FWD4).on(t.eth_in().vlan(300)).build(), Reason::VlanUnknown);
     t.pass("QinQ (802.1ad outer tag) goes to the kernel", Flow::v4(dst::FWD4).on(t.eth_in().qinq(10).vlan(200)).build(), Reason::Qinq);
     t.pass(
@@ -216,9 +249,30 @@ fn cases(f: &Fixture) -> Vec<Case> {
         t.pass(format!("IPv4 TTL {ttl}: the kernel sends time-exceeded"), Flow::v4(dst::FWD4).hops(ttl).on(t.eth_in()).build(), Reason::Ttl);
         t.pass(format!("IPv6 hop limit {ttl}: the kernel sends time-exceeded"), Flow::v6(dst::FWD6).hops(ttl).on(t.eth_in()).build(), Reason::Ttl);
     }
+    // The route decides first: TTL 1 for this host, or with no route, is
+    // the kernel's to deliver or refuse, not to expire.
+    t.pass("IPv4 TTL 1 to this host is delivered, not expired", Flow::v4(dst::LOCAL4).hops(1).on(t.eth_in()).build(), Reason::Local);
+    t.pass("IPv6 hop limit 1 to this host is delivered, not expired", Flow::v6(dst::LOCAL6).hops(1).on(t.eth_in()).build(), Reason::Local);
+    t.pass("IPv4 TTL 1 with no route: no route, not expired", Flow::v4(dst::NO_ROUTE4).hops(1).on(t.eth_in()).build(), Reason::Local);
+    t.pass("IPv4 TTL 1 to an unreachable route: unreachable", Flow::v4(dst::UNREACHABLE4).hops(1).on(t.eth_in()).build(), Reason::Unreachable);
+    t.push("IPv4 TTL 1 to a blackhole: dropped", Flow::v4(dst::BLACKHOLE4).hops(1).on(t.eth_in()).build(), Verdict::Drop, Reason::Blackhole, Out::Unchanged);
+    t.pass("IPv4 TTL 1 to a next hop without neighbour: expires first", Flow::v4(dst::NO_NEIGH4).hops(1).on(t.eth_in()).build(), Reason::Ttl);
+    t.pass("IPv4 TTL 1 larger than the route MTU: expires first", Flow::v4(dst::SMALL_MTU4).hops(1).on(t.eth_in()).frame_len(1100).build(), Reason::Ttl);
     t.pass("IPv4 next hop without neighbour entry", Flow::v4(dst::NO_NEIGH4).on(t.eth_in()).build(), Reason::NoNeigh);
     t.pass("IPv6 next hop without neighbour entry", Flow::v6(dst::NO_NEIGH6).on(t.eth_in()).build(), Reason::NoNeigh);
     t.pass("IPv4 egress not managed by xnf", Flow::v4(dst::UNMANAGED4).on(t.eth_in()).build(), Reason::NotManaged);
+    // An egress attached in skb mode has no XDP transmit for frames from a
+    // driver hook: the kernel forwards them. An instance in skb mode itself
+    // transmits through the kernel's generic path, which reaches any port.
+    for (fl, fam) in [(Flow::v4(dst::SKB4), "IPv4"), (Flow::v6(dst::SKB6), "IPv6")] {
+        t.pass(format!("{fam} to an egress attached in skb mode, from a driver-mode ingress"), fl.on(t.eth_in()).build(), Reason::EgressSkbMode);
+        let input = fl.on(t.eth_in()).build();
+        let output = fl.clone().hops(63).on(PacketBuilder::ethernet(f.skb0_mac, SKB_NH_MAC)).build();
+        t.push(format!("{fam} to an egress attached in skb mode, from an skb-mode ingress"), input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        t.last_mut().ingress = Ingress::In0Generic;
+    }
+    t.forward("an skb-mode ingress forwards to a driver-mode egress", Flow::v4(dst::FWD4));
+    t.last_mut().ingress = Ingress::In0Generic;
     t.pass("IPv6 egress not managed by xnf", Flow::v6(dst::UNMANAGED6).on(t.eth_in()).build(), Reason::NotManaged);
     t.pass("IPv4 larger than the route MTU (1000)", Flow::v4(dst::SMALL_MTU4).on(t.eth_in()).frame_len(1100).build(), Reason::Mtu);
     t.pass("IPv6 larger than the route MTU (1280)", Flow::v6(dst::SMALL_MTU6).on(t.eth_in()).frame_len(1400).build(), Reason::Mtu);
@@ -242,7 +296,24 @@ fn cases(f: &Fixture) -> Vec<Case> {
     );
     t.pass("IPv6 hop-by-hop options: every router reads them", Flow::v6(dst::FWD6).on(t.eth_in()).ipv6_ext(IpProtocol::HOPOPTS, &[0u8; 6]).build(), Reason::Ipv6Hbh);
     t.pass("frame for another MAC", Flow::v4(dst::FWD4).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([2, 9, 9, 9, 9, 9]))).build(), Reason::NotOurMac);
-    t.pass("frame to the broadcast MAC", Flow::v4(dst::FWD4).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6]))).build(), Reason::NotOurMac);
+    t.pass("IPv4 to the broadcast MAC", Flow::v4(dst::FWD4).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6]))).build(), Reason::Multicast);
+    t.pass(
+        "broadcast ARP request",
+        PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6])).arp_request(GEN_MAC, SRC4, dst::LOCAL4).build(),
+        Reason::Multicast,
+    );
+    t.pass(
+        "IPv6 to a multicast MAC (neighbour solicitation's 33:33:ff:..)",
+        Flow::v6(dst::LOCAL6).l4(L4::Icmp).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([0x33, 0x33, 0xff, 0, 0, 2]))).build(),
+        Reason::Multicast,
+    );
+    t.pass(
+        "LLDP to its multicast MAC",
+        PacketBuilder::ethernet(GEN_MAC, MacAddr([0x01, 0x80, 0xc2, 0, 0, 0x0e])).ethertype(EtherType(0x88cc)).payload(&[0u8; 46]).build(),
+        Reason::Multicast,
+    );
+    t.pass("an instance whose interface slot is empty counts everything as unconfigured", Flow::v4(dst::FWD4).on(t.eth_in()).build(), Reason::Unconfigured);
+    t.last_mut().ingress = Ingress::In0Unconfigured;
     t.pass(
         "ARP request",
         t.eth_in().arp_request(GEN_MAC, SRC4, dst::LOCAL4).build(),
@@ -323,9 +394,15 @@ fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
         if res.verdict != c.verdict {
             problems.push(format!("verdict {:?}, want {:?}", res.verdict, c.verdict));
         }
-        if after.reason(c.reason) != 1 || after.packets(c.verdict) != 1 {
-            let got: Vec<_> = Reason::ALL.iter().filter(|r| after.reason(**r) > 0).map(|r| r.name()).collect();
-            problems.push(format!("reason {got:?}, want {}", c.reason.name()));
+        // The whole delta: one packet (and its bytes) under the verdict and
+        // the reason, every other counter still.
+        let mut want_delta = Stats::default();
+        want_delta.packets[c.verdict as usize] = 1;
+        want_delta.bytes[c.verdict as usize] = c.input.len() as u64;
+        want_delta.reasons[c.reason as usize] = 1;
+        if after != want_delta {
+            let got: Vec<_> = Reason::ALL.iter().filter(|r| after.reason(**r) > 0).map(|r| format!("{}={}", r.name(), after.reason(*r))).collect();
+            problems.push(format!("counters moved: reasons {got:?}, packets {:?}, bytes {:?}; want {} once", after.packets, after.bytes, c.reason.name()));
         }
         let want = match &c.output {
             Out::Unchanged => &c.input,
