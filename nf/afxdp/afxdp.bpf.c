@@ -28,6 +28,8 @@
 const volatile struct {
 	enum xnf_afxdp_limits limits;
 	enum xnf_afxdp_reason reason;
+	enum xnf_afxdp_class_flag class_flag;
+	struct xnf_afxdp_class class; /* the class tables' values (declared by size) */
 } xnf_btf_anchor = {};
 
 struct {
@@ -37,19 +39,25 @@ struct {
 	__type(value, __u32);
 } xsks SEC(".maps");
 
-struct {
+/*
+ * The classes, in order, behind a one-slot map of maps: the control plane
+ * swaps in a whole new table, so a frame is classified by the old classes
+ * or the new ones, never a mix. No table: no classes, every frame of a
+ * queue with a socket goes to user space (xdpsock's behaviour).
+ */
+struct class_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XNF_AFXDP_MAX_RULES);
-	__type(key, __u32);
-	__type(value, struct xnf_match);
-} rules SEC(".maps");
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct xnf_afxdp_class));
+};
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct xnf_afxdp_cfg);
-} cfg SEC(".maps");
+	__array(values, struct class_table);
+} classes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -67,8 +75,8 @@ static __always_inline void count(__u32 reason)
 		s->packets[reason]++;
 }
 
-/* XNF_AX_TO_USER when the frame is in a class, else why not. */
-static __always_inline __u32 classify_frame(struct xdp_md *ctx, __u32 nrules)
+/* XNF_AX_TO_USER when the frame is in a class of @table, else why not. */
+static __always_inline __u32 classify_frame(struct xdp_md *ctx, void *table)
 {
 	struct xnf_pkt f = {};
 	__u32 i, key;
@@ -84,14 +92,22 @@ static __always_inline __u32 classify_frame(struct xdp_md *ctx, __u32 nrules)
 		return XNF_AX_MALFORMED;
 	}
 	for (i = 0; i < XNF_AFXDP_MAX_RULES; i++) {
-		struct xnf_match *m;
+		struct xnf_afxdp_class *c;
+		enum xnf_class_match m;
 
-		if (i >= nrules)
-			break;
+		/* A copy for the helper: a loop counter whose address escapes
+		 * lives on the stack, where the verifier cannot see it grow. */
 		key = i;
-		m = bpf_map_lookup_elem(&rules, &key);
-		if (m && match_pkt(m, &f))
+		c = bpf_map_lookup_elem(table, &key);
+		if (!c || !c->used)
+			break;
+		m = match_pkt(&c->m, &f);
+		if (m == XNF_CLASS_YES)
 			return XNF_AX_TO_USER;
+		/* May be in the class: the NF sees it or nobody does, never the
+		 * kernel behind the NF's back. */
+		if (m == XNF_CLASS_UNSURE)
+			return (c->flags & XNF_AX_CLASS_UNSURE_DROP) ? XNF_AX_UNSURE_DROP : XNF_AX_UNSURE_USER;
 	}
 	return XNF_AX_NO_MATCH;
 }
@@ -100,11 +116,15 @@ SEC("xdp")
 int xnf_afxdp(struct xdp_md *ctx)
 {
 	__u32 zero = 0, reason = XNF_AX_TO_USER;
-	struct xnf_afxdp_cfg *c = bpf_map_lookup_elem(&cfg, &zero);
+	void *table = bpf_map_lookup_elem(&classes, &zero);
 
-	if (c && c->nrules)
-		reason = classify_frame(ctx, c->nrules);
-	if (reason != XNF_AX_TO_USER) {
+	if (table)
+		reason = classify_frame(ctx, table);
+	if (reason == XNF_AX_UNSURE_DROP) {
+		count(reason);
+		return XDP_DROP;
+	}
+	if (reason != XNF_AX_TO_USER && reason != XNF_AX_UNSURE_USER) {
 		count(reason);
 		return XDP_PASS;
 	}
@@ -112,7 +132,7 @@ int xnf_afxdp(struct xdp_md *ctx)
 		count(XNF_AX_NO_SOCKET);
 		return XDP_PASS;
 	}
-	count(XNF_AX_TO_USER);
+	count(reason);
 	return XDP_REDIRECT;
 }
 

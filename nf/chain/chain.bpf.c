@@ -36,6 +36,8 @@ const volatile struct {
 	enum xnf_chain_limits limits;
 	enum xnf_chain_port_kind port_kind;
 	enum xnf_ingress_reason ingress_reason;
+	enum xnf_rule_flag rule_flag;
+	struct xnf_chain_rule rule; /* the rule tables' values (declared by size) */
 } xnf_btf_anchor = {};
 
 struct {
@@ -45,19 +47,25 @@ struct {
 	__type(value, struct xnf_chain_port);
 } ports SEC(".maps");
 
-struct {
+/*
+ * The classifier's rules, in order, behind a one-slot map of maps: the
+ * control plane builds a whole new rule table and swaps it in with one
+ * update, so a packet sees the old rules or the new ones, never a mix, and
+ * a CPU still scanning the old table keeps it alive until it is done.
+ */
+struct rule_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 * XNF_CHAIN_MAX_RULES);
-	__type(key, __u32);
-	__type(value, struct xnf_chain_rule);
-} rules SEC(".maps");
+	__uint(max_entries, XNF_CHAIN_MAX_RULES);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct xnf_chain_rule));
+};
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct xnf_chain_ctl);
-} ctl SEC(".maps");
+	__array(values, struct rule_table);
+} rules SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -148,21 +156,31 @@ static __always_inline __u32 steer(struct xdp_md *ctx, __u32 slot, __be16 l3_pro
 	return XDP_REDIRECT;
 }
 
-/* The first rule of the live copy that matches a frame from @ifindex. */
-static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct xnf_pkt *f)
+/* The first rule for a frame from @ifindex whose class takes the frame,
+ * or may take it (*unsure). */
+static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct xnf_pkt *f, int *unsure)
 {
-	__u32 zero = 0, base, key, i;
-	struct xnf_chain_ctl *c = bpf_map_lookup_elem(&ctl, &zero);
+	__u32 zero = 0, i, key;
+	void *table = bpf_map_lookup_elem(&rules, &zero);
 	struct xnf_chain_rule *r;
+	enum xnf_class_match m;
 
-	base = (c && c->active) ? XNF_CHAIN_MAX_RULES : 0;
+	if (!table)
+		return NULL;
 	for (i = 0; i < XNF_CHAIN_MAX_RULES; i++) {
-		key = base + i;
-		r = bpf_map_lookup_elem(&rules, &key);
+		/* A copy for the helper: a loop counter whose address escapes
+		 * lives on the stack, where the verifier cannot see it grow. */
+		key = i;
+		r = bpf_map_lookup_elem(table, &key);
 		if (!r || !r->ifindex)
 			return NULL;
-		if (r->ifindex == ifindex && match_pkt(&r->m, f))
+		if (r->ifindex != ifindex)
+			continue;
+		m = match_pkt(&r->m, f);
+		if (m != XNF_CLASS_NO) {
+			*unsure = m == XNF_CLASS_UNSURE;
 			return r;
+		}
 	}
 	return NULL;
 }
@@ -178,8 +196,10 @@ static __always_inline __u32 parse_ingress(struct xdp_md *ctx, const struct xnf_
 
 	if ((void *)(eth + 1) > end)
 		return XNF_IN_MALFORMED;
-	/* Not for this host (or for every host): the kernel's to drop or to
-	 * deliver; a chain only takes what this host would route. */
+	/* For every host, or for another: the kernel's to deliver or to drop;
+	 * a chain only takes what this host would route. */
+	if (xnf_mac_is_multicast(eth->h_dest))
+		return XNF_IN_MULTICAST;
 	if (!xnf_mac_eq(eth->h_dest, port->mac))
 		return XNF_IN_NOT_OUR_MAC;
 	switch (parsed) {
@@ -201,13 +221,14 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
 	struct xnf_chain_rule *r;
 	struct xnf_pkt f = {};
 	__u32 reason, chain, first;
+	int unsure = 0;
 
 	reason = parse_ingress(ctx, port, &f);
 	if (reason != XNF_IN_STEERED) {
 		ingress_count(port->slot, reason);
 		return XDP_PASS;
 	}
-	r = classify(ctx->ingress_ifindex, &f);
+	r = classify(ctx->ingress_ifindex, &f, &unsure);
 	if (!r) {
 		ingress_count(port->slot, XNF_IN_NO_MATCH);
 		return XDP_PASS;
@@ -219,6 +240,12 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
 		cs->packets++;
 		cs->bytes += len;
 	}
+	/* May be the chain's class: into its NF, or dropped as the chain says;
+	 * never past the NF on the kernel path. */
+	if (unsure && (r->flags & XNF_RULE_UNSURE_DROP)) {
+		ingress_count(port->slot, XNF_IN_UNSURE_DROPPED);
+		return XDP_DROP;
+	}
 	/* A chain with an NF missing fails closed: its class is dropped, not
 	 * routed around the NF (which may be a firewall). */
 	if (!first) {
@@ -229,7 +256,7 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
 		ingress_count(port->slot, XNF_IN_NF_GONE);
 		return XDP_DROP;
 	}
-	ingress_count(port->slot, XNF_IN_STEERED);
+	ingress_count(port->slot, unsure ? XNF_IN_UNSURE_STEERED : XNF_IN_STEERED);
 	return XDP_REDIRECT;
 }
 

@@ -36,13 +36,14 @@ struct xnf_chain_rule {
 	__u32 ifindex;   /* ingress interface; 0 ends the list */
 	__u32 chain;     /* chain stats slot */
 	__u32 first_nf;  /* NF slot + 1; 0: the chain is down and drops its class */
+	__u32 flags;     /* enum xnf_rule_flag */
 	struct xnf_match m;
 };
 
-/* Which copy of the rules is live: the control plane writes the other one
- * and flips this, so a packet never sees a half-written rule set. */
-struct xnf_chain_ctl {
-	__u32 active;
+enum xnf_rule_flag {
+	/* A frame that may be in the class (its L4 header cannot be read,
+	 * XNF_CLASS_UNSURE) is dropped; without the flag it goes into the NF. */
+	XNF_RULE_UNSURE_DROP = 1 << 0,
 };
 
 /* A network function, indexed by its slot. */
@@ -57,12 +58,15 @@ struct xnf_chain_nf {
 enum xnf_ingress_reason {
 	XNF_IN_STEERED = 0,  /* matched a chain and sent into its first NF */
 	XNF_IN_NO_MATCH,     /* no rule matched: the kernel's, untouched */
-	XNF_IN_NOT_OUR_MAC,  /* broadcast, multicast, other host: the kernel's */
+	XNF_IN_NOT_OUR_MAC,  /* for another host: the kernel's */
 	XNF_IN_NON_IP,       /* ARP, LLDP, ...: the kernel's */
 	XNF_IN_MALFORMED,    /* truncated headers: the kernel's */
 	XNF_IN_QINQ,         /* 802.1ad or stacked tags: the kernel's */
 	XNF_IN_DOWN,         /* matched a chain that is down: dropped */
 	XNF_IN_NF_GONE,      /* the first NF's port vanished: dropped */
+	XNF_IN_UNSURE_STEERED, /* may be in a class (L4 unreadable): into its first NF */
+	XNF_IN_UNSURE_DROPPED, /* may be in a class (L4 unreadable): dropped, as its chain says */
+	XNF_IN_MULTICAST,    /* broadcast/multicast (ARP, ND, LLDP): the kernel's */
 	XNF_IN_MAX,
 };
 

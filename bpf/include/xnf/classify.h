@@ -38,36 +38,54 @@ static __always_inline int prefix_match(const __u32 *addr, const __u32 *net, con
 	       ((addr[2] & mask[2]) == net[2]) & ((addr[3] & mask[3]) == net[3]);
 }
 
+enum xnf_class_match {
+	XNF_CLASS_NO = 0,
+	XNF_CLASS_YES,
+	/* Every field that could be read matches, but the class needs the
+	 * protocol or the ports and the frame does not show them (a later
+	 * fragment, a truncated L4 header, too many extension headers). The
+	 * frame may be in the class: an NF that may be a firewall must see it
+	 * or it must be dropped, never let around the NF. */
+	XNF_CLASS_UNSURE,
+};
+
 /*
- * True if the parsed frame @p is in class @m. A priority tag (VID 0)
- * counts as untagged. A class that needs the protocol or the ports does not
- * match a frame whose L4 header could not be determined.
+ * Whether the parsed frame @p is in class @m. A priority tag (VID 0)
+ * counts as untagged.
  */
-static __always_inline int match_pkt(const struct xnf_match *m, const struct xnf_pkt *p)
+static __always_inline enum xnf_class_match match_pkt(const struct xnf_match *m, const struct xnf_pkt *p)
 {
 	int tagged = p->tagged && p->vid;
+	int unsure = 0;
 
 	if (m->flags & XNF_M_VLAN) {
 		if (!tagged || p->vid != m->vid)
-			return 0;
+			return XNF_CLASS_NO;
 	} else if (tagged) {
-		return 0;
+		return XNF_CLASS_NO;
 	}
 	if (m->family && m->family != p->family)
-		return 0;
-	if ((m->flags & (XNF_M_PROTO | XNF_M_SPORT | XNF_M_DPORT)) && p->l4 == XNF_L4_UNKNOWN)
-		return 0;
-	if ((m->flags & XNF_M_PROTO) && m->proto != p->proto)
-		return 0;
-	if ((m->flags & (XNF_M_SPORT | XNF_M_DPORT)) && p->l4 != XNF_L4_PORTS)
-		return 0;
-	if ((m->flags & XNF_M_SPORT) && (p->sport < m->sport_lo || p->sport > m->sport_hi))
-		return 0;
-	if ((m->flags & XNF_M_DPORT) && (p->dport < m->dport_lo || p->dport > m->dport_hi))
-		return 0;
+		return XNF_CLASS_NO;
 	if ((m->flags & XNF_M_SRC) && !prefix_match(p->src, m->src, m->src_mask))
-		return 0;
+		return XNF_CLASS_NO;
 	if ((m->flags & XNF_M_DST) && !prefix_match(p->dst, m->dst, m->dst_mask))
-		return 0;
-	return 1;
+		return XNF_CLASS_NO;
+	if (m->flags & XNF_M_PROTO) {
+		if (p->l4 == XNF_L4_UNKNOWN)
+			unsure = 1;
+		else if (m->proto != p->proto)
+			return XNF_CLASS_NO;
+	}
+	if (m->flags & (XNF_M_SPORT | XNF_M_DPORT)) {
+		if (p->l4 != XNF_L4_PORTS)
+			/* Port classes are UDP/TCP classes (the control plane
+			 * insists): a frame of another protocol is not in them,
+			 * one whose ports are unknown may be. */
+			return p->l4 == XNF_L4_NO_PORTS ? XNF_CLASS_NO : XNF_CLASS_UNSURE;
+		if ((m->flags & XNF_M_SPORT) && (p->sport < m->sport_lo || p->sport > m->sport_hi))
+			return XNF_CLASS_NO;
+		if ((m->flags & XNF_M_DPORT) && (p->dport < m->dport_lo || p->dport > m->dport_hi))
+			return XNF_CLASS_NO;
+	}
+	return unsure ? XNF_CLASS_UNSURE : XNF_CLASS_YES;
 }

@@ -76,3 +76,41 @@ pub fn open_pinned<const N: usize>(dir: &std::path::Path, names: [&str; N]) -> a
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(v.try_into().unwrap_or_else(|_| unreachable!("one handle per name")))
 }
+
+/// Tables the data plane reads through a one-slot `ARRAY_OF_MAPS`: a
+/// change builds a new inner `ARRAY`, fills it, and then points the outer
+/// slot at it in one update. A packet sees the old table or the new one
+/// whole, never a mix (a CPU still scanning the old table keeps it alive;
+/// the kernel frees it once every reader is done, off the data path).
+pub mod swap {
+    use anyhow::{Context, Result};
+    use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+    use std::os::fd::{AsFd, AsRawFd};
+
+    /// Replaces the table behind `outer` with one holding `entries` (each
+    /// a value of `value_size` bytes; index = position) in an inner array
+    /// of `max_entries`, the size the program's template declares.
+    pub fn replace(outer: &impl MapCore, value_size: u32, max_entries: u32, entries: &[Vec<u8>]) -> Result<()> {
+        anyhow::ensure!(entries.len() <= max_entries as usize, "{} entries: the table holds {max_entries}", entries.len());
+        let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+        let inner = MapHandle::create(MapType::Array, Some("xnf_table"), 4, value_size, max_entries, &opts)
+            .context("creating a table for the data plane")?;
+        for (i, v) in entries.iter().enumerate() {
+            inner.update(&(i as u32).to_ne_bytes(), v, MapFlags::ANY).context("filling a table")?;
+        }
+        let fd = inner.as_fd().as_raw_fd() as u32;
+        outer.update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("switching the data plane to the new table")
+    }
+
+    /// Removes the table: the program then finds none.
+    pub fn clear(outer: &impl MapCore) -> Result<()> {
+        super::delete_if_present(outer, &0u32.to_ne_bytes())
+    }
+
+    /// The live table, if there is one.
+    pub fn current(outer: &impl MapCore) -> Result<Option<MapHandle>> {
+        let Some(v) = outer.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)? else { return Ok(None) };
+        let id = u32::from_ne_bytes(v[..4].try_into().context("map id")?);
+        Ok(Some(MapHandle::from_map_id(id).context("opening the live table")?))
+    }
+}

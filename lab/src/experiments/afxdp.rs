@@ -168,7 +168,7 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn Networ
         let r = (|| -> Result<_> {
             let link = xnf_netns::netlink::link_by_name(&dev)?;
             let prog = AfxdpProgram::load()?;
-            prog.set_rules(&[])?;
+            prog.set_rules(&[], false)?;
             let run = RunConfig { batch, wait: if spin { Wait::Spin } else { Wait::Poll { timeout_ms: 100 } } };
             let set = XskSet::new(UmemConfig::default(), &SocketConfig { mode: Mode::Copy, ..Default::default() }, run, &[(link.ifindex, dev.clone(), 0)])?;
             prog.add_socket(0, set.sockets()[0].fd())?;

@@ -325,6 +325,7 @@ fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, q
         matches: vec![MatchSpec { dst: Some(format!("{sink}/32")), ..Default::default() }],
         nfs: (1..=n).map(nf_name).collect(),
         priority: 100,
+        unknown_l4: Default::default(),
     };
     warnings.extend(dut.run(move || xnf_chain::chain_create(spec, Origin::Cli))?.context("creating the chain")?);
     c.chain = true;

@@ -19,6 +19,16 @@ use crate::nfs::{Echo, L2Fwd, RxDrop, TxOnly};
 use crate::selector::{AfxdpProgram, Reason};
 use crate::{kernel_stats, Accounting, BusyPoll, Counters, Mode, NetworkFunction, RunConfig, Snapshot, SocketConfig, UmemConfig, Wait, XskSet};
 
+/// Where frames go that may be in a class but whose L4 header is unreadable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownL4 {
+    /// To user space, like the class.
+    User,
+    /// Dropped.
+    Drop,
+}
+
 /// The bundled network functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -49,6 +59,12 @@ pub struct RunArgs {
     /// stays with the kernel. Without it, everything on the queues goes to user space.
     #[arg(long = "match", value_name = "K=V,...")]
     pub matches: Vec<String>,
+    /// Frames that may be in a class but whose protocol or ports cannot be
+    /// read (later fragments, truncated L4 headers, long IPv6 extension
+    /// header chains): to user space, or dropped. Never to the kernel
+    /// behind the NF's back.
+    #[arg(long, value_enum, default_value = "user")]
+    pub unknown_l4: UnknownL4,
     /// Copy mode (the kernel copies each frame; the only mode veth has).
     #[arg(long, conflicts_with = "zero_copy")]
     pub copy: bool,
@@ -252,7 +268,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut nf = make_nf(&a, &link)?;
 
     let prog = AfxdpProgram::load()?;
-    prog.set_rules(&rules)?;
+    prog.set_rules(&rules, a.unknown_l4 == UnknownL4::Drop)?;
     let bindings: Vec<_> = a.queues.iter().map(|&q| (link.ifindex, a.iface.clone(), q)).collect();
     let run_cfg = RunConfig { batch: a.batch, wait: if a.spin { Wait::Spin } else { Wait::Poll { timeout_ms: 100 } } };
     let mut set = XskSet::new(a.umem_config(), &a.socket_config(), run_cfg, &bindings)?;

@@ -8,7 +8,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, ProgramMut};
 
 use xnf_core::class::Class;
-use xnf_core::maps::{as_bytes, from_bytes, object_storage, sum_percpu};
+use xnf_core::maps::{as_bytes, from_bytes, object_storage, sum_percpu, swap};
 
 use crate::skel::afxdp::{types, AfxdpSkel, AfxdpSkelBuilder};
 
@@ -26,6 +26,8 @@ xnf_core::c_enum! {
         NonIp = XNF_AX_NON_IP => "non-ip",
         Malformed = XNF_AX_MALFORMED => "malformed",
         QinQ = XNF_AX_QINQ => "qinq",
+        UnsureToUser = XNF_AX_UNSURE_USER => "l4-unknown-to-user",
+        UnsureDropped = XNF_AX_UNSURE_DROP => "l4-unknown-dropped",
     }
 }
 
@@ -40,7 +42,13 @@ impl Stats {
 
     /// Everything left to the kernel.
     pub fn to_kernel(&self) -> u64 {
-        self.0[1..].iter().sum()
+        use Reason::*;
+        [NoSocket, NoMatch, NonIp, Malformed, QinQ].iter().map(|r| self.get(*r)).sum()
+    }
+
+    /// Everything sent to user space.
+    pub fn to_user(&self) -> u64 {
+        self.get(Reason::ToUser) + self.get(Reason::UnsureToUser)
     }
 }
 
@@ -73,16 +81,27 @@ impl AfxdpProgram {
 
     /// Sets the classes (first match wins); none: every frame on a queue
     /// with a socket goes to user space.
-    pub fn set_rules(&self, rules: &[Class]) -> Result<()> {
+    ///
+    /// A frame that may be in a class but whose L4 header cannot be read
+    /// (a later fragment, a truncated L4 header, too many IPv6 extension
+    /// headers) goes to user space too, or with `unsure_drop` is dropped:
+    /// never to the kernel behind the NF's back. The classes are swapped in
+    /// as one table (see [`xnf_core::maps::swap`]).
+    pub fn set_rules(&self, rules: &[Class], unsure_drop: bool) -> Result<()> {
         ensure!(rules.len() <= MAX_RULES, "{} classes: at most {MAX_RULES}", rules.len());
-        for (i, r) in rules.iter().enumerate() {
-            // The same C struct (xnf/classify.h) in this skeleton's types.
-            let m: types::xnf_match = from_bytes(as_bytes(&r.to_raw()?));
-            self.skel.maps.rules.update(&(i as u32).to_ne_bytes(), as_bytes(&m), MapFlags::ANY).context("writing a class")?;
+        if rules.is_empty() {
+            return swap::clear(&self.skel.maps.classes);
         }
-        let c = types::xnf_afxdp_cfg { nrules: rules.len() as u32 };
-        self.skel.maps.cfg.update(&0u32.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).context("writing the class count")?;
-        Ok(())
+        let flags = if unsure_drop { types::xnf_afxdp_class_flag::XNF_AX_CLASS_UNSURE_DROP.0 } else { 0 };
+        let table = rules
+            .iter()
+            .map(|r| {
+                // The same C struct (xnf/classify.h) in this skeleton's types.
+                let m: types::xnf_match = from_bytes(as_bytes(&r.to_raw()?));
+                Ok(as_bytes(&types::xnf_afxdp_class { used: 1, flags, m }).to_vec())
+            })
+            .collect::<Result<Vec<_>>>()?;
+        swap::replace(&self.skel.maps.classes, std::mem::size_of::<types::xnf_afxdp_class>() as u32, MAX_RULES as u32, &table)
     }
 
     /// Puts the AF_XDP socket `fd` in the slot of `queue`.

@@ -37,6 +37,8 @@ enum Classes {
     None,
     /// UDP to port 5000 (IPv4 or IPv6), untagged; and anything tagged VID 100.
     Udp5000OrVlan100,
+    /// The same, with frames that may be in a class dropped (`--unknown-l4 drop`).
+    Udp5000OrVlan100Drop,
 }
 
 struct Case {
@@ -70,7 +72,19 @@ fn cases() -> Vec<Case> {
             eth().ipv6(S6, D6).ipv6_ext(xnf_packet::IpProtocol::from(60u8), &[0; 6]).udp(1000, 5000).build(), Redirect, ToUser),
         case("IPv4 with options: ports found past them", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).ipv4_options(&[1, 1, 1, 1]).udp(1000, 5000).build(), Redirect, ToUser),
         case("first fragment carries the ports", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(0, true).udp(1000, 5000).build(), Redirect, ToUser),
-        case("later fragment has no ports", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Pass, NoMatch),
+        // Frames that may be UDP to 5000 but show no ports: to user space
+        // (or dropped), never to the kernel behind the NF's back.
+        case("later UDP fragment may be in the port class: to user space", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Redirect, UnsureToUser),
+        case("later UDP fragment, classes that drop the unsure: dropped", Udp5000OrVlan100Drop, 0, eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Verdict::Drop, UnsureDropped),
+        case("later TCP fragment is not UDP: the kernel's", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(8, false).tcp(1000, 5000, TcpFlags::SYN).build(), Pass, NoMatch),
+        case("IPv6 later UDP fragment: to user space", Udp5000OrVlan100, 0,
+            eth().ipv6(S6, D6).ipv6_ext(xnf_packet::IpProtocol::FRAGMENT, &[0, 8, 0, 0, 0, 1]).udp(1000, 5000).build(), Redirect, UnsureToUser),
+        case("UDP whose ports lie in the Ethernet trailer: unsure, to user space", Udp5000OrVlan100, 0,
+            eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03, 0xe8]).trailer(&[0x13, 0x88, 0, 8]).build(), Redirect, UnsureToUser),
+        case("IPv6 with nine extension headers (protocol unknown): to user space", Udp5000OrVlan100, 0,
+            (0..9).fold(eth().ipv6(S6, D6), |b, _| b.ipv6_ext(xnf_packet::IpProtocol::DSTOPTS, &[0; 6])).udp(1000, 5000).build(), Redirect, UnsureToUser),
+        case("Ethernet padding is not ports: a short UDP header is unsure", Udp5000OrVlan100Drop, 0,
+            eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03]).trailer(&[0xe8, 0x13, 0x88, 0, 0, 0]).build(), Verdict::Drop, UnsureDropped),
         case("tagged UDP to 5000: the port class is for untagged frames", Udp5000OrVlan100, 0, eth().vlan(7).ipv4(S4, D4).udp(1000, 5000).build(), Pass, NoMatch),
         case("tagged VID 100: the VLAN class", Udp5000OrVlan100, 0, eth().vlan(100).ipv4(S4, D4).udp(1000, 9).build(), Redirect, ToUser),
         case("QinQ is the kernel's", Udp5000OrVlan100, 0, eth().qinq(100).vlan(100).ipv4(S4, D4).udp(1000, 5000).build(), Pass, QinQ),
@@ -99,7 +113,9 @@ fn cases() -> Vec<Case> {
 fn rules(c: Classes) -> Vec<Class> {
     match c {
         Classes::None => vec![],
-        Classes::Udp5000OrVlan100 => vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { vid: Some(100), ..Default::default() }],
+        Classes::Udp5000OrVlan100 | Classes::Udp5000OrVlan100Drop => {
+            vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { vid: Some(100), ..Default::default() }]
+        }
     }
 }
 
@@ -122,7 +138,7 @@ fn selector_table() {
             let mut current = None;
             for c in cases() {
                 if current != Some(c.classes) {
-                    prog.set_rules(&rules(c.classes)).unwrap();
+                    prog.set_rules(&rules(c.classes), c.classes == Classes::Udp5000OrVlan100Drop).unwrap();
                     current = Some(c.classes);
                 }
                 let before = prog.stats().unwrap();
@@ -154,6 +170,6 @@ fn selector_table() {
 fn classes_are_limited() {
     let prog = AfxdpProgram::load().expect("loading the afxdp program (run as root)");
     let many = vec![Class { proto: Some(17), ..Default::default() }; xnf_afxdp::selector::MAX_RULES + 1];
-    let e = prog.set_rules(&many).unwrap_err().to_string();
+    let e = prog.set_rules(&many, false).unwrap_err().to_string();
     assert!(e.contains("at most 16"), "{e}");
 }

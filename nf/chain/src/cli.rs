@@ -5,7 +5,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use xnf_core::runtime::{warn, watch_period};
 
-use crate::model::{ChainSpec, Function, MatchSpec, NfSpec, Origin};
+use crate::model::{ChainSpec, Function, MatchSpec, NfSpec, Origin, UnknownL4};
 
 #[derive(Subcommand)]
 pub enum NfCmd {
@@ -77,6 +77,12 @@ pub enum ChainCmd {
         /// Lower wins where classes of chains on one ingress overlap.
         #[arg(long, default_value_t = 100)]
         priority: u32,
+        /// Frames that may be in a class but whose protocol or ports cannot
+        /// be read (later fragments, truncated L4 headers, long IPv6
+        /// extension header chains): into the NFs, or dropped. Never around
+        /// them.
+        #[arg(long, value_enum, default_value = "nf")]
+        unknown_l4: UnknownL4,
     },
     /// Remove a chain; its traffic takes the kernel path again.
     Delete { name: String },
@@ -113,9 +119,9 @@ pub fn nf(cmd: NfCmd) -> Result<()> {
 
 pub fn chain(cmd: ChainCmd) -> Result<()> {
     match cmd {
-        ChainCmd::Create { name, ingress, egress, matches, nfs, priority } => {
+        ChainCmd::Create { name, ingress, egress, matches, nfs, priority, unknown_l4 } => {
             let matches = matches.iter().map(|m| MatchSpec::parse(m)).collect::<Result<Vec<_>>>()?;
-            let spec = ChainSpec { name: name.clone(), ingress, egress, matches, nfs, priority };
+            let spec = ChainSpec { name: name.clone(), ingress, egress, matches, nfs, priority, unknown_l4 };
             warn(&crate::chain_create(spec, Origin::Cli)?);
             println!("created chain {name}");
             Ok(())

@@ -103,7 +103,8 @@ pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
         let first = complete.then(|| reg.nfs[&c.spec.nfs[0]].slot);
         for m in &c.spec.matches {
             let class = m.class().with_context(|| format!("chain {}", c.spec.name))?;
-            p.rules.push(Rule { ifindex: ingress.ifindex, chain: c.slot, first_nf: first, class });
+            let unsure_drop = c.spec.unknown_l4 == crate::model::UnknownL4::Drop;
+            p.rules.push(Rule { ifindex: ingress.ifindex, chain: c.slot, first_nf: first, class, unsure_drop });
         }
         for e in &c.spec.egress {
             match by_name(e) {

@@ -96,6 +96,30 @@ pub struct ChainSpec {
     /// Lower first when classes of several chains overlap on an ingress.
     #[serde(default = "default_priority")]
     pub priority: u32,
+    /// Frames that may be in a class but whose protocol or ports cannot be
+    /// read (later fragments, truncated L4 headers, long IPv6 extension
+    /// header chains): into the NFs, or dropped. Never around the NFs.
+    #[serde(default, skip_serializing_if = "UnknownL4::is_default")]
+    pub unknown_l4: UnknownL4,
+}
+
+/// What a chain does with frames that may be in its classes but whose L4
+/// header cannot be determined.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownL4 {
+    /// Into the chain's NFs, like the class (an NF that reassembles or
+    /// inspects fragments decides).
+    #[default]
+    Nf,
+    /// Dropped at the ingress.
+    Drop,
+}
+
+impl UnknownL4 {
+    fn is_default(&self) -> bool {
+        *self == UnknownL4::default()
+    }
 }
 
 pub fn default_priority() -> u32 {

@@ -11,7 +11,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
 use xnf_core::class::Class;
 pub use xnf_core::fwd::Reason;
-use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, zero_percpu};
+use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, zero_percpu};
 
 use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
 
@@ -23,7 +23,7 @@ pub const MAX_NFS: u32 = limits::XNF_CHAIN_MAX_NFS.0;
 pub const MAX_INGRESS: u32 = limits::XNF_CHAIN_MAX_INGRESS.0;
 
 /// Names of the shared maps, as pinned.
-pub const MAP_NAMES: [&str; 8] = ["ports", "rules", "ctl", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats"];
+pub const MAP_NAMES: [&str; 7] = ["ports", "rules", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats"];
 /// Name of the pinned program.
 pub const PROG_PIN: &str = "prog";
 
@@ -48,13 +48,17 @@ pub struct Rule {
     /// Slot of the first NF; `None`: the chain is down and drops its class.
     pub first_nf: Option<u32>,
     pub class: Class,
+    /// Drop frames that may be in the class but whose L4 header cannot be
+    /// read (else they go into the NF like the class).
+    pub unsure_drop: bool,
 }
 
 impl Rule {
     fn to_raw(&self) -> Result<types::xnf_chain_rule> {
         // The same C struct (xnf/classify.h) in this skeleton's types.
         let m: types::xnf_match = from_bytes(as_bytes(&self.class.to_raw()?));
-        Ok(types::xnf_chain_rule { ifindex: self.ifindex, chain: self.chain, first_nf: self.first_nf.map_or(0, |s| s + 1), m })
+        let flags = if self.unsure_drop { types::xnf_rule_flag::XNF_RULE_UNSURE_DROP.0 } else { 0 };
+        Ok(types::xnf_chain_rule { ifindex: self.ifindex, chain: self.chain, first_nf: self.first_nf.map_or(0, |s| s + 1), flags, m })
     }
 }
 
@@ -80,6 +84,9 @@ xnf_core::c_enum! {
         Qinq = XNF_IN_QINQ => "qinq",
         Down = XNF_IN_DOWN => "chain-down",
         NfGone = XNF_IN_NF_GONE => "nf-gone",
+        UnsureSteered = XNF_IN_UNSURE_STEERED => "l4-unknown-steered",
+        UnsureDropped = XNF_IN_UNSURE_DROPPED => "l4-unknown-dropped",
+        Multicast = XNF_IN_MULTICAST => "broadcast-multicast",
     }
 }
 
@@ -137,7 +144,6 @@ impl ChainProgram {
             for (map, name) in [
                 &mut m.ports,
                 &mut m.rules,
-                &mut m.ctl,
                 &mut m.nfs,
                 &mut m.tx,
                 &mut m.ingress_stats,
@@ -163,7 +169,6 @@ impl ChainProgram {
         Ok(ChainMaps {
             ports: MapHandle::try_from(&m.ports)?,
             rules: MapHandle::try_from(&m.rules)?,
-            ctl: MapHandle::try_from(&m.ctl)?,
             nfs: MapHandle::try_from(&m.nfs)?,
             tx: MapHandle::try_from(&m.tx)?,
             ingress_stats: MapHandle::try_from(&m.ingress_stats)?,
@@ -177,7 +182,6 @@ impl ChainProgram {
 pub struct ChainMaps {
     ports: MapHandle,
     rules: MapHandle,
-    ctl: MapHandle,
     nfs: MapHandle,
     tx: MapHandle,
     ingress_stats: MapHandle,
@@ -187,20 +191,8 @@ pub struct ChainMaps {
 
 impl ChainMaps {
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let open = |name: &str| {
-            let path = dir.join(name);
-            MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))
-        };
-        Ok(Self {
-            ports: open("ports")?,
-            rules: open("rules")?,
-            ctl: open("ctl")?,
-            nfs: open("nfs")?,
-            tx: open("tx")?,
-            ingress_stats: open("ingress_stats")?,
-            chain_stats: open("chain_stats")?,
-            nf_stats: open("nf_stats")?,
-        })
+        let [ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats })
     }
 
     pub fn set_port(&self, ifindex: u32, port: Port) -> Result<()> {
@@ -229,35 +221,20 @@ impl ChainMaps {
         Ok(out)
     }
 
-    /// Replaces the whole rule list at once: writes the copy not in use,
-    /// then makes it the live one.
+    /// Replaces the whole rule list at once (a new table swapped in, see
+    /// [`xnf_core::maps::swap`]): packets see the old rules or the new.
     pub fn set_rules(&self, rules: &[Rule]) -> Result<()> {
         ensure!(rules.len() <= MAX_RULES as usize, "{} rules; the chain classifier holds {MAX_RULES}", rules.len());
-        let zero = 0u32.to_ne_bytes();
-        let active = self.active()?;
-        let base = if active == 0 { MAX_RULES } else { 0 };
-        for i in 0..MAX_RULES {
-            let raw = match rules.get(i as usize) {
-                Some(r) => r.to_raw()?,
-                None => types::xnf_chain_rule::default(),
-            };
-            self.rules.update(&(base + i).to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing chain rules")?;
-        }
-        let ctl = types::xnf_chain_ctl { active: (base != 0) as u32 };
-        self.ctl.update(&zero, as_bytes(&ctl), MapFlags::ANY).context("switching chain rules")
-    }
-
-    fn active(&self) -> Result<u32> {
-        let v = self.ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
-        Ok(from_bytes::<types::xnf_chain_ctl>(&v).active)
+        let raw = rules.iter().map(|r| Ok(as_bytes(&r.to_raw()?).to_vec())).collect::<Result<Vec<_>>>()?;
+        swap::replace(&self.rules, std::mem::size_of::<types::xnf_chain_rule>() as u32, MAX_RULES, &raw).context("writing the chain rules")
     }
 
     /// The ifindex, chain slot and first NF (slot + 1, 0 = down) of every live rule.
     pub fn live_rules(&self) -> Result<Vec<(u32, u32, u32)>> {
-        let base = if self.active()? == 0 { 0 } else { MAX_RULES };
         let mut out = Vec::new();
+        let Some(table) = swap::current(&self.rules)? else { return Ok(out) };
         for i in 0..MAX_RULES {
-            let v = self.rules.lookup(&(base + i).to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+            let v = table.lookup(&i.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
             let r: types::xnf_chain_rule = from_bytes(&v);
             if r.ifindex == 0 {
                 break;

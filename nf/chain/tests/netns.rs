@@ -344,3 +344,75 @@ fn ip_netns_exec_manages_the_same_nfs_and_chains() {
     let list = lab.list();
     assert!(list["chains"].as_array().unwrap().is_empty() && list["nfs"].as_array().unwrap().is_empty(), "{list}");
 }
+
+/// Sends `frames` as they are from gen's interface (AF_PACKET), paced.
+fn send_raw(lab: &Lab, frames: Vec<Vec<u8>>) {
+    let dev = lab.line.line.gen_if.clone();
+    lab.line
+        .line
+        .gen()
+        .run(move || {
+            let s = xnf_netns::packet_socket(&dev).unwrap();
+            for (i, f) in frames.iter().enumerate() {
+                xnf_netns::send_frame(&s, f).unwrap();
+                if i % 32 == 31 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        })
+        .unwrap();
+}
+
+/// A chain for UDP port 5000 through a firewall NF must take every frame
+/// that may be UDP to 5000 — also IPv6 datagrams behind a destination
+/// options header and IPv4 fragments after the first, whose ports are
+/// not in them. Both used to reach the destination around the NF, routed
+/// by dut's kernel.
+#[test]
+fn frames_whose_ports_are_hidden_still_go_through_the_nf() {
+    use xnf_packet::{IpProtocol, PacketBuilder};
+    let lab = Lab::new(1);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("fw", 0, &["--forward"]);
+    lab.chain("web", &["proto=udp,dport=5000"], &["fw"]);
+    let nft = "add table inet xnf\nadd chain inet xnf xfwd { type filter hook forward priority 0; }\nadd rule inet xnf xfwd meta l4proto udp udp dport 5000 drop\n";
+    let out = lab.nfs[0].command("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).spawn().and_then(|mut c| {
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(nft.as_bytes())?;
+        c.wait_with_output()
+    });
+    assert!(out.as_ref().is_ok_and(|o| o.status.success()), "nft in the NF (is nftables installed?): {out:?}");
+    let l = &lab.line.line;
+    let rx6 = lab.line.sink_socket(true, 5000);
+    let (f4, f6) = (lab.line.forw_v4(), lab.line.forw_v6());
+    let fw_forwarded = || lab.nfs[0].snmp().unwrap().value("Ip", "ForwDatagrams").unwrap();
+    let fw_before = fw_forwarded();
+    let before = lab.stats();
+    let dstopts: Vec<Vec<u8>> = (0..50u32)
+        .map(|i| {
+            PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac)
+                .ipv6(l.gen_v6, l.sink_v6)
+                .ipv6_ext(IpProtocol::DSTOPTS, &[0; 6])
+                .udp(40000, 5000)
+                .payload(&i.to_be_bytes())
+                .build()
+        })
+        .collect();
+    let fragments: Vec<Vec<u8>> = (0..50u32)
+        .map(|i| PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac).ipv4(l.gen_v4, l.sink_v4).fragment(185, false).ident(i).protocol(IpProtocol::UDP).payload(&[0; 64]).build())
+        .collect();
+    send_raw(&lab, dstopts);
+    send_raw(&lab, fragments);
+    assert_eq!(xnf_testrun::cli::count_received(&rx6), 0, "an IPv6 datagram to udp/5000 got past the firewall NF");
+    let after = lab.stats();
+    let (b, a) = (chain_of(&before, "web"), chain_of(&after, "web"));
+    let into = num(&a["hops"][0]["in_packets"]) - num(&b["hops"][0]["in_packets"]);
+    assert_eq!(into, 100, "every frame that may be udp/5000 entered the NF");
+    let ingress = |s: &Value, k: &str| s["ingresses"].as_object().unwrap().values().next().unwrap()[k].as_i64().unwrap();
+    assert_eq!(ingress(&after, "l4-unknown-steered") - ingress(&before, "l4-unknown-steered"), 50, "the fragments, counted apart");
+    assert_eq!(lab.line.forw_v4(), f4, "dut's kernel routed IPv4 fragments around the NF");
+    assert_eq!(lab.line.forw_v6(), f6, "dut's kernel routed IPv6 around the NF");
+    // What the firewall does with fragments is its business (without
+    // conntrack it forwards them): what matters is that it decided.
+    assert!(fw_forwarded() - fw_before >= 50, "the NF's kernel handled the fragments");
+}
