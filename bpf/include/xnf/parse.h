@@ -27,8 +27,9 @@
  *   options, authentication) are walked, at most XNF_MAX_EXT of them, up to
  *   the upper-layer protocol; a fragment header with an offset ends the
  *   walk as a later fragment (its next header is the datagram's protocol).
- *   A longer chain leaves the protocol unknown (XNF_L4_UNKNOWN): nothing
- *   that needs it may match. "No next header" (59) and ESP (50) carry no
+ *   A longer chain, or one cut short by the end of the IP packet, leaves
+ *   the protocol unknown (XNF_L4_UNKNOWN): nothing that needs it may match.
+ *   A hop-by-hop header anywhere marks the packet (hbh), whatever its length. "No next header" (59) and ESP (50) carry no
  *   ports; neither do other protocols.
  * - L4: only UDP and TCP have ports here. Ports are read when the first
  *   four bytes of the L4 header lie before ip_end; otherwise the L4 header
@@ -63,7 +64,7 @@ enum xnf_l4 {
 	XNF_L4_NO_PORTS,     /* a protocol without ports (ICMP, ESP, no next header, ...) */
 	XNF_L4_LATER_FRAG,   /* a later fragment: protocol known, ports not */
 	XNF_L4_TRUNCATED,    /* UDP/TCP whose ports lie beyond ip_end */
-	XNF_L4_UNKNOWN,      /* more than XNF_MAX_EXT extension headers: protocol unknown */
+	XNF_L4_UNKNOWN,      /* extension headers beyond XNF_MAX_EXT or cut short: protocol unknown */
 };
 
 struct xnf_pkt {
@@ -163,15 +164,17 @@ static __always_inline void xnf_walk_ipv6_ext(void *data, void *end, struct xnf_
 
 		if (!xnf_is_ext_hdr(nh))
 			break;
+		/* Hop-by-hop options are the kernel's to process, whatever they
+		 * hold (a payload length of 0 announces a jumbogram there). */
+		if (nh == IPPROTO_HOPOPTS)
+			p->hbh = 1;
 		/* Every extension header has at least 8 bytes, starting with the
 		 * next header and the length. */
 		if (off > XNF_MAX_OFF || off + 8 > p->ip_end)
-			goto truncated;
+			goto cut;
 		h = data + off;
 		if ((void *)(h + 8) > end)
-			goto truncated;
-		if (nh == IPPROTO_HOPOPTS)
-			p->hbh = 1;
+			goto cut;
 		if (nh == IPPROTO_FRAGMENT) {
 			__u16 fo = bpf_ntohs(*(__be16 *)(h + 2));
 
@@ -199,9 +202,11 @@ static __always_inline void xnf_walk_ipv6_ext(void *data, void *end, struct xnf_
 	p->l4_off = off;
 	xnf_parse_ports(data, end, p);
 	return;
-truncated:
+cut:
+	/* The chain ends before the IP packet does: the protocol behind it
+	 * cannot be known. */
 	p->proto = nh;
-	p->l4 = XNF_L4_TRUNCATED;
+	p->l4 = XNF_L4_UNKNOWN;
 }
 
 static __always_inline enum xnf_parse_result xnf_parse_ipv6(void *data, void *end, struct xnf_pkt *p)

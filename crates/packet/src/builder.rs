@@ -339,10 +339,10 @@ impl PacketBuilder {
         })
     }
 
-    /// Appends an IPv6 extension header (HOPOPTS, ROUTING, DSTOPTS or FRAGMENT). `body` is
+    /// Appends an IPv6 extension header (HOPOPTS, ROUTING, DSTOPTS, FRAGMENT or AH). `body` is
     /// everything after its next-header and length bytes; the builder fills those two bytes and
-    /// pads to a multiple of 8 (Pad1/PadN options for HOPOPTS/DSTOPTS, zeros for ROUTING).
-    /// A FRAGMENT body must be exactly 6 bytes.
+    /// pads to a multiple of 8 (Pad1/PadN options for HOPOPTS/DSTOPTS, zeros otherwise; AH's
+    /// length byte counts 4-byte units minus 2). A FRAGMENT body must be exactly 6 bytes.
     pub fn ipv6_ext(self, kind: IpProtocol, body: &[u8]) -> Self {
         let valid = kind.is_ipv6_ext()
             && (kind != IpProtocol::FRAGMENT || body.len() == 6)
@@ -707,6 +707,13 @@ fn ext_header(kind: IpProtocol, body: &[u8], next: IpProtocol) -> Vec<u8> {
     let mut h = vec![next.0, 0];
     h.extend_from_slice(body);
     if kind == IpProtocol::FRAGMENT {
+        return h;
+    }
+    if kind == IpProtocol::AH {
+        // Reserved, SPI, sequence number and the ICV in `body`; IPv6
+        // wants the whole header a multiple of 8 bytes.
+        h.resize(h.len().max(12).div_ceil(8) * 8, 0);
+        h[1] = (h.len() / 4 - 2) as u8;
         return h;
     }
     let pad = h.len().div_ceil(8) * 8 - h.len();

@@ -20,6 +20,11 @@ impl IpProtocol {
     pub const ROUTING: IpProtocol = IpProtocol(43);
     /// IPv6 fragment header, 44.
     pub const FRAGMENT: IpProtocol = IpProtocol(44);
+    /// IPsec ESP, 50 (carries no ports anyone can read).
+    pub const ESP: IpProtocol = IpProtocol(50);
+    /// IPsec authentication header, 51 (an IPv6 extension header whose
+    /// length counts 4-byte units, minus 2).
+    pub const AH: IpProtocol = IpProtocol(51);
     /// ICMPv6, 58.
     pub const ICMPV6: IpProtocol = IpProtocol(58);
     /// IPv6 "no next header", 59.
@@ -28,11 +33,11 @@ impl IpProtocol {
     pub const DSTOPTS: IpProtocol = IpProtocol(60);
 
     /// True for the IPv6 extension headers this crate walks (hop-by-hop, routing, fragment,
-    /// destination options).
+    /// destination options, authentication): the kernel's `ipv6_ext_hdr()` but "no next header".
     pub fn is_ipv6_ext(self) -> bool {
         matches!(
             self,
-            Self::HOPOPTS | Self::ROUTING | Self::FRAGMENT | Self::DSTOPTS
+            Self::HOPOPTS | Self::ROUTING | Self::FRAGMENT | Self::DSTOPTS | Self::AH
         )
     }
 

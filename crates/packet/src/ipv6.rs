@@ -219,6 +219,7 @@ impl<'a> Iterator for ExtHeaders<'a> {
         let len = match (self.proto, rest.get(1)) {
             (_, None) => 0,
             (IpProtocol::FRAGMENT, Some(_)) => 8,
+            (IpProtocol::AH, Some(&l)) => (usize::from(l) + 2) * 4,
             (_, Some(&l)) => (usize::from(l) + 1) * 8,
         };
         if len == 0 || rest.len() < len {

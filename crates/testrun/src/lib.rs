@@ -9,6 +9,10 @@
 //! that holds `ingress_ifindex`.
 
 pub mod cli;
+pub mod frames;
+pub mod fuzz;
+pub mod kernel;
+pub mod parse_probe;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{ProgramInput, ProgramMut};
