@@ -20,6 +20,18 @@ use xnf_netns::{
     BatchConfig, Family, LineConfig, LineTopology, Netns, RouteReport, RouteSet, XNF_RTPROT,
 };
 
+const USAGE: &str = "\
+usage: install_routes [--v4 N] [--v6 N] [--ip-batch N] [--sweep N] [--seed S]   (as root)
+
+  --v4 N        install N synthetic IPv4 routes in dut, count them by a dump,
+                remove them (default 1000000; 0 skips)
+  --v6 N        the same with IPv6 (default 0)
+  --ip-batch N  install and remove N IPv4 routes with `ip -batch`, then with
+                netlink batches, for comparison (default 0)
+  --sweep N     install N IPv4 routes with several batch sizes and ack modes
+                (default 0)
+  --seed S      seed of the synthetic tables (default 1)";
+
 struct Args {
     v4: usize,
     v6: usize,
@@ -38,6 +50,10 @@ fn parse() -> Result<Args> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
         let value: u64 = it
             .next()
             .with_context(|| format!("{flag} needs a number"))?
@@ -50,7 +66,7 @@ fn parse() -> Result<Args> {
             "--ip-batch" => a.ip_batch = value as usize,
             "--sweep" => a.sweep = value as usize,
             "--seed" => a.seed = value,
-            _ => bail!("unknown option {flag}"),
+            _ => bail!("unknown option {flag} (see --help)"),
         }
     }
     Ok(a)
@@ -105,16 +121,10 @@ fn full_cycle(dut: &Netns, set: &RouteSet, gateway: IpAddr, dev: &str) -> Result
     Ok(())
 }
 
-/// `v` in a pseudo-random order (xorshift; any fixed shuffle will do).
+/// `v` in a pseudo-random order (any fixed shuffle will do).
 fn shuffled<T: Clone>(v: &[T]) -> Vec<T> {
     let mut out = v.to_vec();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    for i in (1..out.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d).shuffle(&mut out);
     out
 }
 

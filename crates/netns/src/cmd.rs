@@ -1,5 +1,6 @@
-//! Running external commands (`ip`, `ethtool`, ...) with errors that show the
-//! full command line and what the command printed.
+//! Running external commands (`ip netns`, the `ip` escape hatch, programs
+//! inside namespaces) with errors that show the full command line and what
+//! the command printed.
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -81,12 +82,4 @@ fn numbered(text: &str) -> String {
         .enumerate()
         .map(|(i, l)| format!("{:>4}: {l}\n", i + 1))
         .collect()
-}
-
-/// Whether `program` can be found in `PATH` (or the usual sbin folders).
-pub(crate) fn in_path(program: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(Into::into))
-        .any(|dir| dir.join(program).is_file())
 }

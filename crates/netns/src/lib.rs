@@ -1,12 +1,16 @@
 //! Network namespaces and netlink for xnf: the one rtnetlink mechanism
-//! ([`netlink`]: links, link events, veths), running code inside any
-//! network namespace ([`run_in`]), route tables in netlink batches, and the
-//! namespace harness of xnf's integration tests and lab.
+//! ([`netlink`]: links, link events, veths, addresses, routes, neighbours,
+//! in single requests, dumps and batches), offloads by ioctl ([`ethtool`]),
+//! running code inside any network namespace ([`run_in`]), route tables in
+//! netlink batches, and the namespace harness of xnf's integration tests
+//! and lab.
 //!
 //! Builds topologies of network namespaces joined by veth pairs, configures
-//! them with iproute2 (`ip -n NS ...`), runs code inside them, and guarantees
-//! removal through guards: a [`Netns`] deletes its namespace on drop (also
-//! on panic), which destroys every interface inside it.
+//! them by netlink from inside (`ip` runs only to create and delete named
+//! namespaces, and as the [`Netns::ip`] escape hatch for test fixtures),
+//! runs code inside them, and guarantees removal through guards: a
+//! [`Netns`] deletes its namespace on drop (also on panic), which destroys
+//! every interface inside it.
 //!
 //! Policy enforced here:
 //! - everything created is named with the `xnf` prefix: namespaces
@@ -27,11 +31,13 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2.
+//! Everything needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2
+//! (`ip netns`).
 
 mod addr;
 mod cmd;
 mod config;
+pub mod ethtool;
 pub mod netlink;
 mod netns;
 mod packet;
@@ -41,11 +47,12 @@ mod topology;
 
 pub use addr::{check_test_addr, is_test_ip, Mac};
 pub use config::Batch;
+pub use ethtool::Offload;
+pub use netlink::{BatchConfig, KernelError};
 pub use netns::{cleanup_all, cleanup_stale, live_namespaces, run_in, Netns, NETNS_DIR, NS_PREFIX};
 pub use routes::{
-    lookup_targets, BatchConfig, Family, InstalledRoutes, Prefix, RouteReport, RouteSet,
-    IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT,
-    V6_SHIFT, XNF_RTPROT,
+    lookup_targets, Family, InstalledRoutes, RouteReport, RouteSet, IPV4_LENGTH_MIX, IPV6_LENGTH_MIX,
+    MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT, V6_SHIFT, XNF_RTPROT,
 };
 pub use packet::{packet_socket, send_frame};
 pub use stats::{LinkStats, Snmp};

@@ -13,6 +13,8 @@ use nix::sched::CloneFlags;
 use crate::addr::{check_ifname, Mac};
 use crate::cmd;
 use crate::config::Batch;
+use crate::ethtool::{self, Offload};
+use crate::netlink;
 use crate::stats::{parse_dev, parse_dev_all, LinkStats, Snmp};
 
 /// Prefix of every namespace this crate creates: `xnf-<pid>-<counter>-<role>`.
@@ -34,8 +36,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A network namespace named `xnf-<pid>-<counter>-<role>`, deleted on drop
 /// (which also destroys every interface inside it, e.g. veth pairs).
 ///
-/// All configuration goes through `ip -n NAME ...`; code runs inside it with
+/// Configuration goes through netlink inside the namespace (the typed
+/// helpers below, [`Netns::batch`], routes); code runs inside it with
 /// [`Netns::run`], programs with [`Netns::exec`] / [`Netns::command`].
+/// Only creating and deleting it runs `ip netns`.
 #[derive(Debug)]
 pub struct Netns {
     name: String,
@@ -133,8 +137,11 @@ impl Netns {
 
     /// Runs `ip -n NAME args...` and returns its output.
     ///
-    /// This is a raw escape hatch: addresses are not checked against the test
-    /// ranges here; prefer the typed helpers ([`Netns::addr_add`], ...).
+    /// A free-form escape hatch for test fixtures written in iproute2's
+    /// language (policy rules, `mtu lock`, blackhole routes, `ip -j` output
+    /// to check...), not a second way to configure: the typed helpers
+    /// ([`Netns::addr_add`], [`Netns::batch`], ...) talk netlink directly and
+    /// check addresses against the test ranges, which this does not.
     pub fn ip(&self, args: &[&str]) -> Result<Output> {
         cmd::run(Command::new("ip").args(["-n", &self.name]).args(args), None)
     }
@@ -142,7 +149,8 @@ impl Netns {
     /// Runs many `ip` commands in one process: `ip -n NAME -batch -`, one
     /// command per line without the leading `ip` (e.g. `link set lo up`).
     /// Stops at the first failing line; the error lists the numbered input.
-    /// Like [`Netns::ip`] this does not check addresses; [`Netns::batch`] does.
+    /// The escape hatch of [`Netns::ip`] for many lines: it does not check
+    /// addresses; the typed [`Netns::batch`] does.
     pub fn ip_batch<S: AsRef<str>>(&self, lines: &[S]) -> Result<()> {
         if lines.is_empty() {
             return Ok(());
@@ -159,7 +167,7 @@ impl Netns {
         Ok(())
     }
 
-    /// Starts a checked batch of configuration commands; see [`Batch`].
+    /// Starts a checked batch of configuration commands, sent by netlink; see [`Batch`].
     pub fn batch(&self) -> Batch<'_> {
         Batch::new(self)
     }
@@ -216,7 +224,6 @@ impl Netns {
         Ok(s)
     }
 
-    /// Packet and byte counters of interface `dev` (from /proc/net/dev).
     /// Every interface's counters, read at one instant (one read of /proc/net/dev).
     pub fn all_link_stats(&self) -> Result<std::collections::BTreeMap<String, LinkStats>> {
         let text = self
@@ -225,6 +232,7 @@ impl Netns {
         Ok(parse_dev_all(&text))
     }
 
+    /// Packet and byte counters of interface `dev` (from /proc/net/dev).
     pub fn link_stats(&self, dev: &str) -> Result<LinkStats> {
         let text = self
             .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?
@@ -243,32 +251,65 @@ impl Netns {
     /// The MAC address of `dev`.
     pub fn mac(&self, dev: &str) -> Result<Mac> {
         check_ifname(dev)?;
-        let out = self.ip(&["-o", "link", "show", "dev", dev])?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut words = text.split_whitespace();
-        words
-            .find(|w| *w == "link/ether")
-            .and_then(|_| words.next())
-            .with_context(|| {
-                format!(
-                    "{dev} in {} has no Ethernet address: {}",
-                    self.name,
-                    text.trim()
-                )
-            })?
-            .parse()
-            .with_context(|| format!("reading the MAC of {dev} in {}", self.name))
+        let link = self
+            .run(|| netlink::link_by_name(dev))?
+            .with_context(|| format!("reading the MAC of {dev} in {}", self.name))?;
+        let mac = link.mac.with_context(|| {
+            format!("{dev} in {} has no Ethernet address (it is not an Ethernet device)", self.name)
+        })?;
+        Ok(Mac::from(mac))
     }
 
-    /// Sets an offload feature (`ethtool -K dev feature on|off`, e.g. "gro").
-    /// Fails if ethtool is not installed.
-    pub fn set_offload(&self, dev: &str, feature: &str, on: bool) -> Result<()> {
-        check_ifname(dev)?;
-        if !cmd::in_path("ethtool") {
-            bail!("ethtool is not installed (needed to set {feature} on {dev}): install the ethtool package");
-        }
-        self.exec(&["ethtool", "-K", dev, feature, if on { "on" } else { "off" }])?;
-        Ok(())
+    /// Turns an offload feature of `dev` on or off (`ethtool -K DEV NAME
+    /// on|off`, through the ioctl; see [`crate::ethtool`]).
+    pub fn set_offload(&self, dev: &str, offload: Offload, on: bool) -> Result<()> {
+        self.run(|| ethtool::set_offload(dev, offload, on))?
+            .with_context(|| format!("in namespace {}", self.name))
+    }
+
+    /// Whether an offload feature of `dev` is on.
+    pub fn offload(&self, dev: &str, offload: Offload) -> Result<bool> {
+        self.run(|| ethtool::offload(dev, offload))?
+            .with_context(|| format!("in namespace {}", self.name))
+    }
+
+    /// Waits until each of `devs` is settled, for at most 5 s: operational
+    /// state UP and an IPv6 link-local address. When a veth pair's ends come
+    /// up, the kernel adds the link-local address a moment later and its
+    /// link watcher turns UNKNOWN into UP up to a second later. Until the
+    /// former, IPv6 solicits no neighbour for forwarded packets (a
+    /// solicitation's source is that address), so their first packets
+    /// would wait a second for a retry; the latter shows in what `ip link`
+    /// and monitoring report. Fails naming the interfaces not settled.
+    pub fn wait_links_ready(&self, devs: &[&str]) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        self.run(|| -> Result<()> {
+            let mut rtnl = netlink::Rtnl::open()?;
+            loop {
+                let links = netlink::links()?;
+                let ipv6 = netlink::ipv6_link_local(&mut rtnl)?;
+                let waiting: Vec<&str> = devs
+                    .iter()
+                    .filter(|d| {
+                        let link = links.iter().find(|l| l.name == **d);
+                        !link.is_some_and(|l| l.oper_up && ipv6.contains(&l.ifindex))
+                    })
+                    .copied()
+                    .collect();
+                if waiting.is_empty() {
+                    return Ok(());
+                }
+                if std::time::Instant::now() > deadline {
+                    bail!(
+                        "{} in namespace {} not up with an IPv6 link-local address after 5 s: \
+                         is the peer down or IPv6 disabled (net.ipv6.conf.*.disable_ipv6)?",
+                        waiting.join(", "),
+                        self.name
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        })?
     }
 
     /// `ip link set dev up`.

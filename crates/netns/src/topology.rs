@@ -1,13 +1,13 @@
 //! veth pairs, the [`Topology`] guard and the standard gen ↔ dut ↔ sink line.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::process::Command;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{bail, Context, Result};
 
 use crate::addr::{check_ifname, Mac};
-use crate::cmd;
+use crate::netlink;
 use crate::netns::Netns;
 
 static NEXT_IF: AtomicU32 = AtomicU32::new(0);
@@ -62,20 +62,15 @@ pub fn veth(
             bail!("interface name {name} must start with `xnf` (project policy); use xnf_netns::ifname()");
         }
     }
-    let q = queues.map(|q| q.to_string());
-    let mut c = Command::new("ip");
-    for (i, (name, ns)) in [(a_name, a), (b_name, b)].into_iter().enumerate() {
-        if i == 0 {
-            c.args(["link", "add", name]);
-        } else {
-            c.args(["type", "veth", "peer", "name", name]);
-        }
-        c.args(["netns", ns.name()]);
-        if let Some(q) = &q {
-            c.args(["numrxqueues", q, "numtxqueues", q]);
-        }
-    }
-    cmd::run(&mut c, None).with_context(|| format!("creating veth pair {a_name} <-> {b_name}"))?;
+    // Created from inside `a`, so the pair never exists in the host's
+    // namespace, not even for a moment; `b` is reached by its file.
+    let b_path = b.path();
+    a.run(|| -> Result<()> {
+        let b_file = std::fs::File::open(&b_path)
+            .with_context(|| format!("opening namespace {} (was it deleted?)", b_path.display()))?;
+        netlink::create_veth(a_name, b_name, b_file.as_fd(), queues)
+    })?
+    .with_context(|| format!("in namespace {} (peer in {})", a.name(), b.name()))?;
     Ok(VethPair {
         a_ns: a.name().to_owned(),
         a: a_name.to_owned(),
@@ -136,8 +131,9 @@ pub struct LineConfig {
 ///  2001:db8::1/64    2001:db8::2/64   2001:db8:1::1/64   2001:db8:1::2/64
 /// ```
 ///
-/// All links up, forwarding on in dut, routes in gen and sink to each other's
-/// subnet via dut. Dropping it deletes all three namespaces.
+/// All links up and settled (see [`Netns::wait_links_ready`]), forwarding
+/// on in dut, routes in gen and sink to each other's subnet via dut.
+/// Dropping it deletes all three namespaces.
 #[derive(Debug)]
 pub struct LineTopology {
     topo: Topology,
@@ -215,6 +211,13 @@ impl LineTopology {
             .addr_add(&dut_sink_if, &format!("{dut_sink_v6}/64"))?
             .apply()?;
         dut.enable_forwarding()?;
+        // Configuring by netlink takes microseconds, the kernel settles the
+        // links (IPv6, operational state) up to a second after they come
+        // up: wait, so that what runs right after `new` (traffic, route
+        // counts, snapshots of `ip link`) sees the finished topology.
+        gen.wait_links_ready(&[&gen_if])?;
+        dut.wait_links_ready(&[&dut_gen_if, &dut_sink_if])?;
+        sink.wait_links_ready(&[&sink_if])?;
         sink.batch()
             .addr_add(&sink_if, &format!("{sink_v4}/24"))?
             .addr_add(&sink_if, &format!("{sink_v6}/64"))?

@@ -6,7 +6,9 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use xnf_netns::{cleanup_stale, ifname, veth, LineConfig, LineTopology, Mac, Netns, Topology};
+use xnf_netns::{
+    cleanup_stale, ifname, veth, Family, LineConfig, LineTopology, Mac, Netns, Offload, Topology,
+};
 
 /// Names from `ip netns list`.
 fn listed() -> Vec<String> {
@@ -131,6 +133,12 @@ fn run_is_inside_namespace() {
     ns.set_mtu(&a, 1400).unwrap();
     let shown = ns.ip(&["link", "show", "dev", &a]).unwrap();
     assert!(String::from_utf8_lossy(&shown.stdout).contains("mtu 1400"));
+    // Up and down, as netlink reports them.
+    let up = || ns.run(|| xnf_netns::netlink::link_by_name(&a).unwrap().up).unwrap();
+    ns.link_up(&a).unwrap();
+    assert!(up());
+    ns.link_down(&a).unwrap();
+    assert!(!up());
 
     // Panics propagate to the caller.
     let caught = catch_unwind(AssertUnwindSafe(|| ns.run(|| panic!("inside"))));
@@ -158,13 +166,32 @@ fn config_helpers_check_and_report() {
     let routes = String::from_utf8_lossy(&ns.ip(&["route"]).unwrap().stdout).into_owned();
     assert!(!routes.contains("198.19.0.0/16"), "{routes}");
 
-    // Failing commands name the command line and quote stderr.
+    // Failing commands name the command, the namespace and what to check,
+    // on one line.
     let err = format!("{:#}", ns.link_up("xnfnope").unwrap_err());
     assert!(
-        err.contains(&format!("ip -n {} link set dev xnfnope up", ns.name())),
+        err.contains(&format!("`link set dev xnfnope up` in namespace {}", ns.name())),
         "{err}"
     );
-    assert!(err.contains("Cannot find device"), "{err}");
+    assert!(err.contains("no interface xnfnope"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+    // The kernel's refusal comes with its reason; a batch stops there.
+    let mut b = ns.batch();
+    b.route_add("198.19.1.0/24", Some("198.18.99.1"), None)
+        .unwrap()
+        .addr_add("lo", "198.18.201.1/32")
+        .unwrap();
+    let err = format!("{:#}", b.apply().unwrap_err());
+    assert!(
+        err.contains("`route add 198.19.1.0/24 via 198.18.99.1` in namespace")
+            && err.contains("Network is unreachable"),
+        "{err}"
+    );
+    assert!(!err.contains('\n'), "{err}");
+    let addrs = String::from_utf8_lossy(&ns.ip(&["-o", "addr"]).unwrap().stdout).into_owned();
+    assert!(!addrs.contains("198.18.201.1"), "the batch went on: {addrs}");
+    let err = format!("{:#}", ns.addr_add("lo", "198.18.200.1/32").unwrap_err());
+    assert!(err.contains("File exists"), "{err}");
     let err = format!(
         "{:#}",
         ns.ip_batch(&["link set lo up", "link set xnfnope up"])
@@ -224,6 +251,13 @@ fn line_topology_forwards() {
     assert_ne!(t.gen_mac, t.dut_gen_mac);
     assert_eq!(t.sink_v4.to_string(), "198.18.1.2");
     assert_eq!(t.gen_v6.to_string(), "2001:db8::1");
+    // Settled at once: dut's two subnets and two link-local routes, every
+    // end operationally up.
+    assert_eq!(t.dut().route_count(Family::V6, None).unwrap(), 4);
+    for (ns, dev) in [(t.gen(), &t.gen_if), (t.dut(), &t.dut_gen_if), (t.dut(), &t.dut_sink_if), (t.sink(), &t.sink_if)] {
+        let link = ns.run(|| xnf_netns::netlink::link_by_name(dev).unwrap()).unwrap();
+        assert!(link.up && link.oper_up, "{link:?}");
+    }
 
     let dut_before = t.dut().snmp().unwrap();
     let gen_before = t.gen().snmp().unwrap();
@@ -322,15 +356,27 @@ fn offload_toggle() {
     let ns = Netns::new("ethtool").unwrap();
     let (a, b) = (ifname("a"), ifname("b"));
     veth(&ns, &a, &ns, &b, None).unwrap();
-    if Command::new("ethtool").arg("--version").output().is_err() {
-        assert!(ns.set_offload(&a, "gro", true).is_err());
-        return;
+    // Where the ethtool program exists, it must see what the ioctls set.
+    let have_ethtool = Command::new("ethtool").arg("--version").output().is_ok();
+    let shown = |feature: &str| {
+        let k = ns.exec(&["ethtool", "-k", &a]).unwrap();
+        let text = String::from_utf8_lossy(&k.stdout).into_owned();
+        text.lines().find(|l| l.starts_with(feature)).unwrap_or_default().to_owned()
+    };
+    for (offload, feature) in [
+        (Offload::Gro, "generic-receive-offload:"),
+        (Offload::TxChecksum, "tx-checksumming:"),
+        (Offload::TxVlan, "tx-vlan-offload:"),
+    ] {
+        for on in [false, true] {
+            ns.set_offload(&a, offload, on).unwrap();
+            assert_eq!(ns.offload(&a, offload).unwrap(), on, "{}", offload.name());
+            if have_ethtool {
+                let want = if on { "on" } else { "off" };
+                assert!(shown(feature).contains(want), "{feature} {}", shown(feature));
+            }
+        }
     }
-    ns.set_offload(&a, "gro", true).unwrap();
-    let k = ns.exec(&["ethtool", "-k", &a]).unwrap();
-    assert!(String::from_utf8_lossy(&k.stdout).contains("generic-receive-offload: on"));
-    ns.set_offload(&a, "gro", false).unwrap();
-    let k = ns.exec(&["ethtool", "-k", &a]).unwrap();
-    assert!(String::from_utf8_lossy(&k.stdout).contains("generic-receive-offload: off"));
-    assert!(ns.set_offload(&a, "no-such-feature", true).is_err());
+    let err = format!("{:#}", ns.set_offload("xnfnosuch", Offload::Gro, true).unwrap_err());
+    assert!(err.contains("xnfnosuch") && err.contains(ns.name()), "{err}");
 }

@@ -4,9 +4,8 @@ use std::net::IpAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
 
-use xnf_netns::{
-    Family, InstalledRoutes, LineConfig, LineTopology, Netns, Prefix, RouteSet, XNF_RTPROT,
-};
+use ipnet::IpNet;
+use xnf_netns::{Family, InstalledRoutes, LineConfig, LineTopology, Netns, RouteSet, XNF_RTPROT};
 
 fn line() -> LineTopology {
     LineTopology::new(&LineConfig::default()).expect("build the gen-dut-sink line")
@@ -74,9 +73,9 @@ fn big_tables_install_resolve_and_remove() {
                 .ip(&[family, "route", "get", "fibmatch", &target.to_string()])
                 .unwrap();
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let prefix: Prefix = text.split_whitespace().next().unwrap().parse().unwrap();
+            let prefix: IpNet = text.split_whitespace().next().unwrap().parse().unwrap();
             assert!(set.prefixes().contains(&prefix), "{target}: {text}");
-            assert!(prefix.contains(*target));
+            assert!(prefix.contains(target));
             assert!(
                 text.contains(&format!("proto {XNF_RTPROT}")),
                 "{target}: {text}"
@@ -163,7 +162,7 @@ fn existing_route_fails_the_whole_install_and_only_ours_are_undone() {
 
     // 20,000 new prefixes plus one that is already installed.
     let clash = first.prefixes()[1234];
-    let mut second: Vec<Prefix> = RouteSet::synthetic_v4(20_000, 2)
+    let mut second: Vec<IpNet> = RouteSet::synthetic_v4(20_000, 2)
         .unwrap()
         .prefixes()
         .iter()

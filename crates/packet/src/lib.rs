@@ -157,21 +157,11 @@ pub(crate) use view;
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    /// Deterministic linear congruential generator for tests.
-    pub struct Lcg(pub u64);
-
-    impl Lcg {
-        pub fn next_u32(&mut self) -> u32 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) as u32
-        }
-
-        pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-            (0..n).map(|_| self.next_u32() as u8).collect()
-        }
+    /// `n` random bytes.
+    pub fn bytes(rng: &mut fastrand::Rng, n: usize) -> Vec<u8> {
+        let mut v = vec![0; n];
+        rng.fill(&mut v);
+        v
     }
 }
 

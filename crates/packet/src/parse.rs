@@ -463,7 +463,7 @@ fn transport(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::Lcg;
+    use crate::testutil::bytes;
 
     // A real-world style frame: 02:..:01 -> 02:..:02, IPv4 UDP 10.0.0.1:1234 -> 10.0.0.2:53.
     fn udp_frame() -> Vec<u8> {
@@ -544,14 +544,14 @@ mod tests {
 
     #[test]
     fn random_bytes_never_panic() {
-        let mut rng = Lcg(42);
+        let mut rng = fastrand::Rng::with_seed(42);
         let base = udp_frame();
         for i in 0..20000 {
-            let n = rng.next_u32() as usize % 120;
+            let n = rng.usize(..120);
             let mut f = if i % 2 == 0 {
                 base.clone()
             } else {
-                rng.bytes(n)
+                bytes(&mut rng, n)
             };
             // sprinkle interesting ethertypes and corrupt a few bytes
             if f.len() > 14 && i % 3 == 0 {
@@ -560,8 +560,8 @@ mod tests {
             }
             for _ in 0..3 {
                 if !f.is_empty() {
-                    let at = rng.next_u32() as usize % f.len();
-                    f[at] = rng.next_u32() as u8;
+                    let at = rng.usize(..f.len());
+                    f[at] = rng.u8(..);
                 }
             }
             if let Ok(p) = parse(&f) {

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use xnf_netns::{LineConfig, LineTopology, Netns};
+use xnf_netns::{LineConfig, LineTopology, Netns, Offload};
 
 /// The namespaces a lab process with `pid` has made (`xnf-PID-…`).
 pub fn namespaces_of(pid: u32) -> Vec<String> {
@@ -97,8 +97,8 @@ pub struct RoutedLine {
 impl RoutedLine {
     pub fn new(attach_args: &[&str]) -> Self {
         let line = LineTopology::new(&LineConfig::default()).expect("line topology (run as root)");
-        line.gen().set_offload(&line.gen_if, "tx", false).expect("ethtool -K tx off");
-        line.sink().set_offload(&line.sink_if, "tx", false).expect("ethtool -K tx off");
+        line.gen().set_offload(&line.gen_if, Offload::TxChecksum, false).expect("TX checksum offload off");
+        line.sink().set_offload(&line.sink_if, Offload::TxChecksum, false).expect("TX checksum offload off");
         xnf_ok(line.sink(), &["pass", "attach", &line.sink_if]);
         xnf_ok(line.gen(), &["pass", "attach", &line.gen_if]);
         let mut me = RoutedLine { line, attached: false };

@@ -30,7 +30,7 @@ fn pair(queues: u32) -> Pair {
     a.ip_batch(&[format!("addr add 198.18.0.1/24 dev {a_if}"), format!("link set {a_if} up")]).unwrap();
     b.ip_batch(&[format!("addr add 198.18.0.2/24 dev {b_if}"), format!("link set {b_if} up")]).unwrap();
     // a's kernel fills in its UDP checksums (a veth would hand them on unfinished).
-    a.set_offload(&a_if, "tx", false).unwrap();
+    a.set_offload(&a_if, xnf_netns::Offload::TxChecksum, false).unwrap();
     let (a_mac, b_mac) = (a.mac(&a_if).unwrap(), b.mac(&b_if).unwrap());
     Pair { a, b, a_if, b_if, a_mac, b_mac }
 }

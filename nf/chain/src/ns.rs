@@ -62,57 +62,12 @@ pub fn run_in<T: Send>(path: &std::path::Path, f: impl FnOnce() -> Result<T> + S
     xnf_netns::run_in(path, f)?
 }
 
-const SIOCETHTOOL: libc::c_ulong = 0x8946;
-const ETHTOOL_STXCSUM: u32 = 0x17;
-const ETHTOOL_GFLAGS: u32 = 0x25;
-const ETHTOOL_SFLAGS: u32 = 0x26;
-const ETH_FLAG_TXVLAN: u32 = 1 << 7;
-
-#[repr(C)]
-struct EthtoolValue {
-    cmd: u32,
-    data: u32,
-}
-
-#[repr(C)]
-struct IfReq {
-    name: [u8; libc::IFNAMSIZ],
-    data: *mut EthtoolValue,
-    _pad: [u8; 16],
-}
-
-fn ethtool(sock: &std::os::fd::OwnedFd, ifname: &str, cmd: u32, data: u32) -> std::io::Result<u32> {
-    use std::os::fd::AsRawFd;
-    let mut v = EthtoolValue { cmd, data };
-    let mut req = IfReq { name: [0; libc::IFNAMSIZ], data: &mut v, _pad: [0; 16] };
-    req.name[..ifname.len()].copy_from_slice(ifname.as_bytes());
-    // SAFETY: SIOCETHTOOL with a valid ifreq pointing at a live ethtool_value.
-    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut req) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(v.data)
-}
-
 /// Turns off TX checksum offload and TX VLAN offload on `ifname` (in this
 /// thread's namespace). With them on, a veth hands XDP frames whose
 /// checksums are still to be filled in and whose VLAN tag sits outside the
 /// frame; redirected onwards, those would leave with bad checksums and
 /// without their tag (seed 000 §4.1.4 does the same with ethtool).
-pub fn offloads_off(ifname: &str) -> Result<()> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: plain socket(2); the fd is owned below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
-    ensure!(fd >= 0, "opening a socket for ethtool: {}", std::io::Error::last_os_error());
-    // SAFETY: fd is a new, valid descriptor.
-    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    ethtool(&sock, ifname, ETHTOOL_STXCSUM, 0).with_context(|| format!("turning TX checksum offload off on {ifname}"))?;
-    let flags = ethtool(&sock, ifname, ETHTOOL_GFLAGS, 0).with_context(|| format!("reading offload flags of {ifname}"))?;
-    if flags & ETH_FLAG_TXVLAN != 0 {
-        ethtool(&sock, ifname, ETHTOOL_SFLAGS, flags & !ETH_FLAG_TXVLAN).with_context(|| format!("turning TX VLAN offload off on {ifname}"))?;
-    }
-    Ok(())
-}
+pub use xnf_netns::ethtool::offloads_off;
 
 /// Writes a sysctl of this thread's network namespace (`net/...` path).
 pub fn sysctl(key: &str, value: &str) -> Result<()> {

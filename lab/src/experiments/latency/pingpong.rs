@@ -132,8 +132,8 @@ impl Path {
         ])?;
         // Kernel-sent UDP must carry whole checksums (a veth may leave them
         // to an offload that AF_XDP and AF_PACKET readers never see done).
-        ping.set_offload(&ping_if, "tx", false)?;
-        fwd.set_offload(&fwd_if, "tx", false)?;
+        ping.set_offload(&ping_if, xnf_netns::Offload::TxChecksum, false)?;
+        fwd.set_offload(&fwd_if, xnf_netns::Offload::TxChecksum, false)?;
         let mut payload = MAGIC.to_vec();
         payload.extend(0u32.to_be_bytes());
         let mut probe = PacketBuilder::ethernet(ping_mac, fwd_mac).ipv4(PING_ADDR.into(), NOBODY.into()).udp(1024, PROBE_PORT).payload(&payload).frame_len(FRAME_LEN).build();

@@ -1,18 +1,18 @@
-//! Interfaces as rtnetlink reports them: a dump of all links, and a socket
-//! that wakes on link changes (for the VLAN follower).
+//! Interfaces: a dump of all links, creating veths, changing and deleting
+//! links, and a socket that wakes on link changes (for the VLAN follower).
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
-};
+use anyhow::{Context, Result};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp,
+    State,
 };
 use netlink_packet_route::RouteNetlinkMessage;
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use super::socket::Rtnl;
 
 /// What xnf needs to know about one interface.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,7 +30,11 @@ pub struct Link {
     pub parent_netnsid: Option<i32>,
     pub ethernet: bool,
     pub loopback: bool,
+    /// Administratively up (`IFF_UP`).
     pub up: bool,
+    /// Operational state UP (`IFLA_OPERSTATE`): up with carrier, as the
+    /// kernel's link watcher has settled it (up to a second after carrier).
+    pub oper_up: bool,
     pub mtu: u32,
     /// ID of the XDP program attached in any mode, if one is.
     pub xdp_prog_id: Option<u32>,
@@ -51,6 +55,7 @@ impl Link {
                 LinkAttribute::IfName(n) => link.name = n.clone(),
                 LinkAttribute::Address(a) if a.len() == 6 => link.mac = a.as_slice().try_into().ok(),
                 LinkAttribute::Mtu(m) => link.mtu = *m,
+                LinkAttribute::OperState(state) => link.oper_up = *state == State::Up,
                 LinkAttribute::Link(p) => link.parent = Some(*p),
                 LinkAttribute::LinkNetNsId(id) => link.parent_netnsid = Some(*id),
                 LinkAttribute::Xdp(xdp) => {
@@ -103,44 +108,14 @@ fn kind_name(k: &InfoKind) -> String {
     }
 }
 
-fn socket() -> Result<Socket> {
-    let mut s = Socket::new(NETLINK_ROUTE).context("opening a netlink socket")?;
-    s.bind_auto().context("binding the netlink socket")?;
-    Ok(s)
-}
-
 /// Every interface in the current network namespace.
 pub fn links() -> Result<Vec<Link>> {
-    let s = socket()?;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_DUMP;
-    header.sequence_number = 1;
-    let mut req = NetlinkMessage::new(header, NetlinkPayload::from(RouteNetlinkMessage::GetLink(LinkMessage::default())));
-    req.finalize();
-    let mut buf = vec![0u8; req.buffer_len()];
-    req.serialize(&mut buf);
-    s.send_to(&buf, &SocketAddr::new(0, 0), 0).context("sending the link dump request")?;
-
-    let mut out = Vec::new();
-    loop {
-        let (data, _) = s.recv_from_full().context("receiving the link dump")?;
-        let mut off = 0;
-        while off < data.len() {
-            let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[off..])
-                .context("decoding a netlink link message")?;
-            let len = msg.header.length as usize;
-            match msg.payload {
-                NetlinkPayload::Done(_) => return Ok(out),
-                NetlinkPayload::Error(e) => bail!("netlink link dump failed: {e:?}"),
-                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => out.push(Link::from_message(&l)),
-                _ => {}
-            }
-            if len == 0 {
-                break;
-            }
-            off += len;
-        }
-    }
+    Rtnl::open()?
+        .dump(RouteNetlinkMessage::GetLink(LinkMessage::default()), |m| match m {
+            RouteNetlinkMessage::NewLink(l) => Some(Link::from_message(&l)),
+            _ => None,
+        })
+        .context("dumping the interfaces (netlink)")
 }
 
 /// Looks an interface up by name, with an error that says what to check.
@@ -151,56 +126,73 @@ pub fn link_by_name(name: &str) -> Result<Link> {
         .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))
 }
 
-/// Sends one request and waits for its acknowledgement.
+/// Sends one request on a fresh socket and waits for its acknowledgement.
 fn request(msg: RouteNetlinkMessage, flags: u16, what: &str) -> Result<()> {
-    let s = socket()?;
-    let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-    header.sequence_number = 1;
-    let mut req = NetlinkMessage::new(header, NetlinkPayload::from(msg));
-    req.finalize();
-    let mut buf = vec![0u8; req.buffer_len()];
-    req.serialize(&mut buf);
-    s.send_to(&buf, &SocketAddr::new(0, 0), 0).with_context(|| format!("{what}: sending the request"))?;
-    loop {
-        let (data, _) = s.recv_from_full().with_context(|| format!("{what}: receiving the answer"))?;
-        let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data).with_context(|| format!("{what}: decoding the answer"))?;
-        if let NetlinkPayload::Error(e) = msg.payload {
-            return match e.code {
-                None => Ok(()),
-                Some(code) => Err(std::io::Error::from_raw_os_error(-code.get())).with_context(|| what.to_string()),
-            };
+    Rtnl::open()?.request(msg, flags).with_context(|| what.to_string())
+}
+
+/// The request creating a veth pair: `name` in the namespace of the socket
+/// it is sent on, `peer` in the one open as `peer_ns`, each with `queues`
+/// RX and TX queues (`None`: the kernel's default).
+fn veth_message(name: &str, peer: &str, peer_ns: BorrowedFd<'_>, queues: Option<u32>) -> RouteNetlinkMessage {
+    let queue_attrs = |attrs: &mut Vec<LinkAttribute>| {
+        if let Some(q) = queues {
+            attrs.extend([LinkAttribute::NumTxQueues(q), LinkAttribute::NumRxQueues(q)]);
         }
-    }
+    };
+    let mut p = LinkMessage::default();
+    p.attributes = vec![LinkAttribute::IfName(peer.into()), LinkAttribute::NetNsFd(peer_ns.as_raw_fd())];
+    queue_attrs(&mut p.attributes);
+    let mut m = LinkMessage::default();
+    m.attributes = vec![LinkAttribute::IfName(name.into())];
+    queue_attrs(&mut m.attributes);
+    m.attributes.push(LinkAttribute::LinkInfo(vec![
+        LinkInfo::Kind(InfoKind::Veth),
+        LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(p))),
+    ]));
+    RouteNetlinkMessage::NewLink(m)
 }
 
 /// Creates a veth pair: `name` here, `peer` (with that name) in the network
-/// namespace open as `peer_ns`, both with `queues` RX and TX queues.
-pub fn create_veth(name: &str, peer: &str, peer_ns: std::os::fd::BorrowedFd<'_>, queues: u32) -> Result<()> {
-    let mut p = LinkMessage::default();
-    p.attributes = vec![
-        LinkAttribute::IfName(peer.into()),
-        LinkAttribute::NetNsFd(peer_ns.as_raw_fd()),
-        LinkAttribute::NumTxQueues(queues),
-        LinkAttribute::NumRxQueues(queues),
-    ];
+/// namespace open as `peer_ns`, both with `queues` RX and TX queues (a
+/// number, or `None` for the kernel's default).
+pub fn create_veth(name: &str, peer: &str, peer_ns: BorrowedFd<'_>, queues: impl Into<Option<u32>>) -> Result<()> {
+    request(
+        veth_message(name, peer, peer_ns, queues.into()),
+        NLM_F_CREATE | NLM_F_EXCL,
+        &format!("creating veth {name} (peer {peer})"),
+    )
+}
+
+/// A change to one interface: `ip link set` in message form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LinkChange {
+    Up,
+    Down,
+    Mac([u8; 6]),
+    Mtu(u32),
+}
+
+/// The request applying `change` to interface `ifindex`.
+pub(crate) fn set_link_message(ifindex: u32, change: LinkChange) -> RouteNetlinkMessage {
     let mut m = LinkMessage::default();
-    m.attributes = vec![
-        LinkAttribute::IfName(name.into()),
-        LinkAttribute::NumTxQueues(queues),
-        LinkAttribute::NumRxQueues(queues),
-        LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Veth), LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(p)))]),
-    ];
-    request(RouteNetlinkMessage::NewLink(m), NLM_F_CREATE | NLM_F_EXCL, &format!("creating veth {name} (peer {peer})"))
+    m.header.index = ifindex;
+    match change {
+        LinkChange::Up | LinkChange::Down => {
+            m.header.change_mask = LinkFlags::Up;
+            if change == LinkChange::Up {
+                m.header.flags = LinkFlags::Up;
+            }
+        }
+        LinkChange::Mac(mac) => m.attributes.push(LinkAttribute::Address(mac.to_vec())),
+        LinkChange::Mtu(mtu) => m.attributes.push(LinkAttribute::Mtu(mtu)),
+    }
+    RouteNetlinkMessage::SetLink(m)
 }
 
 /// Sets an interface of the current network namespace up.
 pub fn set_up(ifindex: u32, name: &str) -> Result<()> {
-    let mut m = LinkMessage::default();
-    m.header.index = ifindex;
-    m.header.flags = LinkFlags::Up;
-    m.header.change_mask = LinkFlags::Up;
-    request(RouteNetlinkMessage::SetLink(m), 0, &format!("setting {name} up"))
+    request(set_link_message(ifindex, LinkChange::Up), 0, &format!("setting {name} up"))
 }
 
 /// Deletes an interface of the current network namespace (a veth takes its peer along).
@@ -212,7 +204,7 @@ pub fn delete_link(ifindex: u32, name: &str) -> Result<()> {
 
 /// A netlink socket subscribed to link changes.
 pub struct LinkEvents {
-    sock: Socket,
+    rtnl: Rtnl,
 }
 
 /// `RTMGRP_LINK`: the link multicast group as a bind-time bitmask.
@@ -220,27 +212,28 @@ const RTMGRP_LINK: u32 = 1;
 
 impl LinkEvents {
     pub fn subscribe() -> Result<Self> {
-        let mut sock = Socket::new(NETLINK_ROUTE).context("opening a netlink socket")?;
-        sock.bind(&SocketAddr::new(0, RTMGRP_LINK)).context("subscribing to link events")?;
-        Ok(Self { sock })
+        Ok(Self { rtnl: Rtnl::subscribe(RTMGRP_LINK)? })
     }
 
     /// Waits up to `timeout` for link events and drains them; true if any came.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let mut pfd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let sock = self.rtnl.socket();
+        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
         if n <= 0 {
             return Ok(false);
         }
-        self.sock.set_non_blocking(true)?;
+        // What changed does not matter (the follower re-reads every link),
+        // so the events are drained unparsed.
+        sock.set_non_blocking(true)?;
         let mut buf = vec![0u8; 65536];
-        while let Ok(n) = self.sock.recv(&mut &mut buf[..], 0) {
+        while let Ok(n) = sock.recv(&mut &mut buf[..], 0) {
             if n == 0 {
                 break;
             }
         }
-        self.sock.set_non_blocking(false)?;
+        sock.set_non_blocking(false)?;
         Ok(true)
     }
 }

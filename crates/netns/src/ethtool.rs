@@ -1,0 +1,166 @@
+//! Offload features through the `SIOCETHTOOL` ioctl, in the calling
+//! thread's network namespace (wrap it in [`crate::run_in`] or
+//! [`crate::Netns::run`] for another): what `ethtool -k/-K` does for the
+//! few features xnf changes, without needing the ethtool program.
+//!
+//! The legacy per-feature commands suffice: each maps to the same kernel
+//! feature bits as ethtool's names (`tx` clears every `tx-checksum-*`).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use anyhow::{anyhow, bail, Result};
+
+use crate::addr::check_ifname;
+
+const ETHTOOL_GTXCSUM: u32 = 0x16;
+const ETHTOOL_STXCSUM: u32 = 0x17;
+const ETHTOOL_GFLAGS: u32 = 0x25;
+const ETHTOOL_SFLAGS: u32 = 0x26;
+const ETHTOOL_GGRO: u32 = 0x2b;
+const ETHTOOL_SGRO: u32 = 0x2c;
+const ETH_FLAG_TXVLAN: u32 = 1 << 7;
+
+/// An offload feature, by what it does; [`Offload::name`] is ethtool's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offload {
+    /// TX checksumming (`tx`). A veth sender with it on hands
+    /// `CHECKSUM_PARTIAL` packets to the peer's XDP, which forwards them
+    /// with their checksums never filled in.
+    TxChecksum,
+    /// TX VLAN tag insertion (`txvlan`). With it on a veth hands XDP frames
+    /// whose VLAN tag sits outside the frame, so a redirect loses it.
+    TxVlan,
+    /// Generic receive offload (`gro`).
+    Gro,
+}
+
+impl Offload {
+    /// ethtool's name of the feature (`ethtool -K DEV NAME on|off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Offload::TxChecksum => "tx",
+            Offload::TxVlan => "txvlan",
+            Offload::Gro => "gro",
+        }
+    }
+}
+
+/// `struct ethtool_value`: a command and its one 32-bit argument.
+#[repr(C)]
+struct EthtoolValue {
+    cmd: u32,
+    data: u32,
+}
+
+/// A socket to send ioctls on (any socket of the namespace will do).
+fn ioctl_socket() -> Result<OwnedFd> {
+    // SAFETY: plain socket(2); the fd is owned below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        bail!("opening a socket for ethtool ioctls: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new, valid descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Runs one ethtool command with argument `data` on `ifname`; returns the data it answers.
+fn ethtool(sock: &OwnedFd, ifname: &str, cmd: u32, data: u32) -> std::io::Result<u32> {
+    let mut value = EthtoolValue { cmd, data };
+    // SAFETY: all-zero is a valid ifreq (a name of NULs, a null pointer).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    // check_ifname keeps the name under IFNAMSIZ with room for the NUL.
+    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
+    // SAFETY: SIOCETHTOOL with a valid ifreq pointing at a live ethtool_value.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(value.data)
+}
+
+/// The error of an ethtool command on `ifname`, saying what to check.
+fn explain(e: std::io::Error, ifname: &str, what: &str) -> anyhow::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::ENODEV) => "no such interface in this network namespace (see `ip link`)".to_owned(),
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => format!("its driver cannot change this ({e})"),
+        Some(libc::EPERM) => format!("{e}: needs root (CAP_NET_ADMIN)"),
+        _ => e.to_string(),
+    };
+    anyhow!("{what} on {ifname}: {why}")
+}
+
+/// Whether `offload` is on for `ifname`.
+pub fn offload(ifname: &str, offload: Offload) -> Result<bool> {
+    check_ifname(ifname)?;
+    let sock = ioctl_socket()?;
+    let what = format!("reading {}", offload.name());
+    let get = |cmd| ethtool(&sock, ifname, cmd, 0).map_err(|e| explain(e, ifname, &what));
+    Ok(match offload {
+        Offload::TxChecksum => get(ETHTOOL_GTXCSUM)? != 0,
+        Offload::Gro => get(ETHTOOL_GGRO)? != 0,
+        Offload::TxVlan => get(ETHTOOL_GFLAGS)? & ETH_FLAG_TXVLAN != 0,
+    })
+}
+
+/// Turns `offload` on or off for `ifname` (`ethtool -K IFNAME NAME on|off`).
+pub fn set_offload(ifname: &str, offload: Offload, on: bool) -> Result<()> {
+    check_ifname(ifname)?;
+    let sock = ioctl_socket()?;
+    let what = format!("turning {} {}", offload.name(), if on { "on" } else { "off" });
+    let run = |cmd, data| ethtool(&sock, ifname, cmd, data).map_err(|e| explain(e, ifname, &what));
+    match offload {
+        Offload::TxChecksum => run(ETHTOOL_STXCSUM, u32::from(on)).map(drop),
+        Offload::Gro => run(ETHTOOL_SGRO, u32::from(on)).map(drop),
+        Offload::TxVlan => {
+            // SFLAGS sets every flag feature at once (LRO, VLAN, ntuple,
+            // hash): change only ours, and only if it differs.
+            let flags = run(ETHTOOL_GFLAGS, 0)?;
+            let wanted = if on { flags | ETH_FLAG_TXVLAN } else { flags & !ETH_FLAG_TXVLAN };
+            if wanted != flags {
+                run(ETHTOOL_SFLAGS, wanted)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Turns off TX checksum offload and TX VLAN offload on `ifname`: what a
+/// veth whose frames XDP redirects onwards needs (see [`Offload`]).
+pub fn offloads_off(ifname: &str) -> Result<()> {
+    set_offload(ifname, Offload::TxChecksum, false)?;
+    set_offload(ifname, Offload::TxVlan, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ifname, veth, Netns};
+
+    #[test]
+    fn offloads_toggle_and_read_back() {
+        let ns = Netns::new("ethtool").unwrap();
+        let (a, b) = (ifname("a"), ifname("b"));
+        veth(&ns, &a, &ns, &b, None).unwrap();
+        ns.run(|| {
+            for o in [Offload::TxChecksum, Offload::TxVlan, Offload::Gro] {
+                for on in [false, true, false] {
+                    set_offload(&a, o, on).unwrap();
+                    assert_eq!(offload(&a, o).unwrap(), on, "{}", o.name());
+                }
+            }
+            set_offload(&a, Offload::TxChecksum, true).unwrap();
+            set_offload(&a, Offload::TxVlan, true).unwrap();
+            offloads_off(&a).unwrap();
+            assert!(!offload(&a, Offload::TxChecksum).unwrap() && !offload(&a, Offload::TxVlan).unwrap());
+            // The peer is untouched.
+            assert!(offload(&b, Offload::TxChecksum).unwrap());
+            let err = format!("{:#}", set_offload("xnfnosuch", Offload::Gro, true).unwrap_err());
+            assert!(err.contains("xnfnosuch") && err.contains("no such interface"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        })
+        .unwrap();
+    }
+}

@@ -1,0 +1,16 @@
+//! The crate's one way of talking rtnetlink, in the calling thread's network
+//! namespace (wrap it in [`crate::run_in`] or [`crate::Netns::run`] for
+//! another): interfaces as the kernel reports them, veth creation, link
+//! changes and link events, and underneath one transport that sends single
+//! requests, dumps and batches. [`crate::Netns`]'s typed helpers, its
+//! [`crate::Batch`], veth pairs and route tables all go through it.
+
+mod config;
+mod link;
+mod socket;
+
+pub(crate) use config::{addr_message, del_route_message, ipv6_link_local, neigh_message, route_message, RTPROT_BOOT};
+pub use link::{create_veth, delete_link, link_by_name, links, set_up, Link, LinkEvents};
+pub(crate) use link::{set_link_message, LinkChange};
+pub use socket::{BatchConfig, KernelError};
+pub(crate) use socket::{BatchOutcome, Failure, Rtnl};
