@@ -400,7 +400,7 @@ fn an_egress_attached_in_skb_mode_gets_its_frames_through_the_kernel() {
         ])
         .unwrap();
     lan.ip_batch(&[format!("link set {host} up"), format!("addr add 198.18.60.2/24 dev {host}"), "route add default via 198.18.60.1".to_string()]).unwrap();
-    lan.set_offload(&host, "tx", false).unwrap();
+    lan.set_offload(&host, xnf_netns::Offload::TxChecksum, false).unwrap();
     l.gen().route_add("198.18.60.0/24", Some(&l.dut_gen_v4.to_string()), None).unwrap();
     xnf_ok(r.dut(), &["router", "attach", &l.dut_gen_if, "--no-follow"]);
     xnf_ok(r.dut(), &["router", "attach", &br, "--mode", "skb", "--no-follow"]);

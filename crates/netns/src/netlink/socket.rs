@@ -291,6 +291,32 @@ impl Rtnl {
         }
     }
 
+    /// Sends one query that the kernel answers with one message (like
+    /// `RTM_GETROUTE` for one destination) and returns that message, or
+    /// the kernel's refusal.
+    pub fn query(&mut self, payload: RouteNetlinkMessage) -> Result<std::result::Result<RouteNetlinkMessage, KernelError>> {
+        let seq = self.next_seq();
+        let mut out = Vec::new();
+        Self::emit(&mut out, payload, 0, seq);
+        self.send(&out)?;
+        loop {
+            for msg in self.recv()? {
+                if msg.header.sequence_number != seq {
+                    continue;
+                }
+                match msg.payload {
+                    NetlinkPayload::InnerMessage(m) => return Ok(Ok(m)),
+                    NetlinkPayload::Error(e) => {
+                        if let (_, Some(err)) = decode_error(&msg.header, e.raw_code(), &e.header)? {
+                            return Ok(Err(err));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
     /// Dumps what `request` asks for (it gets `NLM_F_DUMP`) and keeps what
     /// `keep` returns. Restarts when the kernel flags the dump as
     /// inconsistent (the table changed meanwhile), five times at most.

@@ -1,0 +1,118 @@
+//! Asking the kernel what it would do: the input route it picks for a
+//! packet (`ip route get DST from SRC iif DEV`, with policy rules, martian
+//! and reverse-path checks), and its neighbour table. The reference models
+//! of xnf's fuzzers take routing decisions from here, so "what the kernel
+//! would do" is the kernel's own answer.
+
+use std::net::IpAddr;
+
+use anyhow::{bail, Result};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteType};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+
+use super::Rtnl;
+
+/// The kernel's input route for one packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouteGet {
+    /// Forwarded out of `oif`, to `gateway` or (on-link) to the destination.
+    Unicast { oif: u32, gateway: Option<IpAddr>, locked_mtu: Option<u32> },
+    Local,
+    Broadcast,
+    Multicast,
+    Anycast,
+    Blackhole,
+    Unreachable,
+    Prohibit,
+    /// Refused with this errno (EINVAL: a martian; ENETUNREACH, EHOSTUNREACH:
+    /// no route, forwarding disabled).
+    Error(i32),
+}
+
+/// A neighbour entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Neighbour {
+    pub ifindex: u32,
+    pub addr: IpAddr,
+    pub mac: Option<[u8; 6]>,
+    /// NUD_VALID: reachable, stale, delay, probe, permanent or noarp.
+    pub valid: bool,
+}
+
+/// The route the kernel picks for a packet from `src` to `dst` that
+/// arrived on `iif` (in the calling thread's network namespace).
+pub fn route_get(src: IpAddr, dst: IpAddr, iif: u32) -> Result<RouteGet> {
+    let mut m = RouteMessage::default();
+    m.header.address_family = if dst.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+    m.header.destination_prefix_length = if dst.is_ipv6() { 128 } else { 32 };
+    m.header.source_prefix_length = if src.is_ipv6() { 128 } else { 32 };
+    m.attributes = vec![RouteAttribute::Destination(dst.into()), RouteAttribute::Source(src.into()), RouteAttribute::Iif(iif)];
+    let r = match Rtnl::open()?.query(RouteNetlinkMessage::GetRoute(m))? {
+        Err(e) => return Ok(RouteGet::Error(e.errno)),
+        Ok(RouteNetlinkMessage::NewRoute(r)) => r,
+        Ok(other) => bail!("RTM_GETROUTE answered {other:?}"),
+    };
+    Ok(match r.header.kind {
+        RouteType::Unicast => {
+            let mut oif = 0;
+            let mut gateway = None;
+            let (mut mtu, mut locks) = (None, 0);
+            for a in &r.attributes {
+                match a {
+                    RouteAttribute::Oif(i) => oif = *i,
+                    RouteAttribute::Gateway(RouteAddress::Inet(g)) => gateway = Some(IpAddr::V4(*g)),
+                    RouteAttribute::Gateway(RouteAddress::Inet6(g)) => gateway = Some(IpAddr::V6(*g)),
+                    RouteAttribute::Metrics(ms) => {
+                        for m in ms {
+                            match m {
+                                RouteMetric::Mtu(v) => mtu = Some(*v),
+                                RouteMetric::Lock(l) => locks = *l,
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // RTAX_MTU's bit in the lock mask.
+            RouteGet::Unicast { oif, gateway, locked_mtu: mtu.filter(|_| locks & (1 << 2) != 0) }
+        }
+        RouteType::Local => RouteGet::Local,
+        RouteType::Broadcast => RouteGet::Broadcast,
+        RouteType::Multicast => RouteGet::Multicast,
+        RouteType::Anycast => RouteGet::Anycast,
+        RouteType::BlackHole => RouteGet::Blackhole,
+        RouteType::Unreachable => RouteGet::Unreachable,
+        RouteType::Prohibit => RouteGet::Prohibit,
+        other => bail!("RTM_GETROUTE answered a route of type {other:?}"),
+    })
+}
+
+/// Every neighbour entry of both families.
+pub fn neighbours() -> Result<Vec<Neighbour>> {
+    let answer = Rtnl::open()?.dump(RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()), |m| match m {
+        RouteNetlinkMessage::NewNeighbour(n) => Some(n),
+        _ => None,
+    })?;
+    let mut out = Vec::new();
+    for n in answer {
+        let mut addr = None;
+        let mut mac = None;
+        for a in &n.attributes {
+            match a {
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => addr = Some(IpAddr::V4(*a)),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => addr = Some(IpAddr::V6(*a)),
+                NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => mac = l.as_slice().try_into().ok(),
+                _ => {}
+            }
+        }
+        let Some(addr) = addr else { continue };
+        let valid = matches!(
+            n.header.state,
+            NeighbourState::Reachable | NeighbourState::Stale | NeighbourState::Delay | NeighbourState::Probe | NeighbourState::Permanent | NeighbourState::Noarp
+        );
+        out.push(Neighbour { ifindex: n.header.ifindex, addr, mac, valid });
+    }
+    Ok(out)
+}
