@@ -12,15 +12,19 @@
  */
 #include "xnf/common.h"
 
+/* What the program does with every frame. Typed in the rodata below, so
+ * BTF carries the enum and the skeleton mirrors its values in Rust
+ * (programs/actions.rs takes them from there). */
 enum xnf_action {
-	XNF_ACT_DROP = 0,
-	XNF_ACT_PASS = 1,
-	XNF_ACT_TX = 2,
-	XNF_ACT_REDIRECT = 3,
-	XNF_ACT_CPUMAP = 4,
+	XNF_ACT_DROP,
+	XNF_ACT_PASS,
+	XNF_ACT_TX,
+	XNF_ACT_REDIRECT,
+	XNF_ACT_CPUMAP,
+	XNF_ACT_MAX,
 };
 
-const volatile __u32 action = XNF_ACT_DROP;
+const volatile enum xnf_action action = XNF_ACT_DROP;
 const volatile __u32 target_cpu = 0;
 
 struct count {

@@ -36,9 +36,11 @@
 #include "xnf/common.h"
 #include "xnf/csum.h"
 
-#define GEN_CLASSES 8           /* size classes (a power of two) */
-#define GEN_SEQ 1024            /* longest class sequence (a power of two) */
-#define GEN_HDR_MAX 80          /* Ethernet + IPv6 + TCP = 74 */
+enum gen_limits {
+	GEN_CLASSES = 8,        /* size classes (a power of two) */
+	GEN_SEQ = 1024,         /* longest class sequence (a power of two) */
+	GEN_HDR_MAX = 80,       /* Ethernet + IPv6 + TCP = 74 */
+};
 
 const volatile __u8 ipv6 = 0;
 const volatile __u8 tcp = 0;
@@ -85,14 +87,26 @@ struct {
 /* ctl[GEN_CTL_RATE]: frames per second per generator CPU, 0 = as fast as
  * possible. ctl[GEN_CTL_LIMIT]: frames this CPU may send in all, 0 = no
  * limit. A map, so another thread can change them while a run is going. */
-#define GEN_CTL_RATE 0
-#define GEN_CTL_LIMIT 1
+enum gen_ctl {
+	GEN_CTL_RATE,
+	GEN_CTL_LIMIT,
+	GEN_CTL_MAX,
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, GEN_CTL_MAX);
 	__type(key, __u32);
 	__type(value, __u64);
 } ctl SEC(".maps");
+
+/* Never read: the limits and control keys user space must agree on reach
+ * BTF, and so the skeleton's Rust mirror (programs/gen.rs), only from a
+ * global whose type has a field of each enum. */
+const volatile struct {
+	enum gen_limits limits;
+	enum gen_ctl ctl;
+} gen_abi_anchor = {};
 
 /* How far the schedule may fall behind (a pause between runs: the kernel
  * spends milliseconds tearing each one down) and be caught up, at no more

@@ -14,8 +14,16 @@
  */
 #include "xnf/common.h"
 
-#define SINK_SNAP 1518          /* bytes copied per frame at most */
-#define SINK_SIZES 2048         /* lengths counted; longer ones count as the last */
+enum sink_limits {
+	SINK_SNAP = 1518,       /* bytes copied per frame at most */
+	SINK_SIZES = 2048,      /* lengths counted; longer ones count as the last */
+};
+
+/* Never read: the limits reach BTF, and so the skeleton's Rust mirror
+ * (programs/sink.rs), only from a global whose type holds the enum. */
+const volatile struct {
+	enum sink_limits limits;
+} sink_abi_anchor = {};
 
 const volatile __u8 capture = 0;
 const volatile __u8 count_sizes = 0;

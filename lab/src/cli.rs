@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
-use crate::engine::measure::Timing;
-use crate::engine::results::Results;
-use crate::experiments::router::{netfilter_points, parse_list, Variant};
+pub use crate::engine::driver::Common;
+use crate::engine::driver::Experiment;
+use crate::experiments::{actions::Actions, afxdp::Afxdp, chain::Chain, router::Router};
 
 #[derive(Subcommand)]
 pub enum LabCmd {
@@ -21,12 +21,12 @@ pub enum LabCmd {
     /// min, max), loss and where it happened, CPU per packet split into
     /// softirq/system/user, and the xnf/kernel ratio. Optionally the
     /// zero-loss rate and the CPU-vs-offered-load curve.
-    Router(Box<RouterArgs>),
+    Router(Box<Run<Router>>),
     /// The raw XDP verdicts on dut's ingress (drop, pass, TX, redirect to a
     /// port, redirect to a CPU) against the Linux stack dropping the same
     /// frames (nftables, prerouting, raw priority): the upper bounds every
     /// network function is compared with (seed 003 §4, xdp-bench).
-    Actions(Box<ActionsArgs>),
+    Actions(Box<Run<Actions>>),
     /// The NF-chain path of seed 000 (Fig. 8: host ingress -> NF chain ->
     /// host egress) three ways: `linux` (the NFs' and dut's kernels route,
     /// dut steering by policy rules), `xnf` (`xnf chain` steering in XDP,
@@ -34,15 +34,16 @@ pub enum LabCmd {
     /// their Linux stack), for chains of 1..8 NFs.
     ///
     /// The NFs are lab namespaces hanging off dut in the gen -> dut -> sink
-    /// line. Variants (named VARIANT/N for N NFs) alternate within each run;
-    /// reports Mpps (median, min, max), CPU per packet, loss and where it
-    /// happened hop by hop, dut's kernel forwarding (zero for xnf), and the
-    /// ratios to linux. Optionally the zero-loss rate and the load curve.
-    Chain(Box<ChainArgs>),
+    /// line. The chain length is swept like the other parameters; variants
+    /// alternate within each run; reports Mpps (median, min, max), CPU per
+    /// packet, loss and where it happened hop by hop, dut's kernel
+    /// forwarding (zero for xnf), and the ratios to linux per point.
+    /// Optionally the zero-loss rate and the load curve.
+    Chain(Box<Run<Chain>>),
     /// User-space packet I/O: xnf's AF_XDP runtime (rxdrop, l2fwd) against
     /// the kernel delivering the same frames to a UDP socket and to an
     /// AF_PACKET l2fwd, the application on the CPU the generator leaves free.
-    Afxdp(Box<AfxdpArgs>),
+    Afxdp(Box<Run<Afxdp>>),
     /// AF_XDP latency (seed 002): ping-pong between two namespaces over
     /// every combination of busy poll, need_wakeup, poll/spin on each side
     /// and batch size, repeated; every RTT recorded; runs grouped by
@@ -65,9 +66,9 @@ pub enum LabCmd {
     ///
     /// The page has the machine and options, the ratio and summary tables,
     /// and charts of whatever the file holds: throughput vs each swept
-    /// parameter (packet size, flows, routes, cores, netfilter), CPU vs
-    /// offered load, loss vs offered rate, or a bar per variant when nothing
-    /// was swept. Inline SVG and CSS, no script: open it in any browser.
+    /// parameter (packet size, flows, routes, cores, chain length, ...), CPU
+    /// vs offered load, loss vs offered rate, or a bar per variant when
+    /// nothing was swept. Inline SVG and CSS, no script: open it in any browser.
     Report {
         /// Results written by `xnf lab <experiment> --json FILE`.
         input: std::path::PathBuf,
@@ -86,209 +87,31 @@ pub fn run(cmd: LabCmd) -> Result<()> {
             eprintln!("xnf lab: wrote {}", out.display());
             Ok(())
         }
-        LabCmd::Router(a) => router(*a),
-        LabCmd::Actions(a) => actions(*a),
-        LabCmd::Chain(a) => chain(*a),
-        LabCmd::Afxdp(a) => afxdp(*a),
+        LabCmd::Router(a) => experiment(*a),
+        LabCmd::Actions(a) => experiment(*a),
+        LabCmd::Chain(a) => experiment(*a),
+        LabCmd::Afxdp(a) => experiment(*a),
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Up(a) => up(a),
     }
 }
 
-/// Options every experiment shares.
-#[derive(Args, Debug)]
-pub struct Common {
-    /// Topology: a built-in scenario (line, pair) or a TOML file with [roles].
-    #[arg(long, default_value = "line", value_name = "NAME|FILE")]
-    pub topology: String,
-    /// Repetitions; variants alternate within each.
-    #[arg(long, default_value_t = 3)]
-    pub runs: u32,
-    /// Measured seconds per variant and run at full speed.
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
-    /// Seconds of traffic before each measured interval (discarded).
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
-    /// CPU the generator runs on with one queue (default: the last one).
-    #[arg(long)]
-    pub cpu: Option<usize>,
-    /// Also search each variant's highest rate with at most PCT % loss
-    /// (RFC 2544 style: step halved on each change of direction, the first
-    /// interval after a rate change discarded).
-    #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "0")]
-    pub zero_loss: Option<f64>,
-    /// Also measure CPU and loss at STEPS offered rates up to each variant's
-    /// full-speed rate (the CPU-vs-offered-load curve).
-    #[arg(long, value_name = "STEPS", num_args = 0..=1, default_missing_value = "10", default_value_t = 0)]
-    pub load_curve: u32,
-    /// Measured seconds per offered-rate step or search trial.
-    #[arg(long, default_value_t = 2.0)]
-    pub trial_seconds: f64,
-    /// Write every sample, the summary, ratios and the machine as JSON
-    /// (input of `xnf lab report`).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write every sample as CSV (one row per sample, machine included).
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-}
-
-impl Common {
-    pub fn timing(&self) -> Timing {
-        Timing { warmup: self.warmup, seconds: self.seconds, trial_seconds: self.trial_seconds }
-    }
-
-    pub fn cpu(&self) -> Result<usize> {
-        let ncpu = crate::engine::cpu::sample()?.len();
-        Ok(self.cpu.unwrap_or(ncpu.saturating_sub(1)))
-    }
-
-    /// Writes the files asked for.
-    pub fn write(&self, r: &Results) -> Result<()> {
-        if let Some(path) = &self.json {
-            r.write_json(path)?;
-            eprintln!("xnf lab: wrote {} (draw it with `xnf lab report {}`)", path.display(), path.display());
-        }
-        if let Some(path) = &self.csv {
-            let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-            r.write_csv(&mut f)?;
-            eprintln!("xnf lab: wrote {}", path.display());
-        }
-        Ok(())
-    }
-}
-
-/// `xnf lab router`.
-#[derive(Args, Debug)]
-pub struct RouterArgs {
+/// An experiment's command line: the common options and its own.
+#[derive(Args)]
+pub struct Run<E: Args> {
     #[command(flatten)]
     pub common: Common,
-    /// Frame sizes on the wire, FCS included (64..=1518), or imix (the
-    /// AMS-IX mix); a list sweeps, e.g. 64,128,256,512,1024,1518,imix.
-    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES|imix[,...]")]
-    pub sizes: Vec<Vec<u32>>,
-    /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
-    #[arg(long, default_value = "4", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
-    pub flows: Vec<Vec<u32>>,
-    /// IPv6 instead of IPv4.
-    #[arg(long)]
-    pub ipv6: bool,
-    /// RX/TX queues per veth = generator CPUs (CPUs 0..N); a list sweeps.
-    #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
-    pub queues: Vec<Vec<u32>>,
-    /// Synthetic routes added to dut's table (realistic prefix-length mix,
-    /// installed by netlink batches); a list sweeps, e.g. 0,10000,1000000.
-    #[arg(long, default_value = "0", value_parser = parse_list::<u64>, value_name = "N[,N...]")]
-    pub routes: Vec<Vec<u64>>,
-    /// Load a realistic netfilter ruleset (conntrack, sets, counters) on
-    /// dut: off, on, or both (a sweep).
-    #[arg(long, default_value = "off", value_name = "off|on|both")]
-    pub netfilter: String,
-    /// Variants to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf,dut-drop")]
-    pub variants: Vec<Variant>,
-}
-
-pub fn router(a: RouterArgs) -> Result<()> {
-    let c = &a.common;
-    let opts = crate::experiments::router::Options {
-        topology: c.topology.clone(),
-        runs: c.runs,
-        timing: c.timing(),
-        sizes: a.sizes.into_iter().flatten().collect(),
-        flows: a.flows.into_iter().flatten().collect(),
-        ipv6: a.ipv6,
-        queues: a.queues.into_iter().flatten().collect(),
-        routes: a.routes.into_iter().flatten().collect(),
-        netfilter: netfilter_points(&a.netfilter)?,
-        variants: a.variants,
-        cpu: c.cpu()?,
-        zero_loss: c.zero_loss,
-        load_steps: c.load_curve,
-    };
-    let r = crate::experiments::router::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
-    crate::engine::table::print(&r);
-    c.write(&r)
-}
-
-/// `xnf lab actions`.
-#[derive(Args, Debug)]
-pub struct ActionsArgs {
     #[command(flatten)]
-    pub common: Common,
-    /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
-    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES|imix[,...]")]
-    pub sizes: Vec<Vec<u32>>,
-    /// Flows (distinct UDP source ports).
-    #[arg(long, default_value_t = 4)]
-    pub flows: u32,
-    /// IPv6 instead of IPv4.
-    #[arg(long)]
-    pub ipv6: bool,
-    /// Variants to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "xdp-drop,xdp-pass,xdp-tx,xdp-redirect,xdp-cpumap,linux-drop")]
-    pub variants: Vec<crate::experiments::actions::Variant>,
+    pub experiment: E,
 }
 
-pub fn actions(a: ActionsArgs) -> Result<()> {
-    let c = &a.common;
-    let opts = crate::experiments::actions::Options {
-        topology: c.topology.clone(),
-        runs: c.runs,
-        timing: c.timing(),
-        sizes: a.sizes.into_iter().flatten().collect(),
-        flows: a.flows,
-        ipv6: a.ipv6,
-        variants: a.variants,
-        cpu: c.cpu()?,
-        zero_loss: c.zero_loss,
-        load_steps: c.load_curve,
-    };
-    let r = crate::experiments::actions::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
+/// Runs an experiment: tables on the terminal, files when asked.
+fn experiment<E: Experiment + Args>(mut a: Run<E>) -> Result<()> {
+    let r = crate::engine::driver::run(&mut a.experiment, &a.common, &mut |line| eprintln!("xnf lab: {line}"))?;
     crate::engine::table::print(&r);
-    c.write(&r)
-}
-
-/// `xnf lab afxdp`.
-#[derive(Args, Debug)]
-pub struct AfxdpArgs {
-    #[command(flatten)]
-    pub common: Common,
-    /// Frame sizes on the wire, FCS included (64..=1518); a list sweeps.
-    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES[,...]")]
-    pub sizes: Vec<Vec<u32>>,
-    /// Variants to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "afxdp-rxdrop,linux-udp,afxdp-l2fwd,linux-afpacket")]
-    pub variants: Vec<crate::experiments::afxdp::Variant>,
-    /// The application spins instead of sleeping (poll(), blocking recvmmsg) when idle.
-    #[arg(long)]
-    pub spin: bool,
-    /// Packets per batch: AF_XDP RX batch, recvmmsg/sendmmsg vector.
-    #[arg(long, default_value_t = 64)]
-    pub batch: u32,
-}
-
-pub fn afxdp(a: AfxdpArgs) -> Result<()> {
-    let c = &a.common;
-    let sizes: Vec<u32> = a.sizes.into_iter().flatten().collect();
-    anyhow::ensure!(!sizes.contains(&0), "--size imix: this experiment takes fixed sizes");
-    let opts = crate::experiments::afxdp::Options {
-        topology: c.topology.clone(),
-        runs: c.runs,
-        timing: c.timing(),
-        sizes,
-        variants: a.variants,
-        cpu: c.cpu()?,
-        spin: a.spin,
-        batch: a.batch,
-        zero_loss: c.zero_loss,
-        load_steps: c.load_curve,
-    };
-    let r = crate::experiments::afxdp::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
-    crate::engine::table::print(&r);
-    c.write(&r)
+    a.experiment.print(&r);
+    a.common.write(&r)
 }
 
 /// `xnf lab latency`.
@@ -365,63 +188,9 @@ pub fn latency(a: LatencyArgs) -> Result<()> {
     crate::experiments::latency::print(&r);
     if let Some(path) = &a.json {
         r.write_json(path)?;
-        eprintln!("xnf lab: wrote {} (draw it with `xnf lab report {}`)", path.display(), path.display());
+        crate::engine::results::wrote(path);
     }
     Ok(())
-}
-
-/// `xnf lab chain`.
-#[derive(Args, Debug)]
-pub struct ChainArgs {
-    #[command(flatten)]
-    pub common: Common,
-    /// Chain lengths: NFs in the chain (1..=8); a list sweeps.
-    #[arg(long = "length", default_value = "1,2,4", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
-    pub lengths: Vec<Vec<u32>>,
-    /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
-    #[arg(long = "size", default_value = "64", value_parser = parse_sizes, value_name = "BYTES|imix[,...]")]
-    pub sizes: Vec<Vec<u32>>,
-    /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
-    #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
-    pub flows: Vec<Vec<u32>>,
-    /// RX/TX queues per veth (the line's and the NFs') = generator CPUs
-    /// (CPUs 0..N); a list sweeps, like the seed's 1, 2, 4, 8 cores.
-    #[arg(long, default_value = "1", value_parser = parse_list::<u32>, value_name = "N[,N...]")]
-    pub queues: Vec<Vec<u32>>,
-    /// Variants to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "linux,xnf,xnf-linux-nf")]
-    pub variants: Vec<crate::experiments::chain::Variant>,
-}
-
-pub fn chain(a: ChainArgs) -> Result<()> {
-    let c = &a.common;
-    let opts = crate::experiments::chain::Options {
-        topology: c.topology.clone(),
-        runs: c.runs,
-        timing: c.timing(),
-        sizes: a.sizes.into_iter().flatten().collect(),
-        flows: a.flows.into_iter().flatten().collect(),
-        queues: a.queues.into_iter().flatten().collect(),
-        lengths: a.lengths.into_iter().flatten().collect(),
-        variants: a.variants,
-        cpu: c.cpu()?,
-        zero_loss: c.zero_loss,
-        load_steps: c.load_curve,
-    };
-    let r = crate::experiments::chain::run(&opts, &mut |line| eprintln!("xnf lab: {line}"))?;
-    crate::engine::table::print(&r);
-    crate::experiments::chain::print_by_length(&r, &opts);
-    c.write(&r)
-}
-
-/// Sizes: numbers or `imix` (stored as 0).
-pub fn parse_sizes(s: &str) -> Result<Vec<u32>, String> {
-    s.split(',')
-        .map(|x| match x.trim() {
-            "imix" | "IMIX" => Ok(0),
-            n => n.parse::<u32>().map_err(|e| format!("`{n}`: {e} (sizes are bytes on the wire, e.g. 64, or imix)")),
-        })
-        .collect()
 }
 
 /// `xnf lab up`.

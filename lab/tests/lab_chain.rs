@@ -3,9 +3,7 @@
 //! chain length, says where frames were lost, shows that dut's kernel
 //! forwarded nothing for xnf, and leaves nothing behind — also on Ctrl-C.
 
-use std::process::{Command, Stdio};
-
-use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
+use xnf_testrun::cli::{assert_lab_refuses, interrupt_lab_when, lab, lab_namespace, namespaces_of, rx_packets};
 
 
 #[test]
@@ -39,64 +37,51 @@ fn a_short_run_measures_every_variant_and_length_and_leaves_nothing() {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).unwrap();
     assert_eq!(r["experiment"], "chain");
+    assert!(r["params"].as_array().unwrap().iter().any(|p| p["name"] == "nfs"), "the chain length is a described parameter");
+    let at = |x: &serde_json::Value, v: &str, n: u64| x["variant"] == v && x["point"]["nfs"] == n;
     let samples = r["samples"].as_array().unwrap();
     for v in ["linux", "xnf", "xnf-linux-nf"] {
         for n in [1, 2] {
-            let label = format!("{v}/{n}");
-            let of: Vec<_> = samples.iter().filter(|s| s["variant"] == label.as_str()).collect();
-            assert_eq!(of.len(), 1, "{label}: one full-speed sample per run");
+            let of: Vec<_> = samples.iter().filter(|s| at(s, v, n)).collect();
+            assert_eq!(of.len(), 1, "{v} with {n} NFs: one full-speed sample per run");
             let s = of[0];
             let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
-            assert!(received > 0, "{label}: nothing arrived: {s}");
+            assert!(received > 0, "{v}/{n}: nothing arrived: {s}");
             let l = &s["loss"];
             let located = l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap();
-            assert_eq!(located, sent - received, "{label}: the loss locations do not add up: {s}");
-            assert!(r["summary"].as_array().unwrap().iter().any(|x| x["variant"] == label.as_str()), "{label} has no summary");
+            assert_eq!(located, sent - received, "{v}/{n}: the loss locations do not add up: {s}");
+            assert!(r["summary"].as_array().unwrap().iter().any(|x| at(x, v, n)), "{v}/{n} has no summary");
         }
     }
     let ratios = r["ratios"].as_array().unwrap();
     for n in [1, 2] {
         for v in ["xnf", "xnf-linux-nf"] {
-            assert!(
-                ratios.iter().any(|q| q["numerator"] == format!("{v}/{n}").as_str() && q["denominator"] == format!("linux/{n}").as_str()),
-                "no {v}/{n} : linux/{n} ratio"
-            );
+            assert!(ratios.iter().any(|q| q["numerator"] == v && q["denominator"] == "linux" && q["point"]["nfs"] == n), "no {v} : linux ratio with {n} NFs");
         }
     }
     // Hop by hop: dut's kernel forwards every packet n + 1 times for linux,
     // never for xnf, whose chain routed what it matched in XDP.
-    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let hops = r["details"]["hops"].as_array().expect("losses hop by hop in the results");
     for n in [1, 2] {
+        let of = |v: &str| &hops.iter().find(|h| at(h, v, n)).unwrap_or_else(|| panic!("no hops of {v} with {n} NFs: {hops:?}"))["hops"];
         for v in ["xnf", "xnf-linux-nf"] {
-            let note = notes.iter().find(|x| x.starts_with(&format!("{v}/{n},"))).unwrap_or_else(|| panic!("no hop note for {v}/{n}: {notes:?}"));
-            assert!(note.contains("dut's kernel forwarded 0 ") && note.contains("routed in XDP"), "{note}");
-            assert!(note.contains(&format!("in NF{n}")), "{note}");
+            let h = of(v);
+            assert_eq!(h["forwarded"], 0, "{v}/{n}: {h}");
+            assert!(h["chain"]["routed"].as_i64().unwrap() > 0, "{v}/{n}: nothing routed in XDP: {h}");
+            assert!(h["segments"].as_array().unwrap().iter().any(|s| s[0] == format!("in NF{n}").as_str()), "{h}");
         }
-        let note = notes.iter().find(|x| x.starts_with(&format!("linux/{n},"))).expect("a hop note for linux");
-        let per: f64 = note.split(" per received packet").next().and_then(|h| h.rsplit('(').next()).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("{note}"));
-        assert!((per - (n + 1) as f64).abs() < 0.05, "linux/{n}: dut's kernel should forward every packet {} times: {note}", n + 1);
+        let h = of("linux");
+        let per = h["forwarded"].as_f64().unwrap() / h["received"].as_f64().unwrap();
+        assert!((per - (n + 1) as f64).abs() < 0.05, "linux/{n}: dut's kernel should forward every packet {} times: {h}", n + 1);
     }
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(notes.iter().any(|x| x.starts_with("xnf, 64 B, 1 flow, 2 NFs: lost inside dut")), "the hop notes name variant and point: {notes:?}");
 }
 
 #[test]
 fn ctrl_c_removes_the_chain_and_the_namespaces() {
-    let mut child = Command::new(xnf_testrun::cli::xnf_bin())
-        .args(["lab", "chain", "--length", "2", "--runs", "1", "--seconds", "60", "--variants", "xnf"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let t0 = std::time::Instant::now();
-    // gen, dut, sink and two NFs.
-    while namespaces_of(pid).len() < 5 {
-        assert!(t0.elapsed().as_secs() < 20, "the namespaces never came up");
-        assert!(child.try_wait().unwrap().is_none(), "xnf lab chain exited early");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    std::thread::sleep(std::time::Duration::from_secs(3)); // the chain is up and measured
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
-    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+    // Interrupted once dut has the second NF's port: the chain is being made or measured.
+    interrupt_lab_when(&["chain", "--length", "2", "--runs", "1", "--seconds", "60", "--variants", "xnf"], "the chain's NFs", |names| {
+        names.len() >= 5 && lab_namespace(names, "dut").is_some_and(|dut| rx_packets(dut, "xnf-nf2").is_some())
+    });
 }

@@ -2,9 +2,7 @@
 //! a failing status before anything is built; good input sends, verifies,
 //! writes JSON and leaves nothing behind.
 
-use std::process::{Command, Stdio};
-
-use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
+use xnf_testrun::cli::{assert_lab_refuses, interrupt_lab_when, lab, lab_namespace, namespaces_of, rx_packets};
 
 
 #[test]
@@ -44,50 +42,38 @@ fn bad_input_is_refused_with_one_line_and_a_failing_status() {
 fn sends_verifies_and_writes_json() {
     let json = std::env::temp_dir().join(format!("xnf-gen-{}.json", std::process::id()));
     let (out, pid) = lab("gen", &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--json", json.to_str().unwrap()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("verified: every frame arrived"), "{stdout}");
-    let all = stdout.lines().find(|l| l.trim_start().starts_with("all")).expect("a total line");
-    let cols: Vec<&str> = all.split_whitespace().collect();
-    assert_eq!((cols[1], cols[2]), ("9960", "9960"), "{all}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("verified: every frame arrived"));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(json).unwrap();
     assert_eq!(r["experiment"], "gen");
+    let run = &r["details"]["run"];
+    assert_eq!((run["sent"].as_u64(), run["received"].as_u64()), (Some(9960), Some(9960)), "{run}");
+    assert_eq!(run["per_cpu"].as_array().unwrap().iter().map(|c| c["sent"].as_u64().unwrap()).collect::<Vec<_>>(), [4980, 4980]);
+    assert_eq!(run["verification"]["exact"], true, "{run}");
     let samples = r["samples"].as_array().unwrap();
     assert!(!samples.is_empty());
     assert!(samples.iter().all(|s| s["variant"] == "gen" && s["point"]["size"] == 0 && s["point"]["queues"] == 2));
     assert_eq!(samples.iter().map(|s| s["sent"].as_u64().unwrap()).sum::<u64>(), 9960);
-    std::fs::remove_file(json).unwrap();
     assert!(namespaces_of(pid).is_empty());
 }
 
 #[test]
 fn through_an_xnf_dut_every_frame_arrives() {
-    let (out, pid) = lab("gen", &["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = std::env::temp_dir().join(format!("xnf-gen-dut-{}.json", std::process::id()));
+    let (out, pid) = lab("gen", &["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify", "--json", json.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("verified: every frame arrived"), "{stdout}");
-    assert!(stdout.contains("flows: 50 seen of 50, 0 with a count other than sent"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(json).unwrap();
+    let v = &r["details"]["run"]["verification"];
+    assert_eq!(v["exact"], true, "{v}");
+    assert_eq!((v["flows_seen"].as_u64(), v["flows_expected"].as_u64(), v["flows_wrong"].as_u64()), (Some(50), Some(50), Some(0)), "{v}");
     assert!(namespaces_of(pid).is_empty());
 }
 
 #[test]
 fn ctrl_c_stops_sending_and_removes_the_namespaces() {
-    let mut child = Command::new(xnf_testrun::cli::xnf_bin())
-        .args(["lab", "gen", "--seconds", "60", "--rate", "100000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let t0 = std::time::Instant::now();
-    while namespaces_of(pid).len() < 2 {
-        assert!(t0.elapsed().as_secs() < 20, "the namespaces never came up");
-        assert!(child.try_wait().unwrap().is_none(), "xnf lab gen exited early");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    std::thread::sleep(std::time::Duration::from_secs(2)); // sending
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130));
-    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+    interrupt_lab_when(&["gen", "--seconds", "60", "--rate", "100000"], "frames at the sink", |names| {
+        lab_namespace(names, "sink").and_then(|sink| rx_packets(sink, "sink")).is_some_and(|n| n > 0)
+    });
 }

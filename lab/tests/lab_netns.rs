@@ -1,30 +1,14 @@
 //! `xnf lab` leaves nothing behind, also when interrupted.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
-use xnf_testrun::cli::namespaces_of;
+use xnf_testrun::cli::{interrupt_lab_when, lab_namespace, namespaces_of, rx_packets};
 
 #[test]
 fn ctrl_c_removes_the_lab_topology() {
-    let mut child = Command::new(xnf_testrun::cli::xnf_bin())
-        .args(["lab", "router", "--runs", "1", "--seconds", "30"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting xnf lab router");
-    let pid = child.id();
-    let t0 = Instant::now();
-    while namespaces_of(pid).len() < 3 {
-        assert!(t0.elapsed() < Duration::from_secs(20), "the lab never built its namespaces");
-        assert!(child.try_wait().unwrap().is_none(), "the lab exited early");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_secs(2)); // traffic is flowing
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
-    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+    interrupt_lab_when(&["router", "--runs", "1", "--seconds", "30"], "traffic into dut", |names| {
+        lab_namespace(names, "dut").and_then(|dut| rx_packets(dut, "xnfin")).is_some_and(|n| n > 1000)
+    });
 }
 
 /// Runs `xnf ARGS`; returns (success, stderr) and checks nothing was left.
@@ -131,7 +115,10 @@ fn synthetic_route_tables_are_installed_looked_up_and_removed() {
 
 /// Runs a short experiment and returns its JSON and CSV.
 fn run_experiment(args: &[&str]) -> (serde_json::Value, String) {
-    let dir = std::env::temp_dir().join(format!("xnf-lab-test-{}-{}", std::process::id(), args[0]));
+    // One folder per run: tests run in parallel, several of the same experiment.
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("xnf-lab-test-{}-{}-{n}", std::process::id(), args[0]));
     std::fs::create_dir_all(&dir).unwrap();
     let (json, csv) = (dir.join("r.json"), dir.join("r.csv"));
     let out = Command::new(xnf_testrun::cli::xnf_bin())
@@ -142,8 +129,7 @@ fn run_experiment(args: &[&str]) -> (serde_json::Value, String) {
         .output()
         .unwrap();
     assert!(out.status.success(), "xnf lab {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains(" / "), "no ratio printed:\n{stdout}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("median Mpps"), "no summary printed");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let csv = std::fs::read_to_string(&csv).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
@@ -184,7 +170,14 @@ fn router_experiment_measures_every_variant_and_kind() {
         let max = samples.iter().find(|s| s["variant"] == variant && s["kind"] == "max").unwrap();
         assert!(max["received"].as_u64().unwrap() > 0, "{variant} received nothing");
     }
-    assert_eq!(v["ratios"][0]["numerator"], "xnf");
+    assert_eq!((v["ratios"][0]["numerator"].as_str(), v["ratios"][0]["denominator"].as_str()), (Some("xnf"), Some("kernel")));
+    let names: Vec<&str> = v["params"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["size", "flows", "ipv6", "routes", "queues", "netfilter"]);
+    for s in samples.iter().filter(|s| s["kind"] == "load") {
+        assert!((1..=2).contains(&s["step"].as_u64().unwrap()), "a load step 1..=2: {s}");
+    }
+    let head = csv.lines().next().unwrap();
+    assert!(head.contains(",variant,size,flows,ipv6,routes,queues,netfilter,run,kind,step,"), "{head}");
     assert!(v["summary"].as_array().unwrap().iter().all(|s| s["zero_loss_mpps"].is_number()));
 }
 

@@ -143,11 +143,9 @@ fn hdr_len(p: Proto, ipv6: bool) -> usize {
 /// A page as a receiver may leave it: anything in the headers (receivers
 /// rewrite headers, never the payload), any length.
 fn dirty(run: usize, len: usize, hdr: usize) -> Vec<u8> {
-    let mut x = run as u64 * 7919 + 1;
-    let mut byte = || {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) as u8
-    };
+    // Seeded by the run: every test run dirties the pages alike.
+    let mut rng = fastrand::Rng::with_seed(run as u64);
+    let mut byte = || rng.u8(..);
     let lens = [len, 60, 1514, len.saturating_sub(50).max(14), (len + 333).min(3000)];
     let n = lens[run % lens.len()];
     let mut f = vec![0u8; n];

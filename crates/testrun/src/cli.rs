@@ -283,3 +283,43 @@ pub fn assert_lab_refuses(experiment: &str, cases: &[(&[&str], &str, i32)]) {
         assert!(namespaces_of(pid).is_empty(), "{args:?} left namespaces");
     }
 }
+
+/// Starts `xnf lab ARGS`, waits (at most 20 s) until `ready` holds for the
+/// namespaces it has made — the state the test wants to interrupt it in,
+/// `what` — then sends SIGINT and checks that it exits with status 130
+/// leaving no namespace behind.
+pub fn interrupt_lab_when(args: &[&str], what: &str, ready: impl Fn(&[String]) -> bool) {
+    let mut child = std::process::Command::new(xnf_bin())
+        .arg("lab")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running xnf lab {args:?}: {e}"));
+    let pid = child.id();
+    let t0 = Instant::now();
+    while !ready(&namespaces_of(pid)) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "xnf lab {args:?}: timed out waiting for {what}");
+        assert!(child.try_wait().unwrap().is_none(), "xnf lab {args:?} exited before {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "xnf lab {args:?}: exit status after Ctrl-C");
+    assert!(namespaces_of(pid).is_empty(), "xnf lab {args:?} left {:?}", namespaces_of(pid));
+}
+
+/// The lab namespace of `names` (`xnf-PID-N-ROLE`) for `role`.
+pub fn lab_namespace<'a>(names: &'a [String], role: &str) -> Option<&'a str> {
+    names.iter().map(String::as_str).find(|n| n.ends_with(&format!("-{role}")))
+}
+
+/// Packets the interface of namespace `ns` whose name ends with `dev` has
+/// received (lab interfaces carry a prefix: `xnf1sink`); None while there
+/// is none.
+pub fn rx_packets(ns: &str, dev: &str) -> Option<u64> {
+    let out = std::process::Command::new("ip").args(["-n", ns, "-j", "-s", "link", "show"]).output().expect("running ip");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let link = v.as_array()?.iter().find(|l| l["ifname"].as_str().is_some_and(|n| n.ends_with(dev)))?;
+    link["stats64"]["rx"]["packets"].as_u64()
+}

@@ -7,18 +7,9 @@ use xnf_core::xdp::{XdpLink, XdpMode};
 use xnf_netns::netlink::link_by_name;
 use xnf_netns::Netns;
 
+pub use crate::programs::actions::ActionKind;
 use crate::programs::actions::{Action, ActionCounters, ActionsProgram};
 use crate::programs::sink::{SinkCounter, SinkOptions, SinkProgram};
-
-/// The raw XDP verdicts of the `actions` experiment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ActionKind {
-    Drop,
-    Pass,
-    Tx,
-    Redirect,
-    Cpumap,
-}
 
 /// An XDP program attached by the lab to one interface in a namespace;
 /// detached when dropped (the link is not pinned).

@@ -14,8 +14,9 @@ use xnf_packet::PacketBuilder;
 use super::cpu::{self, CpuTimes};
 use super::progress::Progress;
 use super::topology::BuiltTopology;
+pub use super::results::Labels;
 use super::results::{Loss, Point, Results, Sample, SampleKind};
-use super::search::{loss_pct, search, SearchOptions, SearchResult};
+use super::search::{search, SearchOptions, SearchResult};
 use super::{GenOptions, Generator};
 
 /// The experiments' generator: one thread per CPU of `cpus`, each sending
@@ -31,9 +32,8 @@ pub fn start_generators(ns: &Netns, dev: &str, cfg: &GenConfig, cpus: &[usize], 
 /// program's count, an interface counter).
 pub type Received<'a> = Box<dyn Fn() -> Result<u64> + 'a>;
 
-/// The counters of one measured path.
-pub struct Probe<'a> {
-    pub gens: &'a Generator,
+/// Where a variant's frames are counted along the path.
+pub struct Counters<'a> {
     /// dut's ingress interface: its rx counter.
     pub dut_in: (&'a Netns, String),
     /// dut's egress interface: its tx counter (None when dut does not send).
@@ -42,6 +42,12 @@ pub struct Probe<'a> {
     /// Called at every reading, after the counters: an experiment's own
     /// counters taken at the same instants (None: nothing more).
     pub on_read: Option<Box<dyn Fn() -> Result<()> + 'a>>,
+}
+
+/// The counters of one measured path, and the generator that feeds it.
+pub struct Probe<'a> {
+    pub gens: &'a Generator,
+    pub counters: Counters<'a>,
 }
 
 /// Counters at one instant.
@@ -56,17 +62,18 @@ pub struct Counts {
 
 impl Probe<'_> {
     pub fn read(&self) -> Result<Counts> {
+        let p = &self.counters;
         let c = Ok(Counts {
             sent: self.gens.sent()?,
-            dut_rx: self.dut_in.0.link_stats(&self.dut_in.1)?.rx_packets,
-            dut_tx: match &self.dut_out {
+            dut_rx: p.dut_in.0.link_stats(&p.dut_in.1)?.rx_packets,
+            dut_tx: match &p.dut_out {
                 Some((ns, dev)) => Some(ns.link_stats(dev)?.tx_packets),
                 None => None,
             },
-            received: (self.received)().context("reading the receive counter")?,
+            received: (p.received)().context("reading the receive counter")?,
             cpus: cpu::sample()?,
         });
-        if let Some(hook) = &self.on_read {
+        if let Some(hook) = &p.on_read {
             hook()?;
         }
         c
@@ -78,17 +85,7 @@ impl Probe<'_> {
     /// its socket buffer or RX ring, which would otherwise count frames of
     /// this interval into the next one.
     fn drain(&self) -> Result<()> {
-        std::thread::sleep(Duration::from_millis(50));
-        let t0 = Instant::now();
-        let mut last = (self.received)()?;
-        loop {
-            std::thread::sleep(Duration::from_millis(20));
-            let now = (self.received)()?;
-            if now == last || t0.elapsed() > Duration::from_secs(1) {
-                return Ok(());
-            }
-            last = now;
-        }
+        until_still(&self.counters.received, Duration::from_secs(1))
     }
 
     /// Pauses the generator, lets the path drain and reads the counters, so
@@ -120,17 +117,25 @@ impl Probe<'_> {
     }
 }
 
+/// Waits 50 ms, then until `count` reads the same 20 ms apart (at most
+/// `max` longer): what was in flight has arrived.
+pub fn until_still(count: &dyn Fn() -> Result<u64>, max: Duration) -> Result<()> {
+    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    let mut last = count()?;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = count()?;
+        if now == last || t0.elapsed() > max {
+            return Ok(());
+        }
+        last = now;
+    }
+}
+
 /// The generator's rate while paused (1 frame per second per CPU: the
 /// program drops every frame that is not due, so nearly nothing goes).
-const PAUSED: u64 = 1;
-
-/// What a sample is of.
-#[derive(Clone, Debug)]
-pub struct Labels {
-    pub variant: String,
-    pub point: Point,
-    pub run: u32,
-}
+pub const PAUSED: u64 = 1;
 
 /// The sample of the interval between two readings, the generator having
 /// sent for `secs` of it.
@@ -145,24 +150,7 @@ pub fn sample(l: &Labels, kind: SampleKind, a: &Counts, b: &Counts, secs: f64) -
         }
         _ => Loss { gen_to_dut: sent as i64 - dut_rx, in_dut: dut_rx - received as i64, dut_to_sink: 0 },
     };
-    let cpus = cpu::delta(&b.cpus, &a.cpus);
-    let per_packet = |ns: f64| if received > 0 { ns / received as f64 } else { f64::NAN };
-    Sample {
-        variant: l.variant.clone(),
-        point: l.point.clone(),
-        run: l.run,
-        kind,
-        seconds: secs,
-        sent,
-        received,
-        sent_mpps: sent as f64 / secs / 1e6,
-        mpps: received as f64 / secs / 1e6,
-        loss_pct: loss_pct(sent, received),
-        loss,
-        cpus: cpu::shares(&cpus),
-        ns_per_packet: per_packet(cpu::busy_ns(&cpus)),
-        softirq_ns_per_packet: per_packet(cpu::softirq_ns(&cpus)),
-    }
+    Sample::of(l, kind, secs, (sent, received), loss, &cpu::delta(&b.cpus, &a.cpus))
 }
 
 /// Timing of measurements.
@@ -199,7 +187,7 @@ pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, steps: u32, progr
         .map(|i| {
             let rate = top * i as f64 / steps as f64;
             progress(&format!("offered load {:.3} Mpps ({i}/{steps})", rate / 1e6));
-            at_rate(p, l, t, rate, SampleKind::Load { offered_pps: rate })
+            at_rate(p, l, t, rate, SampleKind::Load { offered_pps: rate, step: i })
         })
         .collect()
 }
@@ -249,16 +237,6 @@ pub fn variant(
     Ok((samples, rate))
 }
 
-/// The variants in the order to measure them in `run`: reversed on every
-/// other run, so drift over time favours no variant.
-pub fn alternated<V: Clone>(variants: &[V], run: u32) -> Vec<V> {
-    let mut order = variants.to_vec();
-    if run % 2 == 1 {
-        order.reverse();
-    }
-    order
-}
-
 /// Keeps what [`variant`] measured: its samples, and its zero-loss rate
 /// for the summary.
 pub fn record(res: &mut Results, zl: &mut Vec<(String, Point, f64)>, l: &Labels, (samples, rate): (Vec<Sample>, Option<f64>)) {
@@ -266,32 +244,24 @@ pub fn record(res: &mut Results, zl: &mut Vec<(String, Point, f64)>, l: &Labels,
     zl.extend(rate.map(|r| (l.variant.clone(), l.point.clone(), r)));
 }
 
-/// Checks the options every experiment shares, naming the flag at fault.
-pub fn check_options(runs: u32, t: &Timing, sizes: &[u32], ipv6: bool, zero_loss: Option<f64>, load_steps: u32) -> Result<()> {
-    ensure!(runs >= 1, "--runs must be at least 1");
-    ensure!(t.seconds > 0.0 && t.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
-    ensure!(t.trial_seconds > 0.0, "--trial-seconds must be positive");
+/// Checks frame sizes (0 = IMIX), naming the flag at fault.
+pub fn check_sizes(sizes: &[u32], ipv6: bool) -> Result<()> {
     for &s in sizes {
         ensure!(s == 0 || (64..=1518).contains(&s), "--size {s}: sizes must be 64..=1518 bytes (wire size with FCS) or imix");
         ensure!(!ipv6 || s == 0 || s >= 66, "--size {s}: IPv6 UDP needs at least 66 bytes on the wire (14 + 40 + 8 + FCS)");
     }
-    if let Some(tol) = zero_loss {
-        ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
-    }
-    ensure!(load_steps <= 50, "--load-curve: at most 50 steps");
     Ok(())
 }
 
-/// The option checks the experiments share: flows (distinct UDP source
-/// ports), veth queues (one generator CPU each) and the generator's CPU.
-pub fn check_generator(flows: &[u32], queues: &[u32], cpu: usize, ncpu: usize) -> Result<()> {
+/// Checks flows (distinct UDP source ports) and veth queues (one
+/// generator CPU each).
+pub fn check_generator(flows: &[u32], queues: &[u32], ncpu: usize) -> Result<()> {
     for &f in flows {
         ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
     }
     for &q in queues {
         ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
     }
-    ensure!(cpu < ncpu, "--cpu {cpu} does not exist (this machine has {ncpu})");
     Ok(())
 }
 
@@ -306,33 +276,23 @@ pub fn gen_cpus(cpu: usize, queues: u32) -> Vec<usize> {
 }
 
 /// The experiments' traffic at `p`: UDP to port 9 from gen's address to
-/// the sink's, addressed to dut's ingress MAC, `p.flows` source ports;
-/// size 0 is the AMS-IX IMIX.
+/// the sink's, addressed to dut's ingress MAC, `flows` source ports (1
+/// when the point has no `flows`), IPv6 when its `ipv6` is on; `size` 0 is
+/// the AMS-IX IMIX.
 pub fn udp_traffic(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
+    let (size, flows, ipv6) = (p.u32("size")?, if p.get("flows").is_some() { p.u32("flows")? } else { 1 }, p.get("ipv6").is_some() && p.flag("ipv6")?);
     let roles = t.roles()?;
-    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, p.ipv6)?, t.addr(&roles.sink, p.ipv6)?);
-    let (len, sizes) = match p.size {
-        0 => (1514, crate::programs::gen::imix_sequence(if p.ipv6 { 62 } else { 60 })),
+    let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, ipv6)?, t.addr(&roles.sink, ipv6)?);
+    let (len, sizes) = match size {
+        0 => (1514, crate::programs::gen::imix_sequence(if ipv6 { 62 } else { 60 })),
         s => (s as usize - 4, Vec::new()),
     };
     let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
-    Ok(GenConfig { template: frame, ipv6: p.ipv6, flows: p.flows, base_sport: 1024, sizes, ..Default::default() })
+    Ok(GenConfig { template: frame, ipv6, flows, base_sport: 1024, sizes, ..Default::default() })
 }
 
 /// Planned seconds of one variant's measurement, for the progress bar.
 pub fn planned_seconds(t: &Timing, load_steps: u32, search: bool) -> f64 {
     let step = t.warmup.max(0.5) + t.trial_seconds + 0.1;
     t.warmup + t.seconds + load_steps as f64 * step + if search { 8.0 * step } else { 0.0 }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn variants_alternate_their_order_between_runs() {
-        assert_eq!(alternated(&["a", "b", "c"], 0), ["a", "b", "c"]);
-        assert_eq!(alternated(&["a", "b", "c"], 1), ["c", "b", "a"]);
-        assert_eq!(alternated(&["a", "b", "c"], 2), ["a", "b", "c"]);
-    }
 }

@@ -4,9 +4,11 @@
 
 pub mod attach;
 pub mod cpu;
+pub mod driver;
 pub mod generator;
 pub mod measure;
 pub mod nft;
+pub mod params;
 pub mod progress;
 pub mod results;
 pub mod routes;
@@ -14,7 +16,7 @@ pub mod search;
 pub mod table;
 pub mod topology;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 pub use attach::{ActionKind, LabAttachment, RouterGuard};
 pub use generator::{split, GenOptions, Generator};
@@ -34,29 +36,11 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
     })
 }
 
-/// The topology of `spec` (called `name` in messages) with `queues` RX/TX
-/// queues per veth, kept in `built`: built anew only when the queue count
-/// changes, the old one removed first.
-pub fn topology_with_queues<'a>(built: &'a mut Option<(u32, topology::BuiltTopology)>, spec: &topology::TopologySpec, name: &str, queues: u32, pg: &mut progress::Progress) -> Result<&'a topology::BuiltTopology> {
-    if built.as_ref().is_none_or(|(q, _)| *q != queues) {
-        drop(built.take());
-        let mut s = spec.clone();
-        s.set_queues(queues);
-        pg.message(&format!("building topology `{name}` with {queues} queue(s)"));
-        *built = Some((queues, topology::BuiltTopology::build(&s, &mut |m| pg.message(m))?));
-    }
-    Ok(&built.as_ref().expect("built above").1)
-}
-
-/// An experiment's topology: loaded (built-in name or TOML file) and
-/// checked to have the roles experiments measure by, after removing what
-/// killed runs left behind (reported through `lines`).
-pub fn experiment_topology(name: &str, lines: &mut dyn FnMut(&str)) -> Result<topology::TopologySpec> {
-    let spec = topology::TopologySpec::load(name)?;
-    spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
+/// Removes what lab and test runs that were killed left behind, saying so
+/// through `lines`.
+pub fn remove_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
     for stale in xnf_netns::cleanup_stale()? {
         lines(&format!("removed {stale}, left by a lab or test run that was killed"));
     }
-    Ok(spec)
+    Ok(())
 }
-

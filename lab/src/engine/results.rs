@@ -4,15 +4,20 @@
 //!
 //! Every measurement is a [`Sample`] of one variant (kernel, xnf, an XDP
 //! action...) at one [`Point`] of the sweep (packet size, flows, route-table
-//! size, queues...). A sample is either the variant at full speed
-//! ([`SampleKind::Max`]), at an offered rate for the CPU-vs-load and
-//! loss-vs-rate curves ([`SampleKind::Load`]), or one trial of the zero-loss
-//! search ([`SampleKind::Search`]).
+//! size, queues, chain length...: named values, described by the
+//! [`Param`]s the results carry). A sample is either the variant at full
+//! speed ([`SampleKind::Max`]), at one step of offered load for the
+//! CPU-vs-load and loss-vs-rate curves ([`SampleKind::Load`]), or one trial
+//! of the zero-loss search ([`SampleKind::Search`]).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
+
+use super::cpu::{self, CpuTimes};
+pub use super::params::{Param, Point, Value};
 
 /// Where the numbers were measured.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -39,46 +44,20 @@ impl Machine {
     }
 }
 
-/// The swept parameters of a sample: what was the same for every variant.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Point {
-    /// Frame size on the wire with FCS (0 for IMIX).
-    pub size: u32,
-    pub flows: u32,
-    pub ipv6: bool,
-    /// Routes in dut's table beyond the topology's own.
-    pub routes: u64,
-    /// Queues per veth = generator threads/CPUs.
-    pub queues: u32,
-    /// A netfilter ruleset was loaded on dut.
-    pub netfilter: bool,
-}
-
-impl Point {
-    /// A short label such as "64 B, 4 flows, IPv4".
-    pub fn label(&self) -> String {
-        let size = if self.size == 0 { "IMIX".to_string() } else { format!("{} B", self.size) };
-        let mut s = format!("{size}, {} flow{}, {}", self.flows, if self.flows == 1 { "" } else { "s" }, if self.ipv6 { "IPv6" } else { "IPv4" });
-        if self.routes > 0 {
-            s += &format!(", {} routes", self.routes);
-        }
-        if self.queues > 1 {
-            s += &format!(", {} queues", self.queues);
-        }
-        if self.netfilter {
-            s += ", netfilter";
-        }
-        s
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum SampleKind {
     /// As fast as the generator goes.
     Max,
-    /// At an offered rate (frames per second, all generator CPUs together).
-    Load { offered_pps: f64 },
+    /// At an offered rate (frames per second, all generator CPUs together):
+    /// step `step` of the load curve (1..=steps), so that the samples of
+    /// different runs at the same step go together. Files written before
+    /// steps were recorded read as 0, filled in by [`Results::read`].
+    Load {
+        offered_pps: f64,
+        #[serde(default)]
+        step: u32,
+    },
     /// A trial of the zero-loss search at this rate.
     Search { offered_pps: f64 },
 }
@@ -130,7 +109,38 @@ pub struct Sample {
     pub softirq_ns_per_packet: f64,
 }
 
+/// What a sample is of.
+#[derive(Clone, Debug)]
+pub struct Labels {
+    pub variant: String,
+    pub point: Point,
+    pub run: u32,
+}
+
 impl Sample {
+    /// The sample of an interval: the generator sent `sent` frames for
+    /// `secs`, `received` arrived, lost where `loss` says; `cpus` is the CPU
+    /// time of the interval (the difference of two readings).
+    pub fn of(l: &Labels, kind: SampleKind, secs: f64, (sent, received): (u64, u64), loss: Loss, cpus: &[CpuTimes]) -> Sample {
+        let per_packet = |ns: f64| if received > 0 { ns / received as f64 } else { f64::NAN };
+        Sample {
+            variant: l.variant.clone(),
+            point: l.point.clone(),
+            run: l.run,
+            kind,
+            seconds: secs,
+            sent,
+            received,
+            sent_mpps: sent as f64 / secs / 1e6,
+            mpps: received as f64 / secs / 1e6,
+            loss_pct: super::search::loss_pct(sent, received),
+            loss,
+            cpus: cpu::shares(cpus),
+            ns_per_packet: per_packet(cpu::busy_ns(cpus)),
+            softirq_ns_per_packet: per_packet(cpu::softirq_ns(cpus)),
+        }
+    }
+
     /// Busy share summed over CPUs, in percent of one CPU (200 = 2 CPUs busy).
     pub fn cpu_busy_pct(&self) -> f64 {
         self.cpus.iter().map(|c| c.busy_pct).sum()
@@ -163,8 +173,11 @@ pub struct Ratio {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Results {
-    /// "router", "actions", "gen".
+    /// "router", "actions", "chain", "afxdp", "gen".
     pub experiment: String,
+    /// What the points' parameters are (files without them: the router's).
+    #[serde(default = "super::params::legacy")]
+    pub params: Vec<Param>,
     pub machine: Machine,
     /// Seconds since the Unix epoch when the run started.
     pub started_unix: u64,
@@ -176,6 +189,15 @@ pub struct Results {
     pub samples: Vec<Sample>,
     pub summary: Vec<Summary>,
     pub ratios: Vec<Ratio>,
+    /// What an experiment measured besides the samples, by name (the
+    /// chain's losses hop by hop, the generator's verification).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub details: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Seconds since the Unix epoch.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 pub fn median(v: &mut [f64]) -> f64 {
@@ -192,16 +214,48 @@ pub fn median(v: &mut [f64]) -> f64 {
 }
 
 impl Results {
-    pub fn new(experiment: &str, options: &impl Serialize) -> Results {
+    pub fn new(experiment: &str, options: &impl Serialize, params: Vec<Param>) -> Results {
         Results {
             experiment: experiment.into(),
+            params,
             machine: Machine::this(),
-            started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            started_unix: now_unix(),
             options: serde_json::to_value(options).unwrap_or(serde_json::Value::Null),
             notes: Vec::new(),
             samples: Vec::new(),
             summary: Vec::new(),
             ratios: Vec::new(),
+            details: serde_json::Map::new(),
+        }
+    }
+
+    /// A point's label, e.g. "64 B, 4 flows, IPv4".
+    pub fn label(&self, p: &Point) -> String {
+        super::params::label(&self.params, p)
+    }
+
+    /// The descriptor of parameter `name`.
+    pub fn param(&self, name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// Gives load samples of older files their step: the rank of their
+    /// offered rate among the load samples of the same variant, point and run.
+    fn fill_steps(&mut self) {
+        let mut groups: BTreeMap<(String, String, u32), Vec<(f64, usize)>> = BTreeMap::new();
+        for (i, s) in self.samples.iter().enumerate() {
+            if let SampleKind::Load { offered_pps, step: 0 } = s.kind {
+                let point = serde_json::to_string(&s.point).unwrap_or_default();
+                groups.entry((s.variant.clone(), point, s.run)).or_default().push((offered_pps, i));
+            }
+        }
+        for mut g in groups.into_values() {
+            g.sort_by(|a, b| a.0.total_cmp(&b.0));
+            for (rank, (_, i)) in g.into_iter().enumerate() {
+                if let SampleKind::Load { step, .. } = &mut self.samples[i].kind {
+                    *step = rank as u32 + 1;
+                }
+            }
         }
     }
 
@@ -259,27 +313,42 @@ impl Results {
 
     pub fn read(path: &std::path::Path) -> Result<Results> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not an `xnf lab ... --json` results file", path.display()))
+        let mut r: Results = serde_json::from_str(&text).with_context(|| format!("{} is not an `xnf lab ... --json` results file", path.display()))?;
+        r.fill_steps();
+        Ok(r)
     }
 
     pub fn write_json(&self, path: &std::path::Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self)?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+        write_json_file(path, self)
+    }
+
+    /// The parameters of the points, one CSV column each: the descriptors'
+    /// in their order, then any other a point has (the union over the file).
+    fn columns(&self) -> Vec<String> {
+        let mut names: Vec<String> = Vec::new();
+        let described = self.params.iter().map(|p| p.name.as_str()).filter(|n| self.samples.iter().any(|s| s.point.get(n).is_some()));
+        for n in described.chain(self.samples.iter().flat_map(|s| s.point.iter().map(|(n, _)| n))) {
+            if !names.iter().any(|x| x == n) {
+                names.push(n.into());
+            }
+        }
+        names
     }
 
     /// One CSV row per sample; the machine is repeated on every row so each
     /// row stands alone in a spreadsheet.
     pub fn write_csv(&self, out: &mut dyn Write) -> Result<()> {
         let ncpu = self.samples.iter().map(|s| s.cpus.len()).max().unwrap_or(0);
-        let mut head = vec![
-            "experiment", "kernel", "cpu_model", "cores", "xnf_version", "variant", "size", "flows", "ipv6", "routes", "queues", "netfilter", "run", "kind",
-            "offered_pps", "seconds", "sent", "received", "sent_mpps", "mpps", "loss_pct", "loss_gen_to_dut", "loss_in_dut", "loss_dut_to_sink",
-            "ns_per_packet", "softirq_ns_per_packet",
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect::<Vec<_>>();
+        let params = self.columns();
+        let mut head: Vec<String> = ["experiment", "kernel", "cpu_model", "cores", "xnf_version", "variant"].map(String::from).to_vec();
+        head.extend(params.iter().cloned());
+        head.extend(
+            [
+                "run", "kind", "step", "offered_pps", "seconds", "sent", "received", "sent_mpps", "mpps", "loss_pct", "loss_gen_to_dut", "loss_in_dut",
+                "loss_dut_to_sink", "ns_per_packet", "softirq_ns_per_packet",
+            ]
+            .map(String::from),
+        );
         for c in 0..ncpu {
             for f in ["user", "system", "softirq", "busy"] {
                 head.push(format!("cpu{c}_{f}_pct"));
@@ -288,27 +357,17 @@ impl Results {
         writeln!(out, "{}", head.join(","))?;
         let m = &self.machine;
         for s in &self.samples {
-            let (kind, offered) = match s.kind {
-                SampleKind::Max => ("max", String::new()),
-                SampleKind::Load { offered_pps } => ("load", format!("{offered_pps:.0}")),
-                SampleKind::Search { offered_pps } => ("search", format!("{offered_pps:.0}")),
+            let (kind, step, offered) = match s.kind {
+                SampleKind::Max => ("max", String::new(), String::new()),
+                SampleKind::Load { offered_pps, step } => ("load", step.to_string(), format!("{offered_pps:.0}")),
+                SampleKind::Search { offered_pps } => ("search", String::new(), format!("{offered_pps:.0}")),
             };
-            let p = &s.point;
-            let mut row = vec![
-                csv_field(&self.experiment),
-                csv_field(&m.kernel),
-                csv_field(&m.cpu_model),
-                m.cores.to_string(),
-                csv_field(&m.xnf_version),
-                csv_field(&s.variant),
-                p.size.to_string(),
-                p.flows.to_string(),
-                p.ipv6.to_string(),
-                p.routes.to_string(),
-                p.queues.to_string(),
-                p.netfilter.to_string(),
+            let mut row = vec![csv_field(&self.experiment), csv_field(&m.kernel), csv_field(&m.cpu_model), m.cores.to_string(), csv_field(&m.xnf_version), csv_field(&s.variant)];
+            row.extend(params.iter().map(|n| s.point.get(n).map_or(String::new(), |v| csv_field(&v.to_string()))));
+            row.extend([
                 s.run.to_string(),
                 kind.into(),
+                step,
                 offered,
                 format!("{:.3}", s.seconds),
                 s.sent.to_string(),
@@ -321,7 +380,7 @@ impl Results {
                 s.loss.dut_to_sink.to_string(),
                 format!("{:.1}", s.ns_per_packet),
                 format!("{:.1}", s.softirq_ns_per_packet),
-            ];
+            ]);
             for c in 0..ncpu {
                 let share = s.cpus.get(c).copied().unwrap_or_default();
                 for v in [share.user_pct, share.system_pct, share.softirq_pct, share.busy_pct] {
@@ -332,6 +391,17 @@ impl Results {
         }
         Ok(())
     }
+}
+
+/// Writes `v` as pretty JSON to `path`.
+pub fn write_json_file(path: &std::path::Path, v: &impl Serialize) -> Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Says that results went to `path`, and how to draw them.
+pub fn wrote(path: &std::path::Path) {
+    eprintln!("xnf lab: wrote {} (draw it with `xnf lab report {}`)", path.display(), path.display());
 }
 
 /// Quotes a CSV field when it holds a comma, quote or newline (RFC 4180).
@@ -347,10 +417,14 @@ fn csv_field(s: &str) -> String {
 mod tests {
     use super::*;
 
+    fn point(size: u32) -> Point {
+        Point::default().with("size", size).with("flows", 1u32).with("queues", 1u32)
+    }
+
     fn sample(variant: &str, size: u32, run: u32, mpps: f64) -> Sample {
         Sample {
             variant: variant.into(),
-            point: Point { size, flows: 1, queues: 1, ..Point::default() },
+            point: point(size),
             run,
             kind: SampleKind::Max,
             seconds: 1.0,
@@ -367,7 +441,7 @@ mod tests {
     }
 
     fn results() -> Results {
-        let mut r = Results::new("router", &serde_json::json!({"runs": 3}));
+        let mut r = Results::new("router", &serde_json::json!({"runs": 3}), super::super::params::legacy());
         for (run, (k, x)) in [(1.0, 2.0), (1.2, 2.6), (0.8, 2.2)].into_iter().enumerate() {
             r.samples.push(sample("kernel", 64, run as u32, k));
             r.samples.push(sample("xnf", 64, run as u32, x));
@@ -382,7 +456,7 @@ mod tests {
         r.summarize(&[("xnf".into(), r.samples[1].point.clone(), 2.0e6)]);
         assert_eq!(r.summary.len(), 3);
         let k = &r.summary[0];
-        assert_eq!((k.variant.as_str(), k.point.size, k.runs), ("kernel", 64, 3));
+        assert_eq!((k.variant.as_str(), k.point.int("size").unwrap(), k.runs), ("kernel", 64, 3));
         assert_eq!((k.median_mpps, k.min_mpps, k.max_mpps), (1.0, 0.8, 1.2));
         assert_eq!(r.summary[1].zero_loss_mpps, Some(2.0));
         assert_eq!(r.summary[0].zero_loss_mpps, None);
@@ -394,11 +468,42 @@ mod tests {
     #[test]
     fn json_round_trips() {
         let mut r = results();
-        r.samples.push(Sample { kind: SampleKind::Load { offered_pps: 5e5 }, ..sample("xnf", 64, 0, 0.5) });
+        r.samples.push(Sample { kind: SampleKind::Load { offered_pps: 5e5, step: 2 }, ..sample("xnf", 64, 0, 0.5) });
         r.summarize(&[]);
+        r.details.insert("hops".into(), serde_json::json!([1, 2]));
         let text = serde_json::to_string(&r).unwrap();
-        assert!(text.contains(r#""kind":"load","offered_pps":500000.0"#), "{text}");
+        assert!(text.contains(r#""kind":"load","offered_pps":500000.0,"step":2"#), "{text}");
+        assert!(text.contains(r#""point":{"size":64,"flows":1,"queues":1}"#), "{text}");
         assert_eq!(serde_json::from_str::<Results>(&text).unwrap(), r);
+    }
+
+    #[test]
+    fn old_files_get_the_routers_parameters_and_their_load_steps() {
+        let dir = std::env::temp_dir().join(format!("xnf-results-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("old.json");
+        let mut v = serde_json::to_value(results()).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("params");
+        o.remove("details");
+        let load = |run: u32, pps: f64| {
+            let mut s = serde_json::to_value(sample("xnf", 64, run, 0.5)).unwrap();
+            let m = s.as_object_mut().unwrap();
+            m.insert("kind".into(), "load".into());
+            m.insert("offered_pps".into(), pps.into());
+            s
+        };
+        let samples = o["samples"].as_array_mut().unwrap();
+        samples.extend([load(0, 2e5), load(0, 1e5), load(1, 3e5), load(1, 1e5)]);
+        std::fs::write(&path, v.to_string()).unwrap();
+        let r = Results::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(r.params, super::super::params::legacy());
+        let steps: Vec<(u32, u32)> = r.samples.iter().filter_map(|s| match s.kind {
+            SampleKind::Load { step, .. } => Some((s.run, step)),
+            _ => None,
+        }).collect();
+        assert_eq!(steps, [(0, 2), (0, 1), (1, 2), (1, 1)], "ranked by offered rate within each run");
     }
 
     #[test]
@@ -415,6 +520,19 @@ mod tests {
         assert!(lines[1].contains("\"Xeon, 2 GHz\""));
         // The quoted comma is the only extra split.
         assert_eq!(lines[1].split(',').count(), cols + 1);
+    }
+
+    #[test]
+    fn csv_has_a_column_per_parameter_of_the_file() {
+        let mut r = results();
+        r.samples[0].point.set("pattern", Value::Text("a,b".into()));
+        let mut out = Vec::new();
+        r.write_csv(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let head: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+        assert_eq!(&head[5..10], ["variant", "size", "flows", "queues", "pattern"]);
+        assert!(text.lines().nth(1).unwrap().contains(",64,1,1,\"a,b\",0,max,"), "{text}");
+        assert!(text.lines().nth(2).unwrap().contains(",64,1,1,,0,max,"), "a point without it leaves it empty: {text}");
     }
 
     #[test]

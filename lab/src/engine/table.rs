@@ -16,7 +16,7 @@ pub fn print(r: &Results) {
         let cpus: Vec<String> = s.cpus.iter().map(|c| format!("{:.0} ({:.0}/{:.0}/{:.0})", c.busy_pct, c.softirq_pct, c.system_pct, c.user_pct)).collect();
         let kind = match s.kind {
             SampleKind::Max => "max".to_string(),
-            SampleKind::Load { offered_pps } => format!("load {:.2}", offered_pps / 1e6),
+            SampleKind::Load { offered_pps, step } => format!("load{step} {:.2}", offered_pps / 1e6),
             SampleKind::Search { offered_pps } => format!("search {:.2}", offered_pps / 1e6),
         };
         let l = &s.loss;
@@ -24,7 +24,7 @@ pub fn print(r: &Results) {
         println!(
             "{:<12} {:<w$} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
             s.variant,
-            s.point.label(),
+            r.label(&s.point),
             s.run + 1,
             kind,
             s.sent_mpps,
@@ -49,7 +49,7 @@ pub fn print_summary(r: &Results) {
         println!(
             "{:<13} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
             s.variant,
-            s.point.label(),
+            r.label(&s.point),
             s.median_mpps,
             s.min_mpps,
             s.max_mpps,
@@ -60,7 +60,7 @@ pub fn print_summary(r: &Results) {
     }
     for ratio in &r.ratios {
         let ns = |v: &str| r.summary_of(v, &ratio.point).map(|s| 1e3 / s.median_mpps);
-        print!("\n{} / {} = {:.2}x at {}", ratio.numerator, ratio.denominator, ratio.ratio, ratio.point.label());
+        print!("\n{} / {} = {:.2}x at {}", ratio.numerator, ratio.denominator, ratio.ratio, r.label(&ratio.point));
         if let (Some(k), Some(x), Some(d)) = (ns(&ratio.denominator), ns(&ratio.numerator), ns("dut-drop")) {
             print!(
                 "\n  time per packet: {} {k:.0} ns, {} {x:.0} ns, generating + receiving {d:.0} ns; forwarding + sink receive: {:.0} vs {:.0} ns = {:.2}x",
@@ -81,5 +81,5 @@ pub fn print_summary(r: &Results) {
 
 /// Width of the point column: the longest label.
 fn point_width(r: &Results) -> usize {
-    r.summary.iter().map(|s| s.point.label().len()).chain(r.samples.iter().map(|s| s.point.label().len())).max().unwrap_or(0).max(5)
+    r.summary.iter().map(|s| r.label(&s.point).chars().count()).chain(r.samples.iter().map(|s| r.label(&s.point).chars().count())).max().unwrap_or(0).max(5)
 }

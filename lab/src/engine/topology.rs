@@ -547,11 +547,15 @@ b_addr = ["198.18.0.2/24"]
                 }
             })
             .unwrap();
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            assert_eq!(forwarded() - f0, 5, "dut's kernel forwarded the datagrams");
             // At least: dut's fresh interface may also send IPv6 router
             // solicitations or MLD reports, which the sink counts too.
-            let counted = t.attachment(&roles.sink).unwrap().packets().unwrap() - c0;
+            let counted = || t.attachment(&roles.sink).unwrap().packets().unwrap() - c0;
+            let t0 = std::time::Instant::now();
+            while (forwarded() - f0 < 5 || counted() < 5) && t0.elapsed() < std::time::Duration::from_secs(5) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert_eq!(forwarded() - f0, 5, "dut's kernel forwarded the datagrams");
+            let counted = counted();
             assert!(counted >= 5, "the sink counted {counted} of the 5 datagrams");
             names = spec.namespaces.iter().map(|n| t.ns(&n.name).unwrap().name().to_string()).collect();
         }

@@ -24,17 +24,21 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
 use serde::Serialize;
 use xnf_afxdp::nfs::{L2Fwd, RxDrop};
 use xnf_afxdp::{Counters, Mode, NetworkFunction, RunConfig, SocketConfig, UmemConfig, Wait, XskSet};
 use xnf_afxdp::selector::AfxdpProgram;
 use xnf_netns::Netns;
 
-use crate::engine::measure::{self, Labels, Probe, Received, Timing};
+use crate::engine::driver::{Cpus, Experiment, Running};
+use crate::engine::measure::{self, Received};
+use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::progress::Progress;
-use crate::engine::results::{Point, Results};
+use crate::engine::results::{Results, Sample};
 use crate::engine::topology::BuiltTopology;
 use crate::engine::LabAttachment;
+use crate::experiments::router::parse_size;
 use xnf_core::xdp::{XdpLink, XdpMode};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -51,48 +55,105 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::AfxdpRxdrop => "afxdp-rxdrop",
-            Variant::LinuxUdp => "linux-udp",
-            Variant::AfxdpL2fwd => "afxdp-l2fwd",
-            Variant::LinuxAfpacket => "linux-afpacket",
-        }
-    }
-
     fn forwards(self) -> bool {
         matches!(self, Variant::AfxdpL2fwd | Variant::LinuxAfpacket)
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct Options {
-    pub topology: String,
-    pub runs: u32,
-    pub timing: Timing,
+/// `xnf lab afxdp`: its own options.
+#[derive(Args, Clone, Debug, Serialize)]
+pub struct Afxdp {
+    /// Frame sizes on the wire, FCS included (64..=1518); a list sweeps.
+    #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES[,...]")]
     pub sizes: Vec<u32>,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "afxdp-rxdrop,linux-udp,afxdp-l2fwd,linux-afpacket")]
     pub variants: Vec<Variant>,
-    /// The generator's CPU; the application runs on another one.
-    pub cpu: usize,
-    /// AF_XDP and the socket readers: spin instead of sleeping when idle.
+    /// The application spins instead of sleeping (poll(), blocking recvmmsg) when idle.
+    #[arg(long)]
     pub spin: bool,
+    /// Packets per batch: AF_XDP RX batch, recvmmsg/sendmmsg vector.
+    #[arg(long, default_value_t = 64)]
     pub batch: u32,
-    pub zero_loss: Option<f64>,
-    pub load_steps: u32,
 }
 
-impl Options {
-    pub fn validate(&self, ncpu: usize) -> Result<()> {
-        measure::check_options(self.runs, &self.timing, &self.sizes, false, self.zero_loss, self.load_steps)?;
-        measure::check_generator(&[], &[], self.cpu, ncpu)?;
+/// The application's CPU: the one after the generator's.
+fn app_cpu(cpus: Cpus) -> usize {
+    (cpus.gen + 1) % cpus.count
+}
+
+impl Experiment for Afxdp {
+    type Variant = Variant;
+    const NAME: &'static str = "afxdp";
+
+    fn params(&self) -> Vec<Param> {
+        vec![params::size(), params::flows(), params::ipv6()]
+    }
+
+    /// One flow of IPv4 UDP datagrams: a socket application sees them all.
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        vec![("size", params::values(&self.sizes)), ("flows", params::values(&[1u32])), ("ipv6", params::values(&[false]))]
+    }
+
+    fn variants(&self) -> Vec<Variant> {
+        self.variants.clone()
+    }
+
+    fn ratios(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("afxdp-rxdrop", "linux-udp"), ("afxdp-l2fwd", "linux-afpacket")]
+    }
+
+    fn check(&self, cpus: Cpus) -> Result<()> {
+        ensure!(!self.sizes.contains(&0), "--size imix: this experiment takes fixed sizes");
+        measure::check_sizes(&self.sizes, false)?;
+        let ncpu = cpus.count;
         ensure!(ncpu >= 2, "xnf lab afxdp needs 2 CPUs: the generator's and the application's (this machine has {ncpu})");
-        ensure!(!self.variants.is_empty(), "--variants: name at least one");
         ensure!((1..=1024).contains(&self.batch), "--batch {}: use 1..=1024", self.batch);
         Ok(())
     }
 
-    fn app_cpu(&self, ncpu: usize) -> usize {
-        (self.cpu + 1) % ncpu
+    /// Frames sent back to gen are counted there by an XDP sink.
+    fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
+        let gen = t.roles()?.gen.clone();
+        t.replace_function(&gen, LabAttachment::sink)
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, cpus: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let roles = t.roles()?;
+        let (dut, din) = t.endpoint(&roles.dut_in)?;
+        let cpu = app_cpu(cpus);
+        let mut setup = Setup { dut, _pass: None, local_addr: None, forwarding_off: false };
+        let app = match v {
+            Variant::AfxdpRxdrop => afxdp_app(dut, &din, cpu, self, Box::new(RxDrop))?,
+            Variant::AfxdpL2fwd => afxdp_app(dut, &din, cpu, self, Box::new(L2Fwd))?,
+            Variant::LinuxUdp => {
+                // dut owns the generator's destination: the kernel delivers locally.
+                let a = format!("{}/32", t.addr(&roles.sink, false)?);
+                dut.ip(&["addr", "add", &a, "dev", "lo"])?;
+                setup.local_addr = Some(a);
+                setup._pass = Some(LabAttachment::pass(dut, &din)?);
+                udp_app(dut, cpu, self)?
+            }
+            Variant::LinuxAfpacket => {
+                // The stack sees every frame too; with forwarding off it drops
+                // them after its route lookup instead of forwarding to the sink.
+                dut.sysctl_set("net.ipv4.ip_forward", "0")?;
+                setup.forwarding_off = true;
+                setup._pass = Some(LabAttachment::pass(dut, &din)?);
+                afpacket_app(dut, &din, cpu, self)?
+            }
+        };
+        Ok(Box::new(Set { v, t, app, setup }))
+    }
+
+    fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
+        res.notes.push(format!(
+            "veth: the generator and the kernel's receive work (XDP, the copy into the UMEM, the UDP or AF_PACKET delivery) run in softirq on CPU {}; the application thread on CPU {} ({}). AF_XDP on veth is copy mode.",
+            cpus.gen,
+            app_cpu(cpus),
+            if self.spin { "spinning" } else { "sleeping in poll()/recvmmsg when idle" }
+        ));
+        Ok(())
     }
 }
 
@@ -162,7 +223,7 @@ where
 }
 
 /// xnf's AF_XDP runtime with `nf` on queue 0 of `dev`, selector attached.
-fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Options, nf: Box<dyn NetworkFunction>) -> Result<App> {
+fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Afxdp, nf: Box<dyn NetworkFunction>) -> Result<App> {
     let (dev, spin, batch) = (dev.to_string(), o.spin, o.batch);
     spawn_app(dut, cpu, move |stop, _count, ready| {
         let r = (|| -> Result<_> {
@@ -253,7 +314,7 @@ impl MsgBatch {
 /// large receive buffer, read `--batch` frames at a time with recvmmsg;
 /// with `mac_swap`, every frame goes back out with its MACs swapped
 /// (sendmmsg) and the frames sent are counted, else those received.
-fn socket_app(dut: &Netns, cpu: usize, o: &Options, mac_swap: bool, open: impl FnOnce() -> Result<OwnedFd> + Send + 'static) -> Result<App> {
+fn socket_app(dut: &Netns, cpu: usize, o: &Afxdp, mac_swap: bool, open: impl FnOnce() -> Result<OwnedFd> + Send + 'static) -> Result<App> {
     let (spin, batch) = (o.spin, o.batch as usize);
     spawn_app(dut, cpu, move |stop, count, ready| {
         let sock = or_report(open(), ready)?;
@@ -276,14 +337,14 @@ fn socket_app(dut: &Netns, cpu: usize, o: &Options, mac_swap: bool, open: impl F
 }
 
 /// A UDP socket on port 9 reading everything and counting it.
-fn udp_app(dut: &Netns, cpu: usize, o: &Options) -> Result<App> {
+fn udp_app(dut: &Netns, cpu: usize, o: &Afxdp) -> Result<App> {
     socket_app(dut, cpu, o, false, || Ok(OwnedFd::from(std::net::UdpSocket::bind("0.0.0.0:9").context("binding UDP port 9 in dut")?)))
 }
 
 /// An AF_PACKET socket on `dev`: receive, swap MACs, send back.
-fn afpacket_app(dut: &Netns, dev: &str, cpu: usize, o: &Options) -> Result<App> {
+fn afpacket_app(dut: &Netns, dev: &str, cpu: usize, o: &Afxdp) -> Result<App> {
     let dev = dev.to_string();
-    socket_app(dut, cpu, o, true, move || crate::experiments::latency::pingpong::packet_socket(&dev))
+    socket_app(dut, cpu, o, true, move || xnf_netns::packet_socket(&dev))
 }
 
 /// What a variant put on dut besides its application; removed when dropped.
@@ -305,85 +366,34 @@ impl Drop for Setup<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, ncpu: usize, res: &mut Results, zl: &mut Vec<(String, Point, f64)>, pg: &mut Progress) -> Result<()> {
-    let roles = t.roles()?;
-    let (dut, din) = t.endpoint(&roles.dut_in)?;
-    let cpu = o.app_cpu(ncpu);
-    let mut setup = Setup { dut, _pass: None, local_addr: None, forwarding_off: false };
-    let app = match v {
-        Variant::AfxdpRxdrop => afxdp_app(dut, &din, cpu, o, Box::new(RxDrop))?,
-        Variant::AfxdpL2fwd => afxdp_app(dut, &din, cpu, o, Box::new(L2Fwd))?,
-        Variant::LinuxUdp => {
-            // dut owns the generator's destination: the kernel delivers locally.
-            let a = format!("{}/32", t.addr(&roles.sink, false)?);
-            dut.ip(&["addr", "add", &a, "dev", "lo"])?;
-            setup.local_addr = Some(a);
-            setup._pass = Some(LabAttachment::pass(dut, &din)?);
-            udp_app(dut, cpu, o)?
-        }
-        Variant::LinuxAfpacket => {
-            // The stack sees every frame too; with forwarding off it drops
-            // them after its route lookup instead of forwarding to the sink.
-            dut.sysctl_set("net.ipv4.ip_forward", "0")?;
-            setup.forwarding_off = true;
-            setup._pass = Some(LabAttachment::pass(dut, &din)?);
-            afpacket_app(dut, &din, cpu, o)?
-        }
-    };
-    let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &[o.cpu], 0)?;
-    let received: Received = if v.forwards() {
-        let back = t.attachment(&roles.gen)?;
-        Box::new(move || back.packets())
-    } else {
-        Box::new(|| Ok(app.handled()))
-    };
-    let probe = Probe { gens: &gens, dut_in: (dut, din.clone()), dut_out: v.forwards().then(|| (dut, din.clone())), received, on_read: None };
-    let samples = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
-    drop(probe);
-    gens.set_rate(1)?;
-    gens.stop()?;
-    measure::record(res, zl, l, samples);
-    app.finish().with_context(|| format!("{}: the application", v.name()))?;
-    drop(setup);
-    Ok(())
+/// A variant's application and what it put on dut.
+struct Set<'a> {
+    v: Variant,
+    t: &'a BuiltTopology,
+    app: App,
+    // Dropped after the application.
+    setup: Setup<'a>,
 }
 
-pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
-    let ncpu = crate::engine::cpu::sample()?.len();
-    o.validate(ncpu)?;
-    let spec = crate::engine::experiment_topology(&o.topology, lines)?;
-    let points: Vec<Point> = o.sizes.iter().map(|&size| Point { size, flows: 1, ipv6: false, routes: 0, queues: 1, netfilter: false }).collect();
-    let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
-    let mut pg = Progress::new(per_variant * (points.len() * o.variants.len() * o.runs as usize) as f64);
-    pg.message(&format!("building topology `{}`", o.topology));
-    let mut t = BuiltTopology::build(&spec, &mut |m| pg.message(m))?;
-    // Frames sent back to gen are counted there by an XDP sink.
-    let gen_ep = spec.roles.as_ref().context("no [roles]")?.gen.clone();
-    t.replace_function(&gen_ep, LabAttachment::sink)?;
-    let mut res = Results::new("afxdp", o);
-    let mut zl = Vec::new();
-    for (pi, point) in points.iter().enumerate() {
-        for run in 0..o.runs {
-            for v in measure::alternated(&o.variants, run) {
-                let l = Labels { variant: v.name().into(), point: point.clone(), run };
-                pg.set_prefix(format!("point {}/{} ({}), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
-                measure_variant(&t, o, &l, v, ncpu, &mut res, &mut zl, &mut pg)?;
-                pg.advance(per_variant);
-            }
-        }
+impl Running for Set<'_> {
+    /// Forwarded frames are counted by the sink on gen, received ones by
+    /// the application.
+    fn counters(&self) -> Result<measure::Counters<'_>> {
+        let roles = self.t.roles()?;
+        let (dut, din) = self.t.endpoint(&roles.dut_in)?;
+        let received: Received = if self.v.forwards() {
+            let back = self.t.attachment(&roles.gen)?;
+            Box::new(move || back.packets())
+        } else {
+            Box::new(|| Ok(self.app.handled()))
+        };
+        Ok(measure::Counters { dut_in: (dut, din.clone()), dut_out: self.v.forwards().then_some((dut, din)), received, on_read: None })
     }
-    drop(t);
-    pg.finish();
-    res.summarize(&zl);
-    res.add_ratios("afxdp-rxdrop", "linux-udp");
-    res.add_ratios("afxdp-l2fwd", "linux-afpacket");
-    res.notes.push(format!(
-        "veth: the generator and the kernel's receive work (XDP, the copy into the UMEM, the UDP or AF_PACKET delivery) run in softirq on CPU {}; the application thread on CPU {} ({}). AF_XDP on veth is copy mode.",
-        o.cpu,
-        o.app_cpu(ncpu),
-        if o.spin { "spinning" } else { "sleeping in poll()/recvmmsg when idle" }
-    ));
-    Ok(res)
+
+    fn finish(self: Box<Self>, _: &[Sample]) -> Result<()> {
+        let Set { app, setup, v, .. } = *self;
+        app.finish().with_context(|| format!("{}: the application", crate::engine::driver::variant_name(&v)))?;
+        drop(setup);
+        Ok(())
+    }
 }

@@ -18,9 +18,9 @@
 //!   Linux stack (XDP_PASS + forwarding back to dut): what the steering
 //!   gains when the NF itself costs a kernel forward.
 //!
-//! Variants are named `VARIANT/N` for a chain of N NFs (`linux/2`,
-//! `xnf/2`, ...): the results' points carry packet size and flows, the
-//! chain length lives in the variant's name.
+//! The chain's length is a parameter of the points (`nfs`), beside packet
+//! size, flows and queues; the ratios `xnf / linux` and `xnf-linux-nf /
+//! linux` are per point, so per length.
 //!
 //! NFs and chains are made through the library API on a thread inside dut
 //! (state is keyed by that thread's namespace), for each variant and run,
@@ -39,14 +39,18 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
 use serde::Serialize;
 use xnf_netns::Netns;
 
-use crate::engine::measure::{self, Labels, Probe, Timing};
+use crate::engine::driver::{Cpus, Experiment, Running};
+use crate::engine::measure::{self, Counters};
+use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::progress::Progress;
-use crate::engine::results::{Point, Results};
-use crate::engine::topology::BuiltTopology;
+use crate::engine::results::{Results, Sample};
+use crate::engine::topology::{BuiltTopology, TopologySpec};
 use crate::engine::LabAttachment;
+use crate::experiments::router::{parse_item, parse_size};
 use xnf_chain::model::{ChainSpec, Function, MatchSpec, NfSpec, Origin};
 
 /// Longest chain measured.
@@ -69,45 +73,64 @@ pub enum Variant {
     XnfLinuxNf,
 }
 
-impl Variant {
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Linux => "linux",
-            Variant::Xnf => "xnf",
-            Variant::XnfLinuxNf => "xnf-linux-nf",
-        }
-    }
-
-    /// The name of this variant with a chain of `n` NFs, as in the results.
-    pub fn label(self, n: u32) -> String {
-        format!("{}/{n}", self.name())
-    }
-}
-
-/// Options of one `xnf lab chain` run; every list is a sweep.
-#[derive(Clone, Debug, Serialize)]
-pub struct Options {
-    pub topology: String,
-    pub runs: u32,
-    pub timing: Timing,
-    /// Frame sizes on the wire, FCS included.
-    pub sizes: Vec<u32>,
-    pub flows: Vec<u32>,
-    /// Queues per veth = generator CPUs (the seed's cores, Table 11).
-    pub queues: Vec<u32>,
-    /// Chain lengths (NFs per chain).
+/// `xnf lab chain`: its own options (every list is a sweep), and the NF
+/// namespaces and losses hop by hop of a run.
+#[derive(Args, Default, Serialize)]
+pub struct Chain {
+    /// Chain lengths: NFs in the chain (1..=8); a list sweeps.
+    #[arg(long = "length", default_value = "1,2,4", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
     pub lengths: Vec<u32>,
+    /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
+    #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES|imix[,...]")]
+    pub sizes: Vec<u32>,
+    /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
+    pub flows: Vec<u32>,
+    /// RX/TX queues per veth (the line's and the NFs') = generator CPUs
+    /// (CPUs 0..N); a list sweeps, like the seed's 1, 2, 4, 8 cores.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
+    pub queues: Vec<u32>,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "linux,xnf,xnf-linux-nf")]
     pub variants: Vec<Variant>,
-    /// The generator's CPU with one queue (more queues use CPUs 0..queues).
-    pub cpu: usize,
-    pub zero_loss: Option<f64>,
-    pub load_steps: u32,
+    /// The NFs' namespaces, made once for the longest chain.
+    #[arg(skip)]
+    #[serde(skip)]
+    nfs: Vec<Netns>,
+    /// Losses hop by hop, summed over the runs of each variant and point.
+    #[arg(skip)]
+    #[serde(skip)]
+    hops: RefCell<Vec<(String, Point, HopLoss)>>,
 }
 
-impl Options {
-    /// Checks everything before anything is built.
-    pub fn validate(&self, ncpu: usize) -> Result<()> {
-        measure::check_options(self.runs, &self.timing, &self.sizes, false, self.zero_loss, self.load_steps)?;
+impl Experiment for Chain {
+    type Variant = Variant;
+    const NAME: &'static str = "chain";
+
+    fn params(&self) -> Vec<Param> {
+        vec![params::size(), params::flows(), params::queues(), params::nfs()]
+    }
+
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        // Queues slowest: the topology is rebuilt for each queue count.
+        vec![
+            ("queues", params::values(&self.queues)),
+            ("size", params::values(&self.sizes)),
+            ("flows", params::values(&self.flows)),
+            ("nfs", params::values(&self.lengths)),
+        ]
+    }
+
+    fn variants(&self) -> Vec<Variant> {
+        self.variants.clone()
+    }
+
+    fn ratios(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("xnf", "linux"), ("xnf-linux-nf", "linux")]
+    }
+
+    fn check(&self, cpus: Cpus) -> Result<()> {
+        measure::check_sizes(&self.sizes, false)?;
         ensure!(!self.lengths.is_empty(), "--length: give at least one chain length");
         for &n in &self.lengths {
             ensure!((1..=MAX_LENGTH).contains(&n), "--length {n}: a chain has 1..={MAX_LENGTH} NFs (max {MAX_LENGTH})");
@@ -115,21 +138,70 @@ impl Options {
         for (i, n) in self.lengths.iter().enumerate() {
             ensure!(!self.lengths[..i].contains(n), "--length {n} is listed twice");
         }
-        measure::check_generator(&self.flows, &self.queues, self.cpu, ncpu)?;
-        ensure!(!self.variants.is_empty(), "--variants: name at least one");
+        measure::check_generator(&self.flows, &self.queues, cpus.count)
+    }
+
+    /// Traffic comes back to dut from the NFs on other ports than its
+    /// routes would send it: no reverse-path filter there.
+    fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
+        let dut_ns = spec.roles.as_ref().context("no [roles]")?.dut_in.split(':').next().unwrap_or_default().to_string();
+        let ns = spec.namespaces.iter_mut().find(|n| n.name == dut_ns).with_context(|| format!("the topology has no namespace {dut_ns} for its dut_in role"))?;
+        for k in ["net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter"] {
+            ns.sysctl.insert(k.into(), "0".into());
+        }
         Ok(())
     }
 
-    fn points(&self) -> Vec<Point> {
-        let mut v = Vec::new();
-        for &queues in &self.queues {
-            for &size in &self.sizes {
-                for &flows in &self.flows {
-                    v.push(Point { size, flows, ipv6: false, routes: 0, queues, netfilter: false });
-                }
+    /// The NF namespaces, once; their veths are made per variant with the
+    /// point's queue count.
+    fn built(&mut self, _: &mut BuiltTopology, pg: &Progress) -> Result<()> {
+        if self.nfs.is_empty() {
+            let longest = self.lengths.iter().copied().max().unwrap_or(1);
+            pg.message(&format!("making {longest} NF namespaces"));
+            self.nfs = nf_namespaces(longest)?;
+        }
+        Ok(())
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let roles = t.roles()?;
+        let (dut, din) = t.endpoint(&roles.dut_in)?;
+        let (_, dout) = t.endpoint(&roles.dut_out)?;
+        let sink_addr = t.addr(&roles.sink, false)?;
+        let (n, queues) = (p.u32("nfs")?, p.u32("queues")?);
+        let (mut linux, mut xnf) = (None, None);
+        match v {
+            Variant::Linux => linux = Some(setup_linux(dut, &din, &dout, &self.nfs, n, queues, sink_addr)?),
+            _ => {
+                let (c, warnings) = setup_xnf(dut, &din, &dout, &self.nfs, n, queues, sink_addr, v)?;
+                warnings.iter().for_each(|w| pg.println(&format!("xnf chain: {w}")));
+                xnf = Some(c);
             }
         }
-        v
+        let sink = t.attachment(&roles.sink)?;
+        let readings = RefCell::new(Vec::new());
+        Ok(Box::new(ChainRun { exp: self, v, n, point: p.clone(), dut, din, dout, sink, readings, linux, xnf }))
+    }
+
+    fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
+        self.nfs.clear();
+        // xnf's run files of dut, which is gone now.
+        xnf_core::state::gc_dead_namespaces();
+        res.notes.push(format!(
+            "veth: the generator, dut, every NF and the sink run in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole path.",
+            cpus.gen
+        ));
+        let hops = self.hops.take();
+        for (v, p, h) in &hops {
+            res.notes.push(h.note(v, &res.label(p)));
+        }
+        let details = hops.into_iter().map(|(variant, point, h)| serde_json::json!({"variant": variant, "point": point, "hops": h})).collect();
+        res.details.insert("hops".into(), serde_json::Value::Array(details));
+        Ok(())
+    }
+
+    fn print(&self, r: &Results) {
+        print_by_length(r, &self.variants);
     }
 }
 
@@ -370,15 +442,27 @@ fn read_dut(dut: &Netns, chain: bool) -> Result<Reading> {
 }
 
 /// Where the frames that entered dut but did not leave it were lost, hop by
-/// hop, in one interval; the segments add up to the sample's `in_dut`.
-#[derive(Clone, Debug, Default)]
+/// hop, in full-speed intervals; the segments add up to the samples' `in_dut`.
+#[derive(Clone, Debug, Default, Serialize)]
 struct HopLoss {
+    /// Full-speed intervals added up.
+    runs: u32,
     /// (where, frames): "into NF1", "in NF1", "into NF2", ..., "NFn -> egress".
     segments: Vec<(String, i64)>,
     /// Frames dut's kernel forwarded.
     forwarded: i64,
-    chain: Option<(i64, i64, i64)>,
+    /// The xnf chain's own counters (xnf variants).
+    chain: Option<ChainDelta>,
+    /// Frames that completed the path.
     received: u64,
+}
+
+/// What the xnf chain counted in an interval.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+struct ChainDelta {
+    matched: i64,
+    routed: i64,
+    to_kernel: i64,
 }
 
 fn hop_loss(a: &Reading, b: &Reading, din: &str, dout: &str, n: u32, received: u64) -> HopLoss {
@@ -396,10 +480,10 @@ fn hop_loss(a: &Reading, b: &Reading, din: &str, dout: &str, n: u32, received: u
     }
     segments.push((format!("NF{n} -> egress"), back - d(dout, true)));
     let chain = match (a.chain, b.chain) {
-        (Some(x), Some(y)) => Some(((y.matched - x.matched) as i64, (y.routed - x.routed) as i64, (y.to_kernel - x.to_kernel) as i64)),
+        (Some(x), Some(y)) => Some(ChainDelta { matched: (y.matched - x.matched) as i64, routed: (y.routed - x.routed) as i64, to_kernel: (y.to_kernel - x.to_kernel) as i64 }),
         _ => None,
     };
-    HopLoss { segments, forwarded: b.forwarded as i64 - a.forwarded as i64, chain, received }
+    HopLoss { runs: 1, segments, forwarded: b.forwarded as i64 - a.forwarded as i64, chain, received }
 }
 
 impl HopLoss {
@@ -411,175 +495,117 @@ impl HopLoss {
         for (s, x) in self.segments.iter_mut().zip(&o.segments) {
             s.1 += x.1;
         }
+        self.runs += o.runs;
         self.forwarded += o.forwarded;
         self.received += o.received;
         if let (Some(s), Some(x)) = (&mut self.chain, o.chain) {
-            (s.0, s.1, s.2) = (s.0 + x.0, s.1 + x.1, s.2 + x.2);
+            (s.matched, s.routed, s.to_kernel) = (s.matched + x.matched, s.routed + x.routed, s.to_kernel + x.to_kernel);
         }
     }
 
-    fn note(&self, label: &str, point: &Point, runs: u32) -> String {
+    fn note(&self, variant: &str, point: &str) -> String {
         let segs: Vec<String> = self.segments.iter().map(|(w, x)| format!("{w} {x}")).collect();
         let total: i64 = self.segments.iter().map(|s| s.1).sum();
         let per = self.forwarded as f64 / self.received.max(1) as f64;
         let mut s = format!(
-            "{label}, {}: lost inside dut in {runs} full-speed interval(s): {total} ({}); dut's kernel forwarded {} ({per:.2} per received packet)",
-            point.label(),
+            "{variant}, {point}: lost inside dut in {} full-speed interval(s): {total} ({}); dut's kernel forwarded {} ({per:.2} per received packet)",
+            self.runs,
             segs.join(", "),
             self.forwarded
         );
-        if let Some((m, r, k)) = self.chain {
-            s += &format!("; chain: matched {m}, routed in XDP {r}, to dut's kernel {k}");
+        if let Some(c) = self.chain {
+            s += &format!("; chain: matched {}, routed in XDP {}, to dut's kernel {}", c.matched, c.routed, c.to_kernel);
         }
         s
     }
 }
 
-/// Measures one variant with a chain of `n` NFs at one point.
-#[allow(clippy::too_many_arguments)]
-fn measure_variant(
-    t: &BuiltTopology,
-    nfs: &[Netns],
-    o: &Options,
-    l: &Labels,
+/// A variant with a chain of `n` NFs set up at a point for one run.
+struct ChainRun<'a> {
+    exp: &'a Chain,
     v: Variant,
     n: u32,
-    res: &mut Results,
-    zl: &mut Vec<(String, Point, f64)>,
-    pg: &mut Progress,
-) -> Result<HopLoss> {
-    let roles = t.roles()?;
-    let (dut, din) = t.endpoint(&roles.dut_in)?;
-    let (_, dout) = t.endpoint(&roles.dut_out)?;
-    let sink_addr = t.addr(&roles.sink, false)?;
-    let (mut linux, mut xnf) = (None, None);
-    match v {
-        Variant::Linux => linux = Some(setup_linux(dut, &din, &dout, nfs, n, l.point.queues, sink_addr)?),
-        _ => {
-            let (c, warnings) = setup_xnf(dut, &din, &dout, nfs, n, l.point.queues, sink_addr, v)?;
-            warnings.iter().for_each(|w| pg.println(&format!("xnf chain: {w}")));
-            xnf = Some(c);
-        }
-    }
-    let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = measure::start_generators(gen_ns, &gen_if, &measure::udp_traffic(t, &l.point)?, &measure::gen_cpus(o.cpu, l.point.queues), 0)?;
-    let sink = t.attachment(&roles.sink)?;
-    // Every reading of the probe also reads dut's counters; the first two
-    // bracket the full-speed interval (measure::variant measures it first).
-    let readings = RefCell::new(Vec::new());
-    let with_chain = v != Variant::Linux;
-    let probe = Probe {
-        gens: &gens,
-        dut_in: (dut, din.clone()),
-        dut_out: Some((dut, dout.clone())),
-        received: Box::new(|| sink.packets()),
-        on_read: Some(Box::new(|| {
-            readings.borrow_mut().push(read_dut(dut, with_chain)?);
-            Ok(())
-        })),
-    };
-    let (samples, rate) = measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?;
-    drop(probe);
-    // Paused before stopping: a live-frame call sized while paused (cheap
-    // tries) would otherwise run its many tries at full speed before the
-    // stop flag is seen, tens of seconds on a slow path.
-    gens.set_rate(1)?;
-    gens.stop()?;
-    let max = samples.first().context("no full-speed sample")?;
-    let r = readings.into_inner();
-    ensure!(r.len() >= 2, "dut's counters were read {} time(s) during the measurement", r.len());
-    let hops = hop_loss(&r[0], &r[1], &din, &dout, n, max.received);
-    if v != Variant::Linux && hops.forwarded > (max.received as i64 / 100).max(100) {
-        bail!(
-            "{}: dut's kernel forwarded {} packets while the chain was to steer all {} in XDP: the measurement would be of kernel forwarding",
-            l.variant,
-            hops.forwarded,
-            max.received
-        );
-    }
-    measure::record(res, zl, l, (samples, rate));
-    if let Some(x) = xnf.take() {
-        x.remove()?;
-    }
-    drop(linux.take());
-    Ok(hops)
+    point: Point,
+    dut: &'a Netns,
+    din: String,
+    dout: String,
+    sink: &'a LabAttachment,
+    /// dut's counters at every reading of the probe; the first two
+    /// bracket the full-speed interval (measured first).
+    readings: RefCell<Vec<Reading>>,
+    linux: Option<LinuxChain<'a>>,
+    xnf: Option<XnfChain<'a>>,
 }
 
-/// Runs the experiment.
-pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<Results> {
-    let ncpu = crate::engine::cpu::sample()?.len();
-    o.validate(ncpu)?;
-    let mut spec = crate::engine::experiment_topology(&o.topology, lines)?;
-    // Traffic comes back to dut from the NFs on other ports than its routes
-    // would send it: no reverse-path filter there.
-    let dut_ns = spec.roles.as_ref().context("no [roles]")?.dut_in.split(':').next().unwrap_or_default().to_string();
-    let ns = spec.namespaces.iter_mut().find(|n| n.name == dut_ns).with_context(|| format!("the topology has no namespace {dut_ns} for its dut_in role"))?;
-    for k in ["net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter"] {
-        ns.sysctl.insert(k.into(), "0".into());
+impl Running for ChainRun<'_> {
+    fn counters(&self) -> Result<Counters<'_>> {
+        let with_chain = self.v != Variant::Linux;
+        Ok(Counters {
+            dut_in: (self.dut, self.din.clone()),
+            dut_out: Some((self.dut, self.dout.clone())),
+            received: Box::new(|| self.sink.packets()),
+            // Every reading of the probe also reads dut's counters.
+            on_read: Some(Box::new(move || {
+                self.readings.borrow_mut().push(read_dut(self.dut, with_chain)?);
+                Ok(())
+            })),
+        })
     }
-    let points = o.points();
-    let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
-    let total = points.len() * o.lengths.len() * o.variants.len() * o.runs as usize;
-    let mut pg = Progress::new(per_variant * total as f64);
-    let mut built: Option<(u32, BuiltTopology)> = None;
-    let longest = o.lengths.iter().copied().max().unwrap_or(1);
-    pg.message(&format!("making {longest} NF namespaces"));
-    let nfs = nf_namespaces(longest)?;
-    let mut res = Results::new("chain", o);
-    let mut zl = Vec::new();
-    let mut hops: BTreeMap<(u32, usize, String), HopLoss> = BTreeMap::new();
-    for (pi, point) in points.iter().enumerate() {
-        // The NFs' veths are made per variant with the point's queue count.
-        let t = crate::engine::topology_with_queues(&mut built, &spec, &o.topology, point.queues, &mut pg)?;
-        for &n in &o.lengths {
-            for run in 0..o.runs {
-                for v in measure::alternated(&o.variants, run) {
-                    let l = Labels { variant: v.label(n), point: point.clone(), run };
-                    pg.set_prefix(format!("point {}/{} ({}), {n} NF(s), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
-                    let h = measure_variant(t, &nfs, o, &l, v, n, &mut res, &mut zl, &mut pg)?;
-                    let key = (n, pi, v.name().to_string());
-                    hops.entry(key).or_default().add(&h);
-                    pg.advance(per_variant);
-                }
-            }
+
+    /// Refuses an xnf run whose traffic dut's kernel forwarded, keeps the
+    /// losses hop by hop, and removes the chain.
+    fn finish(mut self: Box<Self>, samples: &[Sample]) -> Result<()> {
+        let max = samples.first().context("no full-speed sample")?;
+        let r = self.readings.take();
+        ensure!(r.len() >= 2, "dut's counters were read {} time(s) during the measurement", r.len());
+        let hops = hop_loss(&r[0], &r[1], &self.din, &self.dout, self.n, max.received);
+        if self.v != Variant::Linux && hops.forwarded > (max.received as i64 / 100).max(100) {
+            bail!("dut's kernel forwarded {} packets while the chain was to steer all {} in XDP: the measurement would be of kernel forwarding", hops.forwarded, max.received);
         }
+        let variant = crate::engine::driver::variant_name(&self.v);
+        let mut all = self.exp.hops.borrow_mut();
+        match all.iter_mut().find(|(v, p, _)| *v == variant && *p == self.point) {
+            Some(h) => h.2.add(&hops),
+            None => all.push((variant, self.point.clone(), hops)),
+        }
+        if let Some(x) = self.xnf.take() {
+            x.remove()?;
+        }
+        drop(self.linux.take());
+        Ok(())
     }
-    drop(nfs);
-    drop(built);
-    // xnf's run files of dut, which is gone now.
-    xnf_core::state::gc_dead_namespaces();
-    pg.finish();
-    res.summarize(&zl);
-    for &n in &o.lengths {
-        res.add_ratios(&Variant::Xnf.label(n), &Variant::Linux.label(n));
-        res.add_ratios(&Variant::XnfLinuxNf.label(n), &Variant::Linux.label(n));
-    }
-    res.notes.push(format!(
-        "variant/N: a chain of N NFs. veth: the generator, dut, every NF and the sink run in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole path.",
-        o.cpu
-    ));
-    for ((n, pi, v), h) in &hops {
-        res.notes.push(h.note(&format!("{v}/{n}"), &points[*pi], o.runs));
-    }
-    Ok(res)
 }
 
 /// The summary by chain length: one row per point and length, the
 /// variants side by side, then the ratios to linux.
-pub fn print_by_length(r: &Results, o: &Options) {
-    let points = o.points();
+pub fn print_by_length(r: &Results, variants: &[Variant]) {
+    let mut points: Vec<Point> = Vec::new();
+    let mut lengths: Vec<i64> = Vec::new();
+    for s in &r.summary {
+        let p = s.point.without("nfs");
+        if !points.contains(&p) {
+            points.push(p);
+        }
+        if let Ok(n) = s.point.int("nfs") {
+            if !lengths.contains(&n) {
+                lengths.push(n);
+            }
+        }
+    }
+    let names: Vec<String> = variants.iter().map(crate::engine::driver::variant_name).collect();
     println!("\nby chain length (median Mpps; zero-loss Mpps; ns/packet all CPUs; softirq ns/packet):");
     print!("{:<22} {:>3}", "point", "NFs");
-    for v in &o.variants {
-        print!(" {:>36}", v.name());
+    for v in &names {
+        print!(" {v:>36}");
     }
     println!("  ratios to linux");
     for p in &points {
-        for &n in &o.lengths {
-            print!("{:<22} {:>3}", p.label(), n);
-            for v in &o.variants {
+        for &n in &lengths {
+            let at = p.clone().with("nfs", Value::Int(n));
+            print!("{:<22} {:>3}", r.label(p), n);
+            for v in &names {
                 let cell = r
-                    .summary_of(&v.label(n), p)
+                    .summary_of(v, &at)
                     .map(|s| {
                         let zl = s.zero_loss_mpps.map_or("-".to_string(), |z| format!("{z:.3}"));
                         format!("{:.3} ({:.3}-{:.3}); {zl}; {:.0}; {:.0}", s.median_mpps, s.min_mpps, s.max_mpps, s.median_ns_per_packet, s.median_softirq_ns_per_packet)
@@ -587,12 +613,7 @@ pub fn print_by_length(r: &Results, o: &Options) {
                     .unwrap_or_else(|| "-".into());
                 print!(" {cell:>36}");
             }
-            let ratios: Vec<String> = r
-                .ratios
-                .iter()
-                .filter(|q| &q.point == p && q.denominator == Variant::Linux.label(n))
-                .map(|q| format!("{} {:.2}x", q.numerator.split('/').next().unwrap_or(""), q.ratio))
-                .collect();
+            let ratios: Vec<String> = r.ratios.iter().filter(|q| q.point == at && q.denominator == "linux").map(|q| format!("{} {:.2}x", q.numerator, q.ratio)).collect();
             println!("  {}", ratios.join(", "));
         }
     }
@@ -601,50 +622,47 @@ pub fn print_by_length(r: &Results, o: &Options) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::driver;
+    use clap::Parser;
 
-    fn opts() -> Options {
-        Options {
-            topology: "line".into(),
-            runs: 1,
-            timing: Timing { warmup: 0.0, seconds: 1.0, trial_seconds: 1.0 },
-            sizes: vec![64],
-            flows: vec![1, 100],
-            queues: vec![1],
-            lengths: vec![1, 2, 4],
-            variants: vec![Variant::Linux, Variant::Xnf, Variant::XnfLinuxNf],
-            cpu: 0,
-            zero_loss: None,
-            load_steps: 0,
-        }
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        c: Chain,
+    }
+
+    fn opts(args: &[&str]) -> Chain {
+        Cli::try_parse_from(std::iter::once("chain").chain(args.iter().copied())).unwrap().c
     }
 
     #[test]
     fn bad_options_are_refused_with_the_flag_named() {
-        let check = |f: &dyn Fn(&mut Options), want: &str| {
-            let mut o = opts();
-            f(&mut o);
-            let e = format!("{:#}", o.validate(2).unwrap_err());
+        let cpus = Cpus { gen: 0, count: 2 };
+        for (args, want) in [
+            (&["--length", "0"][..], "--length 0"),
+            (&["--length", "9"][..], "(max 8)"),
+            (&["--length", "2,2"][..], "--length 2 is listed twice"),
+            (&["--flows", "0"][..], "--flows 0"),
+            (&["--size", "63"][..], "--size 63"),
+            (&["--queues", "3"][..], "--queues 3"),
+            (&["--queues", "0"][..], "--queues 0"),
+        ] {
+            let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
             assert!(e.contains(want), "{e} lacks {want}");
-        };
-        check(&|o| o.lengths = vec![0], "--length 0");
-        check(&|o| o.lengths = vec![9], "(max 8)");
-        check(&|o| o.lengths = vec![], "--length");
-        check(&|o| o.lengths = vec![2, 2], "--length 2 is listed twice");
-        check(&|o| o.flows = vec![0], "--flows 0");
-        check(&|o| o.sizes = vec![63], "--size 63");
-        check(&|o| o.cpu = 2, "--cpu 2");
-        check(&|o| o.queues = vec![3], "--queues 3");
-        check(&|o| o.queues = vec![0], "--queues 0");
-        check(&|o| o.variants = vec![], "--variants");
-        assert!(opts().validate(2).is_ok());
+        }
+        assert!(opts(&[]).check(cpus).is_ok());
     }
 
     #[test]
-    fn variants_carry_the_chain_length() {
-        assert_eq!(Variant::XnfLinuxNf.label(4), "xnf-linux-nf/4");
+    fn the_chain_length_is_a_parameter_of_the_points() {
+        let c = opts(&["--flows", "1,100"]);
+        let p = driver::points(&c);
+        assert_eq!(p.len(), 6, "2 flow counts × 3 lengths");
+        let labels: Vec<String> = p.iter().take(3).map(|p| params::label(&c.params(), p)).collect();
+        assert_eq!(labels, ["64 B, 1 flow, 1 NF", "64 B, 1 flow, 2 NFs", "64 B, 1 flow, 4 NFs"], "the length changes fastest");
+        assert_eq!(driver::variant_name(&Variant::XnfLinuxNf), "xnf-linux-nf");
         assert_eq!(port(3), "xnf-nf3");
         assert_eq!(link_addrs(8), ("198.18.108.1".into(), "198.18.108.2".into()));
-        assert_eq!(opts().points().len(), 2);
     }
 
     #[test]
@@ -656,9 +674,13 @@ mod tests {
         b.devs.insert("xnf-nf1".into(), (95, 97));
         b.devs.insert("xnf-nf2".into(), (90, 94));
         b.devs.insert("xnfout".into(), (0, 88));
-        let h = hop_loss(&a, &b, "xnfin", "xnfout", 2, 88);
+        let mut h = hop_loss(&a, &b, "xnfin", "xnfout", 2, 88);
         let segs: Vec<i64> = h.segments.iter().map(|s| s.1).collect();
         assert_eq!(segs, vec![3, 2, 1, 4, 2]);
         assert_eq!(segs.iter().sum::<i64>(), 100 - 88);
+        h.add(&h.clone());
+        assert_eq!((h.runs, h.received, h.segments[0].1), (2, 176, 6));
+        let json = serde_json::to_value(&h).unwrap();
+        assert_eq!((json["runs"].as_u64(), json["segments"][0][0].as_str()), (Some(2), Some("into NF1")));
     }
 }

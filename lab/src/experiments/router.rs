@@ -16,13 +16,16 @@
 
 use std::net::IpAddr;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use clap::Args;
 use serde::Serialize;
 use crate::programs::gen::GenConfig;
 
-use crate::engine::measure::{self, Labels, Probe, Timing};
+use crate::engine::driver::{AtPoint, Cpus, Experiment, Running};
+use crate::engine::measure::{self, Counters};
+use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::progress::Progress;
-use crate::engine::results::{Point, Results};
+use crate::engine::results::Results;
 use crate::engine::topology::BuiltTopology;
 use crate::engine::{nft, LabAttachment, RouterGuard};
 
@@ -40,71 +43,119 @@ pub enum Variant {
     DutDrop,
 }
 
-impl Variant {
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Kernel => "kernel",
-            Variant::Xnf => "xnf",
-            Variant::DutDrop => "dut-drop",
-        }
-    }
-}
-
-/// Options of one `xnf lab router` run; every list is a sweep.
-#[derive(Clone, Debug, Serialize)]
-pub struct Options {
-    /// Built-in scenario name or TOML file (needs [roles]).
-    pub topology: String,
-    pub runs: u32,
-    pub timing: Timing,
-    /// Frame sizes on the wire, FCS included (64 = minimum Ethernet).
+/// `xnf lab router`: its own options; every list is a sweep.
+#[derive(Args, Clone, Debug, Serialize)]
+pub struct Router {
+    /// Frame sizes on the wire, FCS included (64..=1518), or imix (the
+    /// AMS-IX mix); a list sweeps, e.g. 64,128,256,512,1024,1518,imix.
+    #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES|imix[,...]")]
     pub sizes: Vec<u32>,
+    /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
+    #[arg(long, default_value = "4", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
     pub flows: Vec<u32>,
+    /// IPv6 instead of IPv4.
+    #[arg(long)]
     pub ipv6: bool,
-    /// Queues per veth = generator CPUs.
+    /// RX/TX queues per veth = generator CPUs (CPUs 0..N); a list sweeps.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
     pub queues: Vec<u32>,
-    /// Synthetic routes added to dut's table.
+    /// Synthetic routes added to dut's table (realistic prefix-length mix,
+    /// installed by netlink batches); a list sweeps, e.g. 0,10000,1000000.
+    #[arg(long, default_value = "0", value_delimiter = ',', value_parser = parse_item::<u64>, value_name = "N[,N...]")]
     pub routes: Vec<u64>,
-    /// Points without and/or with the netfilter ruleset on dut.
-    pub netfilter: Vec<bool>,
+    /// Load a realistic netfilter ruleset (conntrack, sets, counters) on
+    /// dut: off, on, or both (a sweep).
+    #[arg(long, default_value = "off", value_parser = netfilter_points, value_name = "off|on|both")]
+    pub netfilter: OffOn,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf,dut-drop")]
     pub variants: Vec<Variant>,
-    /// Generator CPUs with one queue (more queues use CPUs 0..queues).
-    pub cpu: usize,
-    /// Also search each variant's zero-loss rate, with this loss tolerance (%).
-    pub zero_loss: Option<f64>,
-    /// Offered-load steps for the CPU-vs-load curve (0: none).
-    pub load_steps: u32,
 }
 
-impl Options {
-    /// Checks everything before anything is built.
-    pub fn validate(&self, ncpu: usize) -> Result<()> {
-        measure::check_options(self.runs, &self.timing, &self.sizes, self.ipv6, self.zero_loss, self.load_steps)?;
-        measure::check_generator(&self.flows, &self.queues, self.cpu, ncpu)?;
-        ensure!(!self.variants.is_empty(), "--variants: name at least one");
+impl Experiment for Router {
+    type Variant = Variant;
+    const NAME: &'static str = "router";
+
+    fn params(&self) -> Vec<Param> {
+        params::legacy()
+    }
+
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        vec![
+            ("queues", params::values(&self.queues)),
+            ("routes", params::values(&self.routes)),
+            ("netfilter", params::values(&self.netfilter.0)),
+            ("size", params::values(&self.sizes)),
+            ("flows", params::values(&self.flows)),
+            ("ipv6", params::values(&[self.ipv6])),
+        ]
+    }
+
+    fn variants(&self) -> Vec<Variant> {
+        self.variants.clone()
+    }
+
+    fn ratios(&self) -> Vec<(&'static str, &'static str)> {
+        vec![("xnf", "kernel")]
+    }
+
+    fn check(&self, cpus: Cpus) -> Result<()> {
+        measure::check_sizes(&self.sizes, self.ipv6)?;
+        measure::check_generator(&self.flows, &self.queues, cpus.count)?;
         for &r in &self.routes {
             ensure!(r <= 2_000_000, "--routes {r}: at most 2,000,000");
         }
-        if self.netfilter.contains(&true) {
+        if self.netfilter.0.contains(&true) {
             nft::require("--netfilter")?;
         }
         Ok(())
     }
 
-    fn points(&self) -> Vec<Point> {
-        let mut v = Vec::new();
-        for &queues in &self.queues {
-            for &routes in &self.routes {
-                for &netfilter in &self.netfilter {
-                    for &size in &self.sizes {
-                        for &flows in &self.flows {
-                            v.push(Point { size, flows, ipv6: self.ipv6, routes, queues, netfilter });
-                        }
-                    }
-                }
-            }
+    /// The synthetic routes and the netfilter ruleset of the point; with
+    /// routes, the flows go to destinations in distinct prefixes.
+    fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
+        let roles = t.roles()?;
+        let (dut, dout) = t.endpoint(&roles.dut_out)?;
+        let (count, ipv6, flows) = (p.int("routes")? as u64, p.flag("ipv6")?, p.u32("flows")?);
+        let routes = if count > 0 {
+            let via = t.addr(&roles.sink, ipv6)?.to_string();
+            pg.message(&format!("installing {count} routes"));
+            let r = crate::engine::routes::Installed::synthetic(dut, ipv6, count, &via, &dout)?;
+            pg.println(&format!("installed {count} synthetic routes in {:.1} s", r.install_seconds()));
+            Some(r)
+        } else {
+            None
+        };
+        let dsts = match &routes {
+            Some(r) => r.targets(flows as usize)?,
+            None => Vec::new(),
+        };
+        let mut notes = Vec::new();
+        if !dsts.is_empty() {
+            notes.push(format!("the flows go to {} destinations in distinct prefixes of the table", spread(flows, dsts.len())));
         }
-        v
+        let nft = if p.flag("netfilter")? { Some(Netfilter::load(dut)?) } else { None };
+        Ok(AtPoint { traffic: template(t, p, &dsts)?, guard: Box::new((nft, routes)), notes })
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let roles = t.roles()?;
+        let (dut, din) = t.endpoint(&roles.dut_in)?;
+        let (_, dout) = t.endpoint(&roles.dut_out)?;
+        let setup = match v {
+            Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
+            Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
+            Variant::Xnf => Setup::Router(RouterGuard::attach(dut, &[din.clone(), dout.clone()])?),
+        };
+        Ok(Box::new(Set { setup, dut, din, dout, sink: t.attachment(&roles.sink)? }))
+    }
+
+    fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
+        res.notes.push(format!(
+            "veth: every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
+            cpus.gen
+        ));
+        Ok(())
     }
 }
 
@@ -117,9 +168,10 @@ fn template(t: &BuiltTopology, p: &Point, dsts: &[IpAddr]) -> Result<GenConfig> 
         // table offers: d addresses × flows/d source ports, d the largest
         // divisor of the flow count the table can serve, so the number of
         // distinct flows is exactly the point's.
-        let d = spread(p.flows, dsts.len());
+        let flows = p.u32("flows")?;
+        let d = spread(flows, dsts.len());
         cfg.dst_addrs = dsts[..d as usize].to_vec();
-        cfg.flows = p.flows / d;
+        cfg.flows = flows / d;
     }
     Ok(cfg)
 }
@@ -131,20 +183,30 @@ fn spread(flows: u32, targets: usize) -> u32 {
 
 /// A variant set up on dut; dropping it tears it down.
 enum Setup {
-    Attachment(LabAttachment),
+    Pass(#[allow(dead_code)] LabAttachment),
+    Drop(LabAttachment),
     // Held for its Drop (detach).
     Router(#[allow(dead_code)] RouterGuard),
 }
 
-fn setup(t: &BuiltTopology, v: Variant) -> Result<Setup> {
-    let roles = t.roles()?;
-    let (dut, din) = t.endpoint(&roles.dut_in)?;
-    let (_, dout) = t.endpoint(&roles.dut_out)?;
-    Ok(match v {
-        Variant::Kernel => Setup::Attachment(LabAttachment::pass(dut, &din)?),
-        Variant::DutDrop => Setup::Attachment(LabAttachment::sink(dut, &din)?),
-        Variant::Xnf => Setup::Router(RouterGuard::attach(dut, &[din, dout])?),
-    })
+struct Set<'a> {
+    setup: Setup,
+    dut: &'a xnf_netns::Netns,
+    din: String,
+    dout: String,
+    sink: &'a LabAttachment,
+}
+
+impl Running for Set<'_> {
+    /// Forwarded frames are counted at the sink; dut-drop's by its own
+    /// program, dut sending nothing.
+    fn counters(&self) -> Result<Counters<'_>> {
+        let (dut_out, received): (_, measure::Received) = match &self.setup {
+            Setup::Drop(a) => (None, Box::new(|| a.packets())),
+            _ => (Some((self.dut, self.dout.clone())), Box::new(|| self.sink.packets())),
+        };
+        Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out, received, on_read: None })
+    }
 }
 
 /// Loads the netfilter ruleset on dut for as long as it lives.
@@ -164,157 +226,83 @@ impl Drop for Netfilter<'_> {
     }
 }
 
-/// Measures one variant at one point: full speed, then the load curve and
-/// the zero-loss search when asked for.
-#[allow(clippy::too_many_arguments)]
-fn measure_variant(t: &BuiltTopology, o: &Options, l: &Labels, v: Variant, dsts: &[IpAddr], res: &mut Results, zl: &mut Vec<(String, Point, f64)>, pg: &mut Progress) -> Result<()> {
-    let roles = t.roles()?;
-    let _setup = setup(t, v)?;
-    let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let gens = measure::start_generators(gen_ns, &gen_if, &template(t, &l.point, dsts)?, &measure::gen_cpus(o.cpu, l.point.queues), 0)?;
-    let sink = t.attachment(&roles.sink)?;
-    let (dut, din) = t.endpoint(&roles.dut_in)?;
-    let (_, dout) = t.endpoint(&roles.dut_out)?;
-    let drop_at_dut = match &_setup {
-        Setup::Attachment(a) if v == Variant::DutDrop => Some(a),
-        _ => None,
-    };
-    let probe = Probe {
-        gens: &gens,
-        dut_in: (dut, din),
-        dut_out: drop_at_dut.is_none().then_some((dut, dout)),
-        received: match drop_at_dut {
-            Some(a) => Box::new(|| a.packets()),
-            None => Box::new(|| sink.packets()),
-        },
-        on_read: None,
-    };
-    measure::record(res, zl, l, measure::variant(&probe, l, &o.timing, o.load_steps, o.zero_loss, pg)?);
-    drop(probe);
-    gens.stop()?;
-    Ok(())
-}
-
-/// Runs the experiment.
-pub fn run(o: &Options, pg_lines: &mut dyn FnMut(&str)) -> Result<Results> {
-    let ncpu = crate::engine::cpu::sample()?.len();
-    o.validate(ncpu)?;
-    let spec = crate::engine::experiment_topology(&o.topology, pg_lines)?;
-    let points = o.points();
-    let per_variant = measure::planned_seconds(&o.timing, o.load_steps, o.zero_loss.is_some());
-    let mut pg = Progress::new(per_variant * (points.len() * o.variants.len() * o.runs as usize) as f64);
-    let mut res = Results::new("router", o);
-    let mut zl = Vec::new();
-    let mut built: Option<(u32, BuiltTopology)> = None;
-    for (pi, point) in points.iter().enumerate() {
-        let t = crate::engine::topology_with_queues(&mut built, &spec, &o.topology, point.queues, &mut pg)?;
-        let roles = t.roles()?.clone();
-        let (dut, dout) = t.endpoint(&roles.dut_out)?;
-        let routes = if point.routes > 0 {
-            let via = t.addr(&roles.sink, point.ipv6)?.to_string();
-            pg.message(&format!("installing {} routes", point.routes));
-            let r = crate::engine::routes::Installed::synthetic(dut, point.ipv6, point.routes, &via, &dout)?;
-            pg.println(&format!("installed {} synthetic routes in {:.1} s", point.routes, r.install_seconds()));
-            Some(r)
-        } else {
-            None
-        };
-        let dsts = match &routes {
-            Some(r) => r.targets(point.flows as usize)?,
-            None => Vec::new(),
-        };
-        if !dsts.is_empty() {
-            let d = spread(point.flows, dsts.len());
-            res.notes.push(format!("{}: the flows go to {d} destinations in distinct prefixes of the table", point.label()));
-        }
-        let _nft = if point.netfilter { Some(Netfilter::load(dut)?) } else { None };
-        for run in 0..o.runs {
-            for v in measure::alternated(&o.variants, run) {
-                let l = Labels { variant: v.name().into(), point: point.clone(), run };
-                pg.set_prefix(format!("point {}/{} ({}), run {}/{}, {}", pi + 1, points.len(), point.label(), run + 1, o.runs, v.name()));
-                measure_variant(t, o, &l, v, &dsts, &mut res, &mut zl, &mut pg)?;
-                pg.advance(per_variant);
-            }
-        }
-    }
-    drop(built);
-    pg.finish();
-    res.summarize(&zl);
-    res.add_ratios("xnf", "kernel");
-    res.notes.push(format!(
-        "veth: every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
-        o.cpu
-    ));
-    Ok(res)
-}
-
-/// Parses a comma-separated list ("64,128,1518").
-pub fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, String>
+/// One element of a comma-separated list ("64,128,1518"), named when bad.
+pub fn parse_item<T: std::str::FromStr>(s: &str) -> Result<T, String>
 where
     T::Err: std::fmt::Display,
 {
-    s.split(',').map(|x| x.trim().parse::<T>().map_err(|e| format!("`{x}`: {e}"))).collect()
+    s.trim().parse::<T>().map_err(|e| format!("`{s}`: {e}"))
 }
 
+/// A size: bytes or `imix` (stored as 0).
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    match s.trim() {
+        "imix" | "IMIX" => Ok(0),
+        n => n.parse::<u32>().map_err(|e| format!("`{n}`: {e} (sizes are bytes on the wire, e.g. 64, or imix)")),
+    }
+}
+
+/// The points without and/or with a ruleset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct OffOn(pub Vec<bool>);
+
 /// `--netfilter` values: off, on, or both (a sweep).
-pub fn netfilter_points(v: &str) -> Result<Vec<bool>> {
-    Ok(match v {
+pub fn netfilter_points(v: &str) -> Result<OffOn, String> {
+    Ok(OffOn(match v {
         "off" => vec![false],
         "on" => vec![true],
         "both" => vec![false, true],
-        _ => bail!("--netfilter takes off, on or both"),
-    })
+        _ => return Err("--netfilter takes off, on or both".into()),
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::driver;
+    use clap::Parser;
 
-    fn opts() -> Options {
-        Options {
-            topology: "line".into(),
-            runs: 1,
-            timing: Timing { warmup: 0.0, seconds: 1.0, trial_seconds: 1.0 },
-            sizes: vec![64, 1518],
-            flows: vec![1, 100],
-            ipv6: false,
-            queues: vec![1],
-            routes: vec![0],
-            netfilter: vec![false],
-            variants: vec![Variant::Kernel, Variant::Xnf],
-            cpu: 0,
-            zero_loss: None,
-            load_steps: 0,
-        }
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        r: Router,
+    }
+
+    fn opts(args: &[&str]) -> Router {
+        Cli::try_parse_from(std::iter::once("router").chain(args.iter().copied())).unwrap().r
     }
 
     #[test]
     fn points_are_the_cartesian_product_of_the_sweeps() {
-        let p = opts().points();
+        let p = driver::points(&opts(&["--size", "64,1518", "--flows", "1,100"]));
         assert_eq!(p.len(), 4);
-        assert_eq!((p[0].size, p[0].flows), (64, 1));
-        assert_eq!((p[3].size, p[3].flows), (1518, 100));
+        assert_eq!((p[0].int("size").unwrap(), p[0].int("flows").unwrap()), (64, 1));
+        assert_eq!((p[3].int("size").unwrap(), p[3].int("flows").unwrap()), (1518, 100));
+        // The JSON of a point is what it always was.
+        assert_eq!(serde_json::to_string(&p[0]).unwrap(), r#"{"size":64,"flows":1,"ipv6":false,"routes":0,"queues":1,"netfilter":false}"#);
+        let q = driver::points(&opts(&["--queues", "1,2", "--netfilter", "both"]));
+        let order: Vec<(i64, bool)> = q.iter().map(|p| (p.int("queues").unwrap(), p.flag("netfilter").unwrap())).collect();
+        assert_eq!(order, [(1, false), (1, true), (2, false), (2, true)], "queues change slowest: the topology is rebuilt once");
     }
 
     #[test]
     fn bad_options_are_refused_with_the_flag_named() {
-        let check = |f: &dyn Fn(&mut Options), want: &str| {
-            let mut o = opts();
-            f(&mut o);
-            let e = format!("{:#}", o.validate(2).unwrap_err());
+        let cpus = Cpus { gen: 0, count: 2 };
+        for (args, want) in [
+            (&["--size", "63"][..], "--size 63"),
+            (&["--size", "1519"][..], "--size 1519"),
+            (&["--flows", "70000"][..], "--flows 70000"),
+            (&["--flows", "0"][..], "--flows 0"),
+            (&["--queues", "3"][..], "--queues 3"),
+            (&["--routes", "2000001"][..], "--routes 2000001"),
+            (&["--ipv6", "--size", "64"][..], "IPv6"),
+        ] {
+            let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
             assert!(e.contains(want), "{e} lacks {want}");
-        };
-        check(&|o| o.sizes = vec![63], "--size 63");
-        check(&|o| o.sizes = vec![1519], "--size 1519");
-        check(&|o| o.flows = vec![70000], "--flows 70000");
-        check(&|o| o.flows = vec![0], "--flows 0");
-        check(&|o| o.queues = vec![3], "--queues 3");
-        check(&|o| o.runs = 0, "--runs");
-        check(&|o| o.cpu = 2, "--cpu 2");
-        check(&|o| o.zero_loss = Some(100.0), "--zero-loss");
-        check(&|o| o.timing.seconds = 0.0, "--seconds");
-        check(&|o| (o.ipv6, o.sizes) = (true, vec![64]), "IPv6");
-        assert!(opts().validate(2).is_ok());
+        }
+        assert!(opts(&[]).check(cpus).is_ok());
+        assert!(Cli::try_parse_from(["router", "--size", "64,x"]).is_err());
     }
 
     #[test]
@@ -327,9 +315,9 @@ mod tests {
 
     #[test]
     fn lists_parse_and_name_the_bad_element() {
-        assert_eq!(parse_list::<u32>("64, 128,1518").unwrap(), vec![64, 128, 1518]);
-        assert!(parse_list::<u32>("64,-5").unwrap_err().contains("`-5`"));
-        assert_eq!(netfilter_points("both").unwrap(), vec![false, true]);
+        assert_eq!(opts(&["--size", "64, 128,imix"]).sizes, vec![64, 128, 0]);
+        assert!(parse_item::<u32>("-5").unwrap_err().contains("`-5`"));
+        assert_eq!(netfilter_points("both").unwrap().0, vec![false, true]);
         assert!(netfilter_points("maybe").is_err());
     }
 }

@@ -9,9 +9,21 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
 use xnf_core::maps::{as_bytes, object_storage, sum_percpu};
+use crate::skel::actions::types::xnf_action;
 use crate::skel::actions::{ActionsSkel, ActionsSkelBuilder};
 
-/// What the program does with every frame (values of `enum xnf_action`).
+xnf_core::c_enum! {
+    /// The raw XDP verdicts of the `actions` experiment: `enum xnf_action`.
+    pub enum ActionKind: xnf_action, max XNF_ACT_MAX {
+        Drop = XNF_ACT_DROP => "drop",
+        Pass = XNF_ACT_PASS => "pass",
+        Tx = XNF_ACT_TX => "tx",
+        Redirect = XNF_ACT_REDIRECT => "redirect",
+        Cpumap = XNF_ACT_CPUMAP => "cpumap",
+    }
+}
+
+/// What the program does with every frame, with the redirects' targets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     Drop,
@@ -25,14 +37,18 @@ pub enum Action {
 }
 
 impl Action {
-    fn code(self) -> u32 {
+    pub fn kind(self) -> ActionKind {
         match self {
-            Action::Drop => 0,
-            Action::Pass => 1,
-            Action::Tx => 2,
-            Action::Redirect { .. } => 3,
-            Action::Cpumap { .. } => 4,
+            Action::Drop => ActionKind::Drop,
+            Action::Pass => ActionKind::Pass,
+            Action::Tx => ActionKind::Tx,
+            Action::Redirect { .. } => ActionKind::Redirect,
+            Action::Cpumap { .. } => ActionKind::Cpumap,
         }
+    }
+
+    fn code(self) -> xnf_action {
+        xnf_action(self.kind() as u32)
     }
 }
 

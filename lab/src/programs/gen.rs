@@ -17,16 +17,16 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
 use xnf_core::maps::{as_bytes, object_storage, sum_percpu};
-use crate::skel::gen::types::{gen_addr, gen_class};
+use crate::skel::gen::types::{gen_addr, gen_class, gen_ctl, gen_limits};
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
 use xnf_core::xdp::XdpContext;
 
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` (Linux 5.18).
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 /// Size classes the program holds (`GEN_CLASSES`).
-pub const MAX_CLASSES: usize = 8;
+pub const MAX_CLASSES: usize = gen_limits::GEN_CLASSES.0 as usize;
 /// Longest repeating size sequence (`GEN_SEQ`).
-pub const MAX_SEQUENCE: usize = 1024;
+pub const MAX_SEQUENCE: usize = gen_limits::GEN_SEQ.0 as usize;
 /// Longest frame (without FCS) the program builds: it must fit the page the
 /// kernel gives a live frame, with room to spare.
 pub const MAX_FRAME: usize = 3000;
@@ -435,13 +435,13 @@ impl GenControl {
     /// Sets the rate per generating CPU (0: as fast as possible); the
     /// running program sees it on its next frame.
     pub fn set_rate(&self, pps: u64) -> Result<()> {
-        self.ctl.update(&0u32.to_ne_bytes(), &pps.to_ne_bytes(), MapFlags::ANY).context("setting the generator's rate")
+        self.ctl.update(&gen_ctl::GEN_CTL_RATE.0.to_ne_bytes(), &pps.to_ne_bytes(), MapFlags::ANY).context("setting the generator's rate")
     }
 
     /// Sets how many frames each CPU may send in all (0: no limit); frames
     /// beyond are dropped by the program, before any device sees them.
     pub fn set_limit(&self, frames: u64) -> Result<()> {
-        self.ctl.update(&1u32.to_ne_bytes(), &frames.to_ne_bytes(), MapFlags::ANY).context("setting the generator's limit")
+        self.ctl.update(&gen_ctl::GEN_CTL_LIMIT.0.to_ne_bytes(), &frames.to_ne_bytes(), MapFlags::ANY).context("setting the generator's limit")
     }
 }
 

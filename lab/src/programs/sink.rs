@@ -9,12 +9,13 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut, RingBufferBuilder};
 
 use xnf_core::maps::{object_storage, sum_percpu};
+use crate::skel::sink::types::sink_limits;
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
 
 /// Bytes of a frame a capture keeps at most (`SINK_SNAP`).
-pub const SNAP_LEN: usize = 1518;
+pub const SNAP_LEN: usize = sink_limits::SINK_SNAP.0 as usize;
 /// Frame lengths counted one by one (`SINK_SIZES`); longer count as the last.
-pub const SIZE_SLOTS: u32 = 2048;
+pub const SIZE_SLOTS: u32 = sink_limits::SINK_SIZES.0;
 
 /// What the sink does besides counting and dropping. The default is the
 /// plain counting sink, as cheap as it gets.

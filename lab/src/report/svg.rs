@@ -1,12 +1,12 @@
-//! Hand-written SVG charts for the lab report: scales with round ticks,
-//! axes, grid, lines with error bars, markers, grouped bars, stacked areas
-//! and a legend. Marks are drawn in plot-area coordinates (origin at the
-//! plot's top-left corner) and the area is placed once the legend's height
-//! is known.
+//! SVG charts for the lab report: scales with round ticks, axes, grid,
+//! lines with error bars, markers, grouped bars, stacked areas and a
+//! legend. Marks are drawn in plot-area coordinates (origin at the plot's
+//! top-left corner) and the area is placed once the legend's height is
+//! known. Written with maud, which escapes every text and attribute; every
+//! element is closed explicitly (`<circle ...></circle>`), as SVG inside
+//! HTML needs.
 
-use std::fmt::Write;
-
-use super::esc;
+use maud::{html, Markup};
 
 /// Width of every chart (SVG user units = CSS pixels at 100 %).
 pub const WIDTH: f64 = 600.0;
@@ -266,7 +266,7 @@ pub struct Chart {
     x_label: String,
     y_label: String,
     legend: Vec<LegendItem>,
-    marks: String,
+    marks: Vec<Markup>,
 }
 
 impl Chart {
@@ -279,7 +279,7 @@ impl Chart {
             x_label: x_label.into(),
             y_label: y_label.into(),
             legend: Vec::new(),
-            marks: String::new(),
+            marks: Vec::new(),
         }
     }
 
@@ -306,19 +306,24 @@ impl Chart {
     /// the same x stay apart.
     pub fn series(&mut self, s: &Series, dodge: f64) {
         let pts: Vec<(f64, Pt)> = s.points.iter().filter(|p| p.y.is_finite()).map(|p| (self.px(p.x) + dodge, *p)).collect();
-        let _ = write!(self.marks, r#"<g class="series" data-variant="{}">"#, esc(s.variant));
-        if s.style != Style::Hollow && pts.len() > 1 {
-            let path: Vec<String> = pts.iter().map(|(x, p)| format!("{x:.1},{:.1}", self.py(p.y))).collect();
-            let dash = if s.style == Style::Dashed { r#" stroke-dasharray="6 4""# } else { "" };
-            let _ = write!(self.marks, r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2.2"{dash}/>"#, path.join(" "), s.colour);
-        }
-        if s.style != Style::Curve {
-            for (x, p) in &pts {
-                self.error_bar(*x, p, s.colour);
-                self.marker(*x, self.py(p.y), s.colour, s.style);
+        let line = (s.style != Style::Hollow && pts.len() > 1).then(|| pts.iter().map(|(x, p)| format!("{x:.1},{:.1}", self.py(p.y))).collect::<Vec<_>>().join(" "));
+        let dash = (s.style == Style::Dashed).then_some("6 4");
+        let marks = html! {
+            @if s.style != Style::Curve {
+                @for (x, p) in &pts {
+                    (self.error_bar(*x, p, s.colour))
+                    (self.marker(*x, self.py(p.y), s.colour, s.style))
+                }
             }
-        }
-        self.marks.push_str("</g>");
+        };
+        self.marks.push(html! {
+            g class="series" data-variant=(s.variant) {
+                @if let Some(points) = line {
+                    polyline points=(points) fill="none" stroke=(s.colour) stroke-width="2.2" stroke-dasharray=[dash] {}
+                }
+                (marks)
+            }
+        });
         let swatch = match s.style {
             Style::Line | Style::Curve => Swatch::Line,
             Style::Dashed => Swatch::Dashed,
@@ -327,26 +332,22 @@ impl Chart {
         self.legend(&s.label, s.colour, swatch, Some(s.variant));
     }
 
-    fn error_bar(&mut self, x: f64, p: &Pt, colour: &str) {
+    fn error_bar(&self, x: f64, p: &Pt, colour: &str) -> Markup {
         if !(p.lo.is_finite() && p.hi.is_finite()) || (self.py(p.lo) - self.py(p.hi)).abs() < 1.0 {
-            return;
+            return html! {};
         }
         let (y0, y1) = (self.py(p.lo), self.py(p.hi));
-        let _ = write!(
-            self.marks,
-            r#"<path d="M{x:.1},{y0:.1}V{y1:.1}M{:.1},{y0:.1}h8M{:.1},{y1:.1}h8" stroke="{colour}" stroke-width="1.4" fill="none"/>"#,
-            x - 4.0,
-            x - 4.0
-        );
+        let d = format!("M{x:.1},{y0:.1}V{y1:.1}M{:.1},{y0:.1}h8M{:.1},{y1:.1}h8", x - 4.0, x - 4.0);
+        html! { path d=(d) stroke=(colour) stroke-width="1.4" fill="none" {} }
     }
 
-    fn marker(&mut self, x: f64, y: f64, colour: &str, style: Style) {
-        let _ = match style {
-            Style::Line => write!(self.marks, r#"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="{colour}"/>"#),
-            Style::Dashed => write!(self.marks, r#"<rect x="{:.1}" y="{:.1}" width="6" height="6" fill="{colour}"/>"#, x - 3.0, y - 3.0),
-            Style::Hollow => write!(self.marks, r##"<circle cx="{x:.1}" cy="{y:.1}" r="4" fill="#fff" stroke="{colour}" stroke-width="1.6"/>"##),
-            Style::Curve => Ok(()),
-        };
+    fn marker(&self, x: f64, y: f64, colour: &str, style: Style) -> Markup {
+        match style {
+            Style::Line => html! { circle cx=(f1(x)) cy=(f1(y)) r="4" fill=(colour) {} },
+            Style::Dashed => html! { rect x=(f1(x - 3.0)) y=(f1(y - 3.0)) width="6" height="6" fill=(colour) {} },
+            Style::Hollow => html! { circle cx=(f1(x)) cy=(f1(y)) r="4" fill="#fff" stroke=(colour) stroke-width="1.6" {} },
+            Style::Curve => html! {},
+        }
     }
 
     /// One bar per category in `slot` of the side-by-side bars, with
@@ -356,23 +357,17 @@ impl Chart {
         let band = self.x.band_frac() * PLOT_W;
         let width = band * 0.78 / slot.of.max(1) as f64;
         let fill = if slot.faded { lighten(s.colour) } else { s.colour.to_string() };
-        let _ = write!(self.marks, r#"<g class="bars" data-variant="{}">"#, esc(s.variant));
-        for p in s.points.iter().filter(|p| p.y.is_finite()) {
-            let x = self.px(p.x) - band * 0.39 + width * slot.index as f64;
-            let (top, base) = (self.py(p.y.max(0.0)), self.py(0.0));
-            let _ = write!(
-                self.marks,
-                r#"<rect x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{fill}"/>"#,
-                x + 1.0,
-                width - 2.0,
-                base - top
-            );
-            let centre = x + width / 2.0;
-            self.error_bar(centre, p, "#333");
-            let above = self.py(p.hi.max(p.y)) - 5.0;
-            let _ = write!(self.marks, r#"<text class="value" x="{centre:.1}" y="{above:.1}" text-anchor="middle">{}</text>"#, fmt_value(p.y));
-        }
-        self.marks.push_str("</g>");
+        let bars = html! {
+            @for p in s.points.iter().filter(|p| p.y.is_finite()) {
+                @let x = self.px(p.x) - band * 0.39 + width * slot.index as f64;
+                @let (top, base) = (self.py(p.y.max(0.0)), self.py(0.0));
+                @let centre = x + width / 2.0;
+                rect x=(f1(x + 1.0)) y=(f1(top)) width=(f1(width - 2.0)) height=(f1(base - top)) fill=(fill) {}
+                (self.error_bar(centre, p, "#333"))
+                text class="value" x=(f1(centre)) y=(f1(self.py(p.hi.max(p.y)) - 5.0)) text-anchor="middle" { (fmt_value(p.y)) }
+            }
+        };
+        self.marks.push(html! { g class="bars" data-variant=(s.variant) { (bars) } });
         if legend {
             self.legend_box(&s.label, s.colour, slot.faded, Some(s.variant));
         }
@@ -391,7 +386,7 @@ impl Chart {
             let upper = xs.iter().zip(&top).map(|(x, y)| format!("{:.1},{:.1}", self.px(*x), self.py(*y)));
             let lower = xs.iter().zip(&base).rev().map(|(x, y)| format!("{:.1},{:.1}", self.px(*x), self.py(*y)));
             let points: Vec<String> = upper.chain(lower).collect();
-            let _ = write!(self.marks, r##"<polygon points="{}" fill="{}" stroke="#fff" stroke-width="0.8"/>"##, points.join(" "), layer.colour);
+            self.marks.push(html! { polygon points=(points.join(" ")) fill=(layer.colour) stroke="#fff" stroke-width="0.8" {} });
             self.legend(layer.label, layer.colour, Swatch::Box, None);
             base = top;
         }
@@ -399,19 +394,17 @@ impl Chart {
 
     /// A dashed vertical line across the plot at `x` (a threshold).
     pub fn vline(&mut self, x: f64, colour: &str, label: &str, variant: &str) {
-        let px = self.px(x);
-        let _ = write!(
-            self.marks,
-            r#"<line class="vline" data-variant="{}" x1="{px:.1}" x2="{px:.1}" y1="0" y2="{PLOT_H}" stroke="{colour}" stroke-width="1.6" stroke-dasharray="3 3"/>"#,
-            esc(variant)
-        );
+        let px = f1(self.px(x));
+        self.marks.push(html! {
+            line class="vline" data-variant=(variant) x1=(px) x2=(px) y1="0" y2=(PLOT_H) stroke=(colour) stroke-width="1.6" stroke-dasharray="3 3" {}
+        });
         self.legend(label, colour, Swatch::Dashed, Some(variant));
     }
 
     /// A light vertical rule at `x` setting apart what follows it.
     pub fn separator(&mut self, x: f64) {
-        let px = self.px(x);
-        let _ = write!(self.marks, r##"<line class="separator" x1="{px:.1}" x2="{px:.1}" y1="0" y2="{PLOT_H}" stroke="#c9d1d9" stroke-dasharray="2 3"/>"##);
+        let px = f1(self.px(x));
+        self.marks.push(html! { line class="separator" x1=(px) x2=(px) y1="0" y2=(PLOT_H) stroke="#c9d1d9" stroke-dasharray="2 3" {} });
     }
 
     fn legend(&mut self, label: &str, colour: &str, swatch: Swatch, variant: Option<&str>) {
@@ -421,28 +414,26 @@ impl Chart {
     }
 
     /// The finished `<svg>` element.
-    pub fn render(&self) -> String {
+    pub fn render(&self) -> Markup {
         let (legend, legend_h) = self.render_legend();
         let top = self.header_height() + legend_h + 12.0;
         let height = top + PLOT_H + BOTTOM;
-        let mut out = String::new();
-        let _ = write!(
-            out,
-            r#"<svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" aria-label="{}">"#,
-            esc(&self.title)
-        );
-        let _ = write!(out, r#"<text class="title" x="{LEFT}" y="20">{}</text>"#, esc(&self.title));
-        if !self.subtitle.is_empty() {
-            let _ = write!(out, r#"<text class="subtitle" x="{LEFT}" y="38">{}</text>"#, esc(&self.subtitle));
+        let (cx, cy) = (LEFT + PLOT_W / 2.0, top + PLOT_H / 2.0);
+        html! {
+            svg class="chart" xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {WIDTH} {height}")) width=(WIDTH) height=(height) role="img" aria-label=(self.title) {
+                text class="title" x=(LEFT) y="20" { (self.title) }
+                @if !self.subtitle.is_empty() {
+                    text class="subtitle" x=(LEFT) y="38" { (self.subtitle) }
+                }
+                g transform=(format!("translate(0,{:.1})", self.header_height())) { (legend) }
+                g transform=(format!("translate({LEFT},{top:.1})")) {
+                    (self.grid_and_axes())
+                    @for m in &self.marks { (m) }
+                }
+                text class="axis" x=(f1(cx)) y=(f1(top + PLOT_H + 44.0)) text-anchor="middle" { (self.x_label) }
+                text class="axis" transform=(format!("translate(16,{cy:.1}) rotate(-90)")) text-anchor="middle" { (self.y_label) }
+            }
         }
-        let _ = write!(out, r#"<g transform="translate(0,{:.1})">{legend}</g>"#, self.header_height());
-        let _ = write!(out, r#"<g transform="translate({LEFT},{top:.1})">"#);
-        out += &self.grid_and_axes();
-        out += &self.marks;
-        out += "</g>";
-        out += &self.axis_labels(top);
-        out += "</svg>";
-        out
     }
 
     fn header_height(&self) -> f64 {
@@ -454,72 +445,65 @@ impl Chart {
     }
 
     /// Legend items in rows that fit the chart's width, and the rows' height.
-    fn render_legend(&self) -> (String, f64) {
-        let mut out = String::new();
+    fn render_legend(&self) -> (Markup, f64) {
         let (mut x, mut y) = (LEFT, 0.0);
+        let mut items = Vec::new();
         for item in &self.legend {
             let w = 30.0 + item.label.chars().count() as f64 * CHAR_W + 18.0;
             if x > LEFT && x + w > WIDTH - RIGHT {
                 x = LEFT;
                 y += LEGEND_ROW;
             }
-            out += &legend_item(item, x, y);
+            items.push(legend_item(item, x, y));
             x += w;
         }
         let rows = if self.legend.is_empty() { 0.0 } else { y + LEGEND_ROW };
-        (out, rows)
+        (html! { @for i in &items { (i) } }, rows)
     }
 
     /// Horizontal grid at the y ticks, both axes, tick marks and tick labels.
-    fn grid_and_axes(&self) -> String {
-        let mut out = String::new();
-        for (v, label) in self.y.ticks() {
-            let y = self.py(v);
-            let _ = write!(out, r##"<line x1="0" x2="{PLOT_W}" y1="{y:.1}" y2="{y:.1}" stroke="#e6e6e6"/>"##);
-            let _ = write!(out, r#"<text class="tick" x="-8" y="{:.1}" text-anchor="end">{}</text>"#, y + 4.0, esc(&label));
+    fn grid_and_axes(&self) -> Markup {
+        html! {
+            @for (v, label) in self.y.ticks() {
+                @let y = self.py(v);
+                line x1="0" x2=(PLOT_W) y1=(f1(y)) y2=(f1(y)) stroke="#e6e6e6" {}
+                text class="tick" x="-8" y=(f1(y + 4.0)) text-anchor="end" { (label) }
+            }
+            @for (v, label) in self.x.ticks() {
+                @let x = f1(self.px(v));
+                line x1=(x) x2=(x) y1=(PLOT_H) y2=(PLOT_H + 5.0) stroke="#555" {}
+                text class="tick" x=(x) y=(PLOT_H + 19.0) text-anchor="middle" { (label) }
+            }
+            path d=(format!("M0,0V{PLOT_H}H{PLOT_W}")) fill="none" stroke="#555" {}
         }
-        for (v, label) in self.x.ticks() {
-            let x = self.px(v);
-            let _ = write!(out, r##"<line x1="{x:.1}" x2="{x:.1}" y1="{PLOT_H}" y2="{}" stroke="#555"/>"##, PLOT_H + 5.0);
-            let _ = write!(out, r#"<text class="tick" x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#, PLOT_H + 19.0, esc(&label));
-        }
-        let _ = write!(out, r##"<path d="M0,0V{PLOT_H}H{PLOT_W}" fill="none" stroke="#555"/>"##);
-        out
-    }
-
-    fn axis_labels(&self, top: f64) -> String {
-        let x = LEFT + PLOT_W / 2.0;
-        let y = top + PLOT_H / 2.0;
-        format!(
-            r#"<text class="axis" x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text><text class="axis" transform="translate(16,{y:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            top + PLOT_H + 44.0,
-            esc(&self.x_label),
-            esc(&self.y_label)
-        )
     }
 }
 
-fn legend_item(item: &LegendItem, x: f64, y: f64) -> String {
-    let c = &item.colour;
+/// A coordinate with one decimal.
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+fn legend_item(item: &LegendItem, x: f64, y: f64) -> Markup {
+    let c = item.colour.as_str();
     let mid = y + 9.0;
     let symbol = match item.swatch {
-        Swatch::Line => format!(
-            r#"<line x1="{x:.1}" x2="{:.1}" y1="{mid:.1}" y2="{mid:.1}" stroke="{c}" stroke-width="2.2"/><circle cx="{:.1}" cy="{mid:.1}" r="4" fill="{c}"/>"#,
-            x + 24.0,
-            x + 12.0
-        ),
-        Swatch::Dashed => format!(r#"<line x1="{x:.1}" x2="{:.1}" y1="{mid:.1}" y2="{mid:.1}" stroke="{c}" stroke-width="2.2" stroke-dasharray="5 3"/>"#, x + 24.0),
-        Swatch::Hollow => format!(r##"<circle cx="{:.1}" cy="{mid:.1}" r="4" fill="#fff" stroke="{c}" stroke-width="1.6"/>"##, x + 12.0),
-        Swatch::Box => format!(r#"<rect x="{:.1}" y="{:.1}" width="14" height="12" fill="{c}"/>"#, x + 5.0, mid - 6.0),
-        Swatch::FadedBox => format!(r#"<rect x="{:.1}" y="{:.1}" width="14" height="12" fill="{}"/>"#, x + 5.0, mid - 6.0, lighten(c)),
+        Swatch::Line => html! {
+            line x1=(f1(x)) x2=(f1(x + 24.0)) y1=(f1(mid)) y2=(f1(mid)) stroke=(c) stroke-width="2.2" {}
+            circle cx=(f1(x + 12.0)) cy=(f1(mid)) r="4" fill=(c) {}
+        },
+        Swatch::Dashed => html! { line x1=(f1(x)) x2=(f1(x + 24.0)) y1=(f1(mid)) y2=(f1(mid)) stroke=(c) stroke-width="2.2" stroke-dasharray="5 3" {} },
+        Swatch::Hollow => html! { circle cx=(f1(x + 12.0)) cy=(f1(mid)) r="4" fill="#fff" stroke=(c) stroke-width="1.6" {} },
+        Swatch::Box => html! { rect x=(f1(x + 5.0)) y=(f1(mid - 6.0)) width="14" height="12" fill=(c) {} },
+        Swatch::FadedBox => html! { rect x=(f1(x + 5.0)) y=(f1(mid - 6.0)) width="14" height="12" fill=(lighten(c)) {} },
     };
-    let data = item.variant.as_deref().map(|v| format!(r#" data-variant="{}" data-colour="{}""#, esc(v), esc(c))).unwrap_or_default();
-    format!(
-        r#"<g class="legend"{data}>{symbol}<text class="legend-label" x="{:.1}" y="{:.1}">{}</text></g>"#,
-        x + 30.0,
-        mid + 4.0,
-        esc(&item.label)
-    )
+    let colour = item.variant.as_ref().map(|_| c);
+    html! {
+        g class="legend" data-variant=[item.variant.as_deref()] data-colour=[colour] {
+            (symbol)
+            text class="legend-label" x=(f1(x + 30.0)) y=(f1(mid + 4.0)) { (item.label) }
+        }
+    }
 }
 
 /// `#rrggbb` mixed 60 % towards white (other colours are returned as they are).

@@ -7,26 +7,7 @@
 //! in 2..=max_k with the highest mean silhouette — how much closer each run
 //! is to its own cluster than to the next one (Rousseeuw 1987).
 
-/// A small, deterministic PRNG (xorshift64*), so clusterings repeat.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+use fastrand::Rng;
 
 fn dist2(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum()
@@ -69,7 +50,7 @@ pub fn kmeans(x: &[Vec<f64>], k: usize, restarts: usize, rng: &mut Rng) -> Clust
     let mut best: Option<Clustering> = None;
     for _ in 0..restarts.max(1) {
         // k-means++: each next centre drawn with probability ∝ squared distance.
-        let mut centres = vec![x[(rng.next_u64() % n as u64) as usize].clone()];
+        let mut centres = vec![x[rng.usize(..n)].clone()];
         while centres.len() < k {
             let d: Vec<f64> = x.iter().map(|p| centres.iter().map(|c| dist2(p, c)).fold(f64::INFINITY, f64::min)).collect();
             let total: f64 = d.iter().sum();
@@ -81,7 +62,7 @@ pub fn kmeans(x: &[Vec<f64>], k: usize, restarts: usize, rng: &mut Rng) -> Clust
                 })
                 .unwrap_or(n - 1)
             } else {
-                (rng.next_u64() % n as u64) as usize
+                rng.usize(..n)
             };
             centres.push(x[pick].clone());
         }
@@ -150,7 +131,7 @@ pub type Scored = (Option<(Clustering, f64)>, Vec<(usize, f64)>);
 
 /// [`choose_k`], also returning every k's silhouette.
 pub fn choose_k_scored(x: &[Vec<f64>], max_k: usize, seed: u64) -> Scored {
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::with_seed(seed);
     let mut best: Option<(Clustering, f64)> = None;
     let mut scores = Vec::new();
     for k in 2..=max_k.min(x.len().saturating_sub(1)) {
@@ -170,7 +151,7 @@ mod tests {
 
     /// Three well-separated blobs in 5 dimensions.
     fn blobs() -> (Vec<Vec<f64>>, Vec<usize>) {
-        let mut rng = Rng::new(7);
+        let mut rng = Rng::with_seed(7);
         let centres = [[10.0, 10.0, 1.0, 9.0, 11.0], [40.0, 38.0, 8.0, 35.0, 45.0], [80.0, 79.0, 2.0, 78.0, 82.0]];
         let mut x = Vec::new();
         let mut truth = Vec::new();

@@ -129,6 +129,17 @@ pub struct Cluster {
     pub mostly: Vec<(String, String, f64)>,
 }
 
+impl Cluster {
+    /// What its members share, as shown: the parameters every member has
+    /// (`name=value`) and those most have (`name=value (84 %)`); the method
+    /// and zero-copy, the same for every AF_XDP run here, left out.
+    pub fn shared(&self) -> (Vec<String>, Vec<String>) {
+        let always = self.always.iter().filter(|(n, _)| n != "method" && n != "zero_copy").map(|(n, v)| format!("{n}={v}")).collect();
+        let mostly = self.mostly.iter().map(|(n, v, f)| format!("{n}={v} ({:.0} %)", f * 100.0)).collect();
+        (always, mostly)
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Clustering {
     pub features: Vec<String>,
@@ -288,14 +299,6 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
     })
 }
 
-/// A Fisher-Yates shuffle with the clustering's PRNG (repeatable order).
-fn shuffle<T>(v: &mut [T], rng: &mut kmeans::Rng) {
-    for i in (1..v.len()).rev() {
-        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
-        v.swap(i, j);
-    }
-}
-
 fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, o: &Options) -> Result<Run> {
     let r = pingpong::run(p, c, rate, count, o.ping_cpu, o.fwd_cpu).with_context(|| format!("{} at {rate} probes/s", c.label()))?;
     Ok(Run { config: *c, label: c.label(), rate_pps: rate, repeat, sent: r.sent, lost: r.lost, summary: Summary::of_ns(&r.rtts_ns), rtts_ns: r.rtts_ns, cluster: None })
@@ -305,9 +308,7 @@ fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, o: &Options
 pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
     let ncpu = crate::engine::cpu::sample()?.len();
     o.validate(ncpu)?;
-    for stale in xnf_netns::cleanup_stale()? {
-        lines(&format!("removed {stale}, left by a lab or test run that was killed"));
-    }
+    crate::engine::remove_stale(lines)?;
     let overhead = pingpong::measure_overhead();
     let matrix = o.matrix();
     let per_run = o.count as f64 / o.rate as f64 + 0.15;
@@ -315,11 +316,12 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
     let mut pg = Progress::new(total);
     pg.message("building the pinger and forwarder namespaces");
     let path = Path::build()?;
-    let mut rng = kmeans::Rng::new(o.seed);
+    // Seeded: the same --seed gives the same run order.
+    let mut rng = fastrand::Rng::with_seed(o.seed);
     let mut runs = Vec::new();
     for repeat in 0..o.repeats {
         let mut order = matrix.clone();
-        shuffle(&mut order, &mut rng);
+        rng.shuffle(&mut order);
         for (i, c) in order.iter().enumerate() {
             pg.set_prefix(format!("repeat {}/{}, run {}/{}: {}", repeat + 1, o.repeats, i + 1, order.len(), c.label()));
             runs.push(one_run(&path, c, o.rate, o.count, repeat, o)?);
@@ -345,7 +347,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
     Ok(LatencyResults {
         experiment: "latency".into(),
         machine: Machine::this(),
-        started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        started_unix: crate::engine::results::now_unix(),
         options: o.clone(),
         overhead,
         runs,
@@ -397,8 +399,7 @@ pub fn print(r: &LatencyResults) {
         println!("\nclusters of the AF_XDP runs (k = {} by {}; silhouette {:.2}; features: {}):", c.k, c.criterion, c.silhouette, c.features.join(", "));
         println!("{:<8} {:>5} {:>9} {:>8} {:>8} {:>8}  parameters always present; [in most members]", "cluster", "runs", "mean µs", "std", "median", "p99");
         for k in &c.clusters {
-            let always: Vec<String> = k.always.iter().filter(|(n, _)| n != "method" && n != "zero_copy").map(|(n, v)| format!("{n}={v}")).collect();
-            let mostly: Vec<String> = k.mostly.iter().map(|(n, v, f)| format!("{n}={v} {:.0}%", f * 100.0)).collect();
+            let (always, mostly) = k.shared();
             println!(
                 "c{:<7} {:>5} {:>9.1} {:>8.1} {:>8.1} {:>8.1}  {}{}",
                 k.id,
@@ -483,7 +484,7 @@ mod tests {
     fn clusters_follow_the_setting_that_decides_the_delay() {
         // Spinning receivers ~10 µs, sleeping ones ~40 µs, whatever else is set.
         let mut runs = Vec::new();
-        let mut rng = kmeans::Rng::new(3);
+        let mut rng = fastrand::Rng::with_seed(3);
         for c in opts().matrix().into_iter().filter(|c| c.method == Method::Afxdp) {
             for rep in 0..2 {
                 runs.push(fake(c, if c.poll_recv { 40.0 } else { 10.0 } + rng.f64() * 2.0, rep));

@@ -11,7 +11,7 @@
 //! - AF_PACKET raw sockets: the forwarder is an l2fwd on AF_PACKET.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 
@@ -360,7 +360,7 @@ fn forwarder_body(c: &Config, dev: &str, stop: &AtomicBool, ready: &mpsc::Sender
             Ok(())
         }
         Method::AfPacket => {
-            let s = packet_socket(dev)?;
+            let s = xnf_netns::packet_socket(dev)?;
             set_blocking(s.as_fd(), c.poll_fwd);
             let _ = ready.send(Ok(()));
             let mut buf = [0u8; 2048];
@@ -388,33 +388,6 @@ fn set_blocking(fd: BorrowedFd<'_>, blocking: bool) {
         // SAFETY: fcntl on a valid fd.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     }
-}
-
-/// An AF_PACKET raw socket bound to `dev` (in this thread's namespace),
-/// ignoring its own sends (PACKET_IGNORE_OUTGOING, Linux 4.20).
-pub fn packet_socket(dev: &str) -> Result<OwnedFd> {
-    let ifindex = xnf_netns::netlink::link_by_name(dev)?.ifindex;
-    let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
-    // SAFETY: plain socket(2).
-    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto) };
-    if raw < 0 {
-        bail!("AF_PACKET socket: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: a new fd we own.
-    let s = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: zeroed sockaddr_ll, then the fields bind needs.
-    let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sa.sll_family = libc::AF_PACKET as u16;
-    sa.sll_protocol = proto as u16;
-    sa.sll_ifindex = ifindex as i32;
-    // SAFETY: valid sockaddr_ll.
-    if unsafe { libc::bind(s.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) } < 0 {
-        bail!("binding AF_PACKET to {dev}: {}", std::io::Error::last_os_error());
-    }
-    let one: libc::c_int = 1;
-    // SAFETY: PACKET_IGNORE_OUTGOING (23) with an int.
-    unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_PACKET, 23, &one as *const _ as *const libc::c_void, 4) };
-    Ok(s)
 }
 
 // ---------------------------------------------------------------- pinger
@@ -491,7 +464,7 @@ fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Rec
             Ok(socket_pinger(sched, s.as_fd(), c.poll_recv, send, recv))
         }
         Method::AfPacket => {
-            let s = packet_socket(&p.ping_if)?;
+            let s = xnf_netns::packet_socket(&p.ping_if)?;
             set_blocking(s.as_fd(), false);
             let mut frame = vec![0u8; FRAME_LEN];
             let mut buf = [0u8; 2048];

@@ -1,0 +1,414 @@
+//! The one experiment driver. An experiment ([`Experiment`]) states its
+//! parameters and the values it sweeps, its variants, what it sets up at a
+//! point and for each variant, how that variant's frames are counted, and
+//! which ratios matter; [`run`] does the rest, the same for every
+//! experiment:
+//!
+//! ```text
+//! options checked (common + the experiment's)
+//! topology loaded, adapted, built (again when the point's queues change)
+//! for each point (the product of the sweeps):
+//!     point set-up (routes, a ruleset), the generator's frames
+//!     for each run, variants alternated:
+//!         variant set-up -> generator -> probe: full speed, load steps,
+//!         zero-loss search (intervals, each read after a drain) -> samples
+//!         generator paused and stopped -> variant finished (checks, teardown)
+//! summaries, ratios, notes -> Results (JSON / CSV -> report)
+//! ```
+
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context, Result};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use super::measure::{self, Counters, Labels, Probe, Timing};
+use super::params::{self, Param, Point, Value};
+use super::progress::Progress;
+use super::results::{Results, Sample};
+use super::topology::{BuiltTopology, TopologySpec};
+use crate::programs::gen::GenConfig;
+
+/// Options every experiment shares, checked once by [`run`].
+#[derive(Args, Clone, Debug, Serialize)]
+pub struct Common {
+    /// Topology: a built-in scenario (line, pair) or a TOML file with [roles].
+    #[arg(long, default_value = "line", value_name = "NAME|FILE")]
+    pub topology: String,
+    /// Repetitions; variants alternate within each.
+    #[arg(long, default_value_t = 3)]
+    pub runs: u32,
+    /// Measured seconds per variant and run at full speed.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Seconds of traffic before each measured interval (discarded).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// CPU the generator runs on with one queue (default: the last one).
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Also search each variant's highest rate with at most PCT % loss
+    /// (RFC 2544 style: step halved on each change of direction, the first
+    /// interval after a rate change discarded).
+    #[arg(long, value_name = "PCT", num_args = 0..=1, default_missing_value = "0")]
+    pub zero_loss: Option<f64>,
+    /// Also measure CPU and loss at STEPS offered rates up to each variant's
+    /// full-speed rate (the CPU-vs-offered-load curve).
+    #[arg(long, value_name = "STEPS", num_args = 0..=1, default_missing_value = "10", default_value_t = 0)]
+    pub load_curve: u32,
+    /// Measured seconds per offered-rate step or search trial.
+    #[arg(long, default_value_t = 2.0)]
+    pub trial_seconds: f64,
+    /// Write every sample, the summary, ratios and the machine as JSON
+    /// (input of `xnf lab report`).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub json: Option<PathBuf>,
+    /// Write every sample as CSV (one row per sample, machine included).
+    #[arg(long, value_name = "FILE")]
+    #[serde(skip)]
+    pub csv: Option<PathBuf>,
+}
+
+/// The CPUs an experiment runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cpus {
+    /// The generator's CPU with one queue (more queues use CPUs 0..queues).
+    pub gen: usize,
+    /// CPUs this machine has.
+    pub count: usize,
+}
+
+impl Common {
+    pub fn timing(&self) -> Timing {
+        Timing { warmup: self.warmup, seconds: self.seconds, trial_seconds: self.trial_seconds }
+    }
+
+    /// Checks the options, naming the flag at fault; returns the CPUs.
+    pub fn validate(&self, ncpu: usize) -> Result<Cpus> {
+        ensure!(self.runs >= 1, "--runs must be at least 1");
+        ensure!(self.seconds > 0.0 && self.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
+        ensure!(self.trial_seconds > 0.0, "--trial-seconds must be positive");
+        if let Some(tol) = self.zero_loss {
+            ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
+        }
+        ensure!(self.load_curve <= 50, "--load-curve: at most 50 steps");
+        let gen = self.cpu.unwrap_or(ncpu.saturating_sub(1));
+        ensure!(gen < ncpu, "--cpu {gen} does not exist (this machine has {ncpu})");
+        Ok(Cpus { gen, count: ncpu })
+    }
+
+    /// The options as the results record them: these and the experiment's own.
+    fn record(&self, cpus: Cpus, own: &impl Serialize) -> serde_json::Value {
+        let mut o = serde_json::json!({
+            "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen,
+            "zero_loss": self.zero_loss, "load_steps": self.load_curve,
+        });
+        if let (Some(o), Ok(serde_json::Value::Object(own))) = (o.as_object_mut(), serde_json::to_value(own)) {
+            o.extend(own);
+        }
+        o
+    }
+
+    /// Writes the files asked for.
+    pub fn write(&self, r: &Results) -> Result<()> {
+        if let Some(path) = &self.json {
+            r.write_json(path)?;
+            super::results::wrote(path);
+        }
+        if let Some(path) = &self.csv {
+            let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            r.write_csv(&mut f)?;
+            eprintln!("xnf lab: wrote {}", path.display());
+        }
+        Ok(())
+    }
+}
+
+/// Held while it lives; dropping it tears down what it stands for.
+pub trait Guard {}
+impl<T> Guard for T {}
+
+/// What an experiment sets up at a point, for all of that point's runs.
+pub struct AtPoint<'a> {
+    /// Dropped after the point's last run (routes, a ruleset).
+    pub guard: Box<dyn Guard + 'a>,
+    /// The generator's frames at this point.
+    pub traffic: GenConfig,
+    /// Notes on the point (the driver prefixes its label).
+    pub notes: Vec<String>,
+}
+
+impl AtPoint<'_> {
+    /// Nothing to set up, only the generator's frames.
+    pub fn traffic(traffic: GenConfig) -> AtPoint<'static> {
+        AtPoint { guard: Box::new(()), traffic, notes: Vec::new() }
+    }
+}
+
+/// A variant set up at a point for one run.
+pub trait Running {
+    /// Where its frames are counted; may borrow from the set-up.
+    fn counters(&self) -> Result<Counters<'_>>;
+
+    /// Called once the generator has stopped, with the run's samples (the
+    /// full-speed one first): checks that refuse the run, teardown that can
+    /// fail. Dropping the set-up tears it down too, on errors.
+    fn finish(self: Box<Self>, _samples: &[Sample]) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// An experiment as the driver runs it. Its variants are a clap value
+/// enum: their names in the results are the command line's.
+pub trait Experiment: Serialize {
+    type Variant: ValueEnum + Copy;
+
+    /// The results' `experiment`.
+    const NAME: &'static str;
+
+    /// The parameters of its points, in the order of labels and JSON.
+    fn params(&self) -> Vec<Param>;
+
+    /// The values it sweeps, slowest-changing first; the points are their
+    /// product. A parameter with one value is still recorded in every point.
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)>;
+
+    /// The variants to compare, in the order of the first run.
+    fn variants(&self) -> Vec<Self::Variant>;
+
+    /// (numerator, denominator) variant names of the ratios it reports.
+    fn ratios(&self) -> Vec<(&'static str, &'static str)>;
+
+    /// Checks its own options before anything is built.
+    fn check(&self, cpus: Cpus) -> Result<()>;
+
+    /// Changes the topology before it is built.
+    fn adapt(&self, _spec: &mut TopologySpec) -> Result<()> {
+        Ok(())
+    }
+
+    /// After every build of the topology (the first, and each change of queues).
+    fn built(&mut self, _t: &mut BuiltTopology, _pg: &Progress) -> Result<()> {
+        Ok(())
+    }
+
+    /// What is set up at `p` for all its runs, and the generator's frames.
+    fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, _pg: &Progress) -> Result<AtPoint<'a>> {
+        Ok(AtPoint::traffic(measure::udp_traffic(t, p)?))
+    }
+
+    /// `v` set up at `p` for one run.
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Self::Variant, cpus: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>>;
+
+    /// After everything is measured and the topology removed: notes and
+    /// details for the results.
+    fn finish(&mut self, _cpus: Cpus, _res: &mut Results) -> Result<()> {
+        Ok(())
+    }
+
+    /// Anything it prints after the common tables.
+    fn print(&self, _r: &Results) {}
+}
+
+/// A variant's name: the command line's (`dut-drop`, `xnf-linux-nf`).
+pub fn variant_name<V: ValueEnum>(v: &V) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+}
+
+/// The variants in the order to measure them in `run`: reversed on every
+/// other run, so drift over time favours no variant.
+pub fn alternated<V: Clone>(variants: &[V], run: u32) -> Vec<V> {
+    let mut order = variants.to_vec();
+    if run % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
+/// The queues (= generator CPUs) at `p`: its `queues`, else 1.
+fn queues_of(p: &Point) -> Result<u32> {
+    if p.get("queues").is_some() {
+        p.u32("queues")
+    } else {
+        Ok(1)
+    }
+}
+
+/// The points of `e`: the product of its sweeps.
+pub fn points<E: Experiment>(e: &E) -> Vec<Point> {
+    params::product(&e.params(), &e.sweep())
+}
+
+/// An experiment's topology: loaded (built-in name or TOML file) and
+/// checked to have the roles experiments measure by, after removing what
+/// killed runs left behind.
+fn topology(name: &str, lines: &mut dyn FnMut(&str)) -> Result<TopologySpec> {
+    let spec = TopologySpec::load(name)?;
+    spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
+    super::remove_stale(lines)?;
+    Ok(spec)
+}
+
+/// Runs `e` with the common options `c`: points × runs × alternated
+/// variants, each measured at full speed and, when asked, along the load
+/// curve and by the zero-loss search. `lines` gets what is said before the
+/// progress view starts.
+pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) -> Result<Results> {
+    let cpus = c.validate(super::cpu::sample()?.len())?;
+    e.check(cpus)?;
+    let variants = e.variants();
+    ensure!(!variants.is_empty(), "--variants: name at least one");
+    let mut spec = topology(&c.topology, lines)?;
+    e.adapt(&mut spec)?;
+    let points = points(e);
+    let timing = c.timing();
+    let per_variant = measure::planned_seconds(&timing, c.load_curve, c.zero_loss.is_some());
+    let mut pg = Progress::new(per_variant * (points.len() * variants.len() * c.runs as usize) as f64);
+    let mut res = Results::new(E::NAME, &c.record(cpus, e), e.params());
+    let mut zl = Vec::new();
+    let mut built: Option<(u32, BuiltTopology)> = None;
+    for (pi, point) in points.iter().enumerate() {
+        let queues = queues_of(point)?;
+        if built.as_ref().is_none_or(|(q, _)| *q != queues) {
+            drop(built.take());
+            let mut s = spec.clone();
+            s.set_queues(queues);
+            pg.message(&format!("building topology `{}` with {queues} queue(s)", c.topology));
+            let mut t = BuiltTopology::build(&s, &mut |m| pg.message(m))?;
+            e.built(&mut t, &pg)?;
+            built = Some((queues, t));
+        }
+        let t = &built.as_ref().expect("built above").1;
+        let label = res.label(point);
+        let at = e.at_point(t, point, &pg)?;
+        res.notes.extend(at.notes.iter().map(|n| format!("{label}: {n}")));
+        let (gen_ns, gen_if) = t.endpoint(&t.roles()?.gen)?;
+        let gen_cpus = measure::gen_cpus(cpus.gen, queues);
+        for run in 0..c.runs {
+            for v in alternated(&variants, run) {
+                let l = Labels { variant: variant_name(&v), point: point.clone(), run };
+                pg.set_prefix(format!("point {}/{} ({label}), run {}/{}, {}", pi + 1, points.len(), run + 1, c.runs, l.variant));
+                let running = e.set_up(t, point, v, cpus, &pg)?;
+                let gens = measure::start_generators(gen_ns, &gen_if, &at.traffic, &gen_cpus, 0)?;
+                let probe = Probe { gens: &gens, counters: running.counters()? };
+                let measured = measure::variant(&probe, &l, &timing, c.load_curve, c.zero_loss, &mut pg)?;
+                drop(probe);
+                // Paused before stopping: a live-frame call sized while
+                // paused (cheap tries) would otherwise run its many tries at
+                // full speed before the stop flag is seen, tens of seconds
+                // on a slow path.
+                gens.set_rate(measure::PAUSED)?;
+                gens.stop()?;
+                running.finish(&measured.0).with_context(|| l.variant.clone())?;
+                measure::record(&mut res, &mut zl, &l, measured);
+                pg.advance(per_variant);
+            }
+        }
+        drop(at);
+    }
+    drop(built);
+    pg.finish();
+    res.summarize(&zl);
+    for (n, d) in e.ratios() {
+        res.add_ratios(n, d);
+    }
+    e.finish(cpus, &mut res)?;
+    Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_alternate_their_order_between_runs() {
+        assert_eq!(alternated(&["a", "b", "c"], 0), ["a", "b", "c"]);
+        assert_eq!(alternated(&["a", "b", "c"], 1), ["c", "b", "a"]);
+        assert_eq!(alternated(&["a", "b", "c"], 2), ["a", "b", "c"]);
+    }
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+    enum V {
+        Kernel,
+        DutDrop,
+    }
+
+    /// An experiment of nothing but its sweep.
+    #[derive(Serialize)]
+    struct Sweep;
+
+    impl Experiment for Sweep {
+        type Variant = V;
+        const NAME: &'static str = "sweep";
+        fn params(&self) -> Vec<Param> {
+            vec![params::size(), params::flows(), params::nfs()]
+        }
+        fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+            vec![("nfs", params::values(&[1u32, 2])), ("size", params::values(&[64u32, 0])), ("flows", params::values(&[4u32]))]
+        }
+        fn variants(&self) -> Vec<V> {
+            vec![V::Kernel, V::DutDrop]
+        }
+        fn ratios(&self) -> Vec<(&'static str, &'static str)> {
+            Vec::new()
+        }
+        fn check(&self, _: Cpus) -> Result<()> {
+            Ok(())
+        }
+        fn set_up<'a>(&'a self, _: &'a BuiltTopology, _: &Point, _: V, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
+            anyhow::bail!("not measured")
+        }
+    }
+
+    #[test]
+    fn points_are_the_product_of_the_sweeps_labelled_by_the_parameters() {
+        let p = points(&Sweep);
+        let labels: Vec<String> = p.iter().map(|p| params::label(&Sweep.params(), p)).collect();
+        assert_eq!(labels, ["64 B, 4 flows, 1 NF", "IMIX, 4 flows, 1 NF", "64 B, 4 flows, 2 NFs", "IMIX, 4 flows, 2 NFs"]);
+        assert_eq!(queues_of(&p[0]).unwrap(), 1, "no queues: one");
+        assert_eq!(queues_of(&p[0].clone().with("queues", 2u32)).unwrap(), 2);
+    }
+
+    #[test]
+    fn variant_names_are_the_command_lines() {
+        assert_eq!(variant_name(&V::DutDrop), "dut-drop");
+    }
+
+    fn common(args: &[&str]) -> Common {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            c: Common,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).unwrap().c
+    }
+
+    #[test]
+    fn common_options_are_checked_once_naming_the_flag() {
+        assert_eq!(common(&[]).validate(2).unwrap(), Cpus { gen: 1, count: 2 });
+        assert_eq!(common(&["--cpu", "0"]).validate(2).unwrap().gen, 0);
+        for (args, want) in [
+            (&["--runs", "0"][..], "--runs"),
+            (&["--seconds", "0"][..], "--seconds"),
+            (&["--trial-seconds", "0"][..], "--trial-seconds"),
+            (&["--zero-loss", "100"][..], "--zero-loss"),
+            (&["--load-curve", "51"][..], "--load-curve"),
+            (&["--cpu", "2"][..], "--cpu 2"),
+        ] {
+            let e = format!("{:#}", common(args).validate(2).unwrap_err());
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_results_record_both_kinds_of_options() {
+        #[derive(Serialize)]
+        struct Own {
+            sizes: Vec<u32>,
+        }
+        let o = common(&["--load-curve"]).record(Cpus { gen: 1, count: 2 }, &Own { sizes: vec![64] });
+        assert_eq!((o["load_steps"].as_u64(), o["cpu"].as_u64(), o["sizes"][0].as_u64()), (Some(10), Some(1), Some(64)));
+        assert_eq!(o["timing"]["seconds"].as_f64(), Some(5.0));
+    }
+}

@@ -1,0 +1,153 @@
+//! Runs in namespaces (root): the generator sends, the sink captures,
+//! user space parses every frame and compares with what was sent.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use clap::Parser;
+use xnf_netns::Mac;
+
+use super::*;
+use crate::programs::gen::AMS_IX_IMIX;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    a: GenArgs,
+}
+
+fn args(a: &[&str]) -> GenArgs {
+    Cli::try_parse_from(std::iter::once("gen").chain(a.iter().copied())).unwrap().a
+}
+
+/// These tests measure time and share the CPUs: one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run(a: &[&str]) -> (Plan, Report) {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let p = plan(&args(a)).unwrap();
+    let r = run_plan(&p, &serde_json::Value::Null, &mut |_| {}).unwrap();
+    (p, r)
+}
+
+/// Everything sent arrived and was parsed: exact counts per size and
+/// flow, all checksums valid.
+fn assert_exact(what: &str, p: &Plan, r: &Report, count: u64) {
+    assert_eq!((r.sent, r.received), (count, count), "{what}: sent / received");
+    let v = r.verification.as_ref().unwrap();
+    assert_eq!((v.capture_lost, v.bad_checksums, v.other_frames), (0, 0, 0), "{what}");
+    for (len, got, want) in &v.sizes {
+        assert_eq!(got, want, "{what}: {len}-byte frames");
+    }
+    assert_eq!(v.sizes.iter().map(|s| s.1).sum::<u64>(), count, "{what}");
+    let flows = p.flows().min(count) as usize;
+    assert_eq!((v.flows_seen, v.flows_expected, v.flows_wrong), (flows, Some(flows), Some(0)), "{what}: flows");
+    assert!(v.exact, "{what}: {v:?}");
+}
+
+#[test]
+fn sends_exactly_the_count_in_every_size_and_flow_checked_at_the_sink() {
+    let list = std::env::temp_dir().join(format!("xnf-gen-test-{}.txt", std::process::id()));
+    std::fs::write(&list, "# route-table targets\n2001:db8:ff::1\n2001:db8:ff:1::\n\n2001:db8:abcd::7 # a comment\n").unwrap();
+    let cases: Vec<(&str, Vec<&str>, u64)> = vec![
+        ("64 B IPv4 UDP, 42 flows", vec!["--flows", "7", "--dports", "2", "--dsts", "3"], 30_000),
+        ("1518 B IPv6 TCP ACK, 20 flows", vec!["--ipv6", "--tcp", "--size", "1518", "--srcs", "4", "--flows", "5"], 20_000),
+        ("IMIX IPv4 UDP, 3 flows", vec!["--size", "imix", "--flows", "3"], 996 * 40),
+        ("IMIX IPv6 TCP SYN, destinations from a list", vec!["--size", "imix", "--ipv6", "--tcp", "syn", "--dst-list", list.to_str().unwrap()], 996 * 40),
+        ("IPv4 TCP SYN, 10000 destinations, stride 7", vec!["--tcp", "syn", "--dsts", "10000", "--dst-base", "198.18.2.0", "--dst-stride", "7", "--size", "100"], 25_000),
+    ];
+    for (what, a, count) in cases {
+        let n = count.to_string();
+        let a: Vec<&str> = a.into_iter().chain(["--count", &n, "--verify"]).collect();
+        let (p, r) = run(&a);
+        assert_exact(what, &p, &r, count);
+        if p.size == Size::Imix {
+            // 40 whole cycles: exactly the AMS-IX shares (per mille).
+            let v = r.verification.as_ref().unwrap();
+            let min = p.hdr_len().max(60) as u16 + 4;
+            for (wire, share) in AMS_IX_IMIX {
+                let got = v.sizes.iter().find(|s| s.0 == wire.max(min)).map(|s| s.1);
+                assert_eq!(got, Some(share as u64 * 40), "{what}: {wire}-byte class");
+            }
+        }
+    }
+    std::fs::remove_file(list).unwrap();
+}
+
+#[test]
+fn two_threads_on_two_cpus_send_their_shares_exactly() {
+    let (p, r) = run(&["--cpus", "0,1", "--count", "60001", "--size", "imix", "--flows", "10", "--dsts", "3", "--verify"]);
+    assert_exact("2 CPUs", &p, &r, 60_001);
+    let per_cpu: Vec<(usize, u64, u64)> = r.per_cpu.iter().map(|c| (c.cpu, c.sent, c.received)).collect();
+    // On a veth the sink receives on the sending CPU, on its own queue.
+    assert_eq!(per_cpu, vec![(0, 30_001, 30_001), (1, 30_000, 30_000)]);
+    let v = r.verification.unwrap();
+    assert_eq!(v.per_cpu, BTreeMap::from([(0, 30_001), (1, 30_000)]));
+}
+
+#[test]
+fn a_rate_with_a_count_sends_the_count_at_the_rate() {
+    for cpus in ["1", "0,1"] {
+        let t0 = Instant::now();
+        let (p, r) = run(&["--cpus", cpus, "--rate", "40000", "--count", "20000", "--tcp", "--flows", "4", "--verify"]);
+        let secs = t0.elapsed().as_secs_f64();
+        assert_exact("rate + count", &p, &r, 20_000);
+        // 0.5 s of sending (other tests may share the CPUs: some slack).
+        assert!(r.seconds > 0.45 && r.seconds < 2.0, "CPUs {cpus}: sending took {:.2} s", r.seconds);
+        assert!(secs < 10.0, "the whole run took {secs:.1} s");
+    }
+}
+
+#[test]
+fn a_rate_for_some_seconds_holds_the_rate() {
+    let (_, r) = run(&["--rate", "200000", "--seconds", "2"]);
+    let want = 400_000.0;
+    // The last call may end a little after the deadline when other
+    // tests share the CPU.
+    assert!((r.sent as f64 - want).abs() < want * 0.1, "sent {} in 2 s at 200 kpps", r.sent);
+    assert_eq!(r.received, r.sent);
+    let samples = &r.results.as_ref().unwrap().samples;
+    assert!((2..=3).contains(&samples.len()), "{} one-second samples", samples.len());
+    assert!(samples.iter().all(|s| s.variant == "gen" && matches!(s.kind, SampleKind::Load { .. })));
+}
+
+#[test]
+fn through_a_kernel_dut_every_frame_arrives_forwarded() {
+    let (p, r) = run(&["--through-dut", "kernel", "--count", "20000", "--srcs", "3", "--src-base", "198.18.0.100", "--dsts", "5", "--flows", "2", "--verify"]);
+    let v = r.verification.as_ref().unwrap();
+    assert!(v.exact, "{v:?}");
+    assert_eq!((r.sent, v.flows_seen, v.bad_checksums), (20_000, p.flows() as usize, 0));
+}
+
+#[test]
+fn plans_refuse_what_cannot_be_sent() {
+    for (a, want) in [
+        (&["--flows", "64513"][..], "more flows than the source-port range allows"),
+        (&["--sports", "64513"][..], "more flows than the source-port range allows"),
+        (&["--ipv6", "--size", "64"][..], "at least 66 bytes"),
+        (&["--ipv6", "--tcp", "--size", "77"][..], "at least 78 bytes"),
+        (&["--cpus", "0,99"][..], "CPU 99 does not exist"),
+        (&["--count", "1", "--cpus", "0,1"][..], "less than one frame per generator CPU"),
+        (&["--dsts", "200000", "--dst-base", "198.19.255.0"][..], "leave the lab's ranges"),
+        (&["--dst-base", "2001:db8::1"][..], "is not IPv4"),
+        (&["--through-dut", "kernel", "--srcs", "2"][..], "dut's own address"),
+        (&["--through-dut", "kernel", "--dst-base", "198.18.1.7"][..], "connected"),
+    ] {
+        let err = format!("{:#}", plan(&args(a)).unwrap_err());
+        assert!(err.contains(want), "{a:?}: {err}");
+    }
+    assert_eq!(plan(&args(&["--flows", "64512"])).unwrap().flows(), 64512);
+}
+
+#[test]
+fn expected_counts_follow_the_sequence_and_the_odometer() {
+    let p = plan(&args(&["--size", "imix", "--flows", "3", "--dsts", "2"])).unwrap();
+    let cfg = p.gen_config(Mac([2, 0, 0, 0, 0, 1]), Mac([2, 0, 0, 0, 0, 2])).unwrap();
+    let (sizes, flows) = expected(&cfg, &[996 + 5, 7]).unwrap();
+    assert_eq!(sizes.values().sum::<u64>(), 1008);
+    let flows = flows.unwrap();
+    assert_eq!(flows.len(), 6);
+    // 1001 = 166 * 6 + 5, 7 = 1 * 6 + 1: flow 0 gets 167 + 2, flow 5 gets 166 + 1.
+    assert_eq!(flows[&cfg.flow(0).unwrap()], 169);
+    assert_eq!(flows[&cfg.flow(5).unwrap()], 167);
+}

@@ -1,0 +1,195 @@
+//! The report's charts, built from what [`super::data`] selects:
+//! throughput against every swept parameter (or a bar per variant when
+//! nothing was swept), CPU against offered load, loss against offered rate.
+
+use crate::engine::params::{Axis, Point, Value};
+use crate::engine::results::{Results, Sample, Summary};
+
+use super::data::{self, is_load, is_search, offered_pps, samples_at, softirq_pct, Palette, Sweep};
+use super::svg::{Chart, Layer, Pt, Scale, Series, Slot, Style};
+
+/// A section of the report: a heading and its charts.
+pub struct Section {
+    pub heading: &'static str,
+    pub charts: Vec<Chart>,
+}
+
+/// Every chart the results have data for, by section.
+pub fn sections(r: &Results) -> Vec<Section> {
+    let palette = Palette::of(r);
+    let mut throughput: Vec<Chart> = data::sweeps(r).iter().map(|s| sweep_chart(r, s, &palette)).collect();
+    if throughput.is_empty() {
+        throughput.extend(variant_bars(r, &palette));
+    }
+    let sections = [
+        Section { heading: "Throughput", charts: throughput },
+        Section { heading: "CPU vs offered load", charts: cpu_charts(r, &palette) },
+        Section { heading: "Loss vs offered rate", charts: loss_charts(r, &palette) },
+    ];
+    sections.into_iter().filter(|s| !s.charts.is_empty()).collect()
+}
+
+fn mpps_axis(max: f64) -> Scale {
+    Scale::linear(0.0, max.max(0.01))
+}
+
+/// Throughput against one swept parameter, the others as the subtitle:
+/// one line per variant (median, min–max whiskers), zero-loss rates dashed;
+/// grouped bars for a parameter drawn as bars. Values set apart (IMIX)
+/// stand after a separator, not joined to the line.
+pub fn sweep_chart(r: &Results, sweep: &Sweep, palette: &Palette) -> Chart {
+    let param = &sweep.param;
+    let max = sweep.summaries.iter().map(|s| s.max_mpps.max(s.median_mpps).max(s.zero_loss_mpps.unwrap_or(0.0))).fold(0.0, f64::max);
+    let numbers: Option<Vec<f64>> = sweep.values.iter().map(Value::number).collect();
+    // A scale of numbers needs numbers, and no value set apart from them.
+    let numeric = numbers.filter(|_| !sweep.values.iter().any(|v| param.apart.contains(v)));
+    let x = match (param.scale, &numeric) {
+        (Axis::Log, Some(n)) => Scale::log(n),
+        (Axis::Linear, Some(n)) => Scale::linear_int(0.0, n.iter().copied().fold(1.0, f64::max)),
+        _ => Scale::band(sweep.values.iter().map(|v| param.label(v)).collect()),
+    };
+    let banded = matches!(x, Scale::Band { .. });
+    let xval = |v: &Value| match (banded, v.number()) {
+        (false, Some(n)) => n,
+        _ => sweep.values.iter().position(|w| w == v).unwrap_or(0) as f64,
+    };
+    let title = format!("Throughput vs {}", param.title);
+    let mut chart = Chart::new(&title, &r.label(&sweep.fixed), x, &param.axis, mpps_axis(max), "forwarded (Mpps)");
+    let apart_x: Vec<f64> = sweep.values.iter().filter(|v| param.apart.contains(v)).map(xval).collect();
+    if let Some(first) = apart_x.iter().copied().reduce(f64::min) {
+        chart.separator(first - 0.5);
+    }
+    let variants: Vec<&str> = palette.variants(|v| sweep.summaries.iter().any(|s| s.variant == v)).collect();
+    let at = |s: &Summary| s.point.get(&param.name).map_or(0.0, xval);
+    for (i, variant) in variants.iter().enumerate() {
+        let of: Vec<&&Summary> = sweep.summaries.iter().filter(|s| s.variant == *variant).collect();
+        let mut rate: Vec<Pt> = of.iter().map(|s| Pt::range(at(s), s.median_mpps, s.min_mpps, s.max_mpps)).collect();
+        rate.sort_by(|a, b| a.x.total_cmp(&b.x));
+        let mut zero: Vec<Pt> = of.iter().filter_map(|s| s.zero_loss_mpps.map(|z| Pt::new(at(s), z))).collect();
+        zero.sort_by(|a, b| a.x.total_cmp(&b.x));
+        let colour = palette.colour(variant);
+        if param.scale == Axis::Bars {
+            let slot = Slot { index: i, of: variants.len(), faded: false };
+            chart.bars(&Series { label: variant.to_string(), variant, colour, style: Style::Line, points: rate }, slot, true);
+            continue;
+        }
+        let dodge = (i as f64 - (variants.len() as f64 - 1.0) / 2.0) * 4.0;
+        for (style, label, points) in [(Style::Line, variant.to_string(), rate), (Style::Dashed, format!("{variant} zero-loss"), zero)] {
+            let (on_scale, apart): (Vec<Pt>, Vec<Pt>) = points.into_iter().partition(|p| !apart_x.contains(&p.x));
+            for points in [on_scale, apart].into_iter().filter(|p| !p.is_empty()) {
+                chart.series(&Series { label: label.clone(), variant, colour, style, points }, dodge);
+            }
+        }
+    }
+    chart
+}
+
+/// Median rate per variant at the first point, when nothing is swept: one
+/// bar per variant (and a lighter one for its zero-loss rate).
+fn variant_bars(r: &Results, palette: &Palette) -> Option<Chart> {
+    let point = &r.summary.first()?.point;
+    let at: Vec<&Summary> = palette.variants(|_| true).filter_map(|v| r.summary_of(v, point)).collect();
+    let max = at.iter().map(|s| s.max_mpps.max(s.median_mpps)).fold(0.0, f64::max);
+    let labels = at.iter().map(|s| s.variant.clone()).collect();
+    let any_zero = at.iter().any(|s| s.zero_loss_mpps.is_some());
+    let mut chart = Chart::new("Throughput by variant", &r.label(point), Scale::band(labels), "variant", mpps_axis(max), "forwarded (Mpps)");
+    let runs = at.iter().map(|s| s.runs).max().unwrap_or(0);
+    chart.legend_box(&format!("median of {runs} run{} (whiskers: min–max)", if runs == 1 { "" } else { "s" }), "#6e7781", false, None);
+    if any_zero {
+        chart.legend_box("zero-loss rate", "#6e7781", true, None);
+    }
+    let of = if any_zero { 2 } else { 1 };
+    for (i, s) in at.iter().enumerate() {
+        let (variant, colour) = (s.variant.as_str(), palette.colour(&s.variant));
+        let rate = vec![Pt::range(i as f64, s.median_mpps, s.min_mpps, s.max_mpps)];
+        chart.bars(&Series { label: variant.into(), variant, colour, style: Style::Line, points: rate }, Slot { index: 0, of, faded: false }, false);
+        if let Some(z) = s.zero_loss_mpps {
+            let zero = vec![Pt::new(i as f64, z)];
+            chart.bars(&Series { label: format!("{variant} zero-loss"), variant, colour, style: Style::Line, points: zero }, Slot { index: 1, of, faded: true }, false);
+        }
+    }
+    Some(chart)
+}
+
+fn offered_axis(samples: &[&Sample]) -> Scale {
+    let max = samples.iter().filter_map(|s| offered_pps(s)).fold(0.0, f64::max) / 1e6;
+    Scale::linear(0.0, max.max(0.001))
+}
+
+/// Per point with load samples: the receive side's CPU against offered
+/// load (a line per variant, one point per load step), and each variant's
+/// CPU time by kind, stacked.
+fn cpu_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
+    let mut charts = Vec::new();
+    for point in data::points_with(r, is_load) {
+        let load: Vec<&Sample> = r.samples.iter().filter(|s| is_load(s) && &s.point == point).collect();
+        let max = load.iter().map(|s| softirq_pct(s)).fold(100.0, f64::max);
+        let y = Scale::linear(0.0, max);
+        let label = r.label(point);
+        let mut chart = Chart::new("Receive-side CPU (softirq) vs offered load", &label, offered_axis(&load), "offered load, as sent (Mpps; median per step)", y, "softirq CPU (%, summed over CPUs)");
+        let variants: Vec<&str> = palette.variants(|v| load.iter().any(|s| s.variant == v)).collect();
+        for variant in &variants {
+            let points = data::per_step(&samples_at(r, point, variant, is_load), softirq_pct);
+            chart.series(&Series { label: variant.to_string(), variant, colour: palette.colour(variant), style: Style::Line, points }, 0.0);
+        }
+        charts.push(chart);
+        charts.extend(variants.iter().filter_map(|v| cpu_kind_chart(r, point, v)));
+    }
+    charts
+}
+
+/// Neutral shades for kinds of CPU time, apart from the variants' colours.
+const CPU_KINDS: [(&str, &str); 4] = [("softirq", "#34495e"), ("system", "#7f8fa6"), ("user", "#b8c4d2"), ("other (irq, steal)", "#e1e6ec")];
+
+/// CPU time by kind (summed over CPUs, the median per load step) against
+/// offered load, stacked.
+fn cpu_kind_chart(r: &Results, point: &Point, variant: &str) -> Option<Chart> {
+    let load = samples_at(r, point, variant, is_load);
+    let steps = data::kinds_per_step(&load);
+    if steps.len() < 2 || steps.iter().all(|(_, k)| k[..3].iter().all(|v| *v == 0.0)) {
+        return None;
+    }
+    let xs: Vec<f64> = steps.iter().map(|s| s.0).collect();
+    let max = steps.iter().map(|(_, k)| k.iter().sum::<f64>()).fold(100.0, f64::max);
+    let title = format!("CPU time by kind: {variant}");
+    let mut chart = Chart::new(&title, &r.label(point), offered_axis(&load), "offered load (Mpps; median per step)", Scale::linear(0.0, max), "CPU (%, summed over CPUs)");
+    let layers: Vec<Layer> = CPU_KINDS.iter().enumerate().map(|(k, (label, colour))| Layer { label, colour, ys: steps.iter().map(|s| s.1[k]).collect() }).collect();
+    chart.stack(&xs, &layers);
+    Some(chart)
+}
+
+fn loss_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
+    let mut charts = Vec::new();
+    for point in data::points_with(r, |s| is_load(s) || is_search(s)) {
+        let at: Vec<&Sample> = r.samples.iter().filter(|s| (is_load(s) || is_search(s)) && &s.point == point).collect();
+        let lo = at.iter().map(|s| s.loss_pct).fold(0.0, f64::min);
+        let hi = at.iter().map(|s| s.loss_pct).fold(1.0, f64::max);
+        let mut chart = Chart::new("Loss vs offered rate", &r.label(point), offered_axis(&at), "offered rate (Mpps)", Scale::linear(lo, hi), "loss (%)");
+        for variant in palette.variants(|v| at.iter().any(|s| s.variant == v)) {
+            add_loss_series(&mut chart, r, point, variant, palette.colour(variant));
+        }
+        charts.push(chart);
+    }
+    charts
+}
+
+/// A variant's loss at the load steps (a line through the median of each
+/// step, min–max whiskers), its search trials and the zero-loss rate the
+/// search found (dashed vertical line). Search trials are drawn as they
+/// are, each at the rate the search asked for, as hollow markers without
+/// lines: every run's search takes its own path of rates, so trials of
+/// different runs have no step in common to group them by, and a line
+/// through them would invent an order.
+fn add_loss_series(chart: &mut Chart, r: &Results, point: &Point, variant: &str, colour: &str) {
+    let load = data::per_step(&samples_at(r, point, variant, is_load), |s| s.loss_pct);
+    if !load.is_empty() {
+        chart.series(&Series { label: format!("{variant} (fixed load)"), variant, colour, style: Style::Line, points: load }, 0.0);
+    }
+    let trials: Vec<Pt> = samples_at(r, point, variant, is_search).iter().filter_map(|s| Some(Pt::new(offered_pps(s)? / 1e6, s.loss_pct))).collect();
+    if !trials.is_empty() {
+        chart.series(&Series { label: format!("{variant} (search trials)"), variant, colour, style: Style::Hollow, points: trials }, 0.0);
+    }
+    if let Some(z) = r.summary_of(variant, point).and_then(|s| s.zero_loss_mpps) {
+        chart.vline(z, colour, &format!("{variant} zero-loss rate"), variant);
+    }
+}
