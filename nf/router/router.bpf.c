@@ -22,6 +22,7 @@
  * gives the control plane their Rust mirrors (src/program.rs). */
 const volatile struct {
 	enum xnf_router_limits limits;
+	enum xnf_rpf rpf;
 } xnf_btf_anchor = {};
 
 /* Set by the loader before load; the verifier prunes what they turn off. */
@@ -79,12 +80,12 @@ struct {
 	__type(value, struct xnf_router_stats);
 } stats SEC(".maps");
 
-/* (physical ifindex, VID) -> VLAN device ifindex, for the FIB lookup. */
+/* (physical ifindex, VID) -> VLAN device, for the FIB lookup. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XNF_ROUTER_MAX_VLANS);
 	__type(key, struct xnf_vlan_key);
-	__type(value, __u32);
+	__type(value, struct xnf_vlan_ingress);
 } vlan_ingress SEC(".maps");
 
 /* VLAN device ifindex (as the FIB returns it) -> physical port and VID. */
@@ -94,6 +95,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct xnf_vlan_egress);
 } vlan_egress SEC(".maps");
+
+/*
+ * The host's own IPv4 addresses and its broadcast addresses (the /32
+ * entries of the kernel's local table), as sources the kernel never
+ * forwards: fib_validate_source refuses a local source outright, and a
+ * broadcast source whenever it checks the way back (rp_filter, policy
+ * rules). bpf_fib_lookup() checks no source, so we must.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_ROUTER_MAX_LOCALS);
+	__type(key, __be32);
+	__type(value, __u32);
+} locals SEC(".maps");
 
 static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
 {
@@ -116,7 +131,7 @@ static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
  * per-device forwarding and rp settings apply as in the kernel path.
  */
 static __always_inline __u32 check_l2(struct xdp_md *ctx, const struct xnf_pkt *pkt,
-				      enum xnf_parse_result parsed, __u32 *fib_ifindex)
+				      enum xnf_parse_result parsed, __u32 *fib_ifindex, __u8 *rpf)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
@@ -142,18 +157,67 @@ static __always_inline __u32 check_l2(struct xdp_md *ctx, const struct xnf_pkt *
 	if (parsed == XNF_PARSE_MALFORMED)
 		return XNF_R_MALFORMED;
 	*fib_ifindex = ctx->ingress_ifindex;
+	*rpf = iface->rpf;
 	/* VID 0 is a priority tag: the kernel takes the frame as untagged. */
 	if (pkt->tagged && pkt->vid) {
 		struct xnf_vlan_key key = { .ifindex = ctx->ingress_ifindex, .vid = pkt->vid };
-		__u32 *vlan_ifindex = bpf_map_lookup_elem(&vlan_ingress, &key);
+		struct xnf_vlan_ingress *vlan = bpf_map_lookup_elem(&vlan_ingress, &key);
 
-		if (!vlan_ifindex)
+		if (!vlan)
 			return XNF_R_VLAN_UNKNOWN;
-		*fib_ifindex = *vlan_ifindex;
+		*fib_ifindex = vlan->ifindex;
+		*rpf = vlan->rpf;
 	}
 	if (parsed == XNF_PARSE_NON_IP)
 		return XNF_R_NON_IP;
 	return XNF_R_FORWARDED;
+}
+
+/*
+ * The kernel's source check for an IPv4 packet it would forward
+ * (fib_validate_source, run by ip_route_input before ip_forward looks at
+ * the TTL): never from one of the host's own or broadcast addresses and,
+ * with rp_filter on the ingress @iif, only from a source routed back out of
+ * @iif (strict) or routed at all (loose). The way back is looked up as the
+ * kernel does it: from the destination, as if arriving on the forward
+ * route's egress @oif. Returns XNF_R_FORWARDED or why the kernel gets it.
+ */
+static __always_inline __u32 check_source(struct xdp_md *ctx, const struct xnf_pkt *f,
+					  __u32 iif, __u32 oif, __u8 rpf)
+{
+	struct bpf_fib_lookup back = {};
+	__be32 src = f->src[0];
+	long rc;
+
+	if (bpf_map_lookup_elem(&locals, &src))
+		return XNF_R_MARTIAN;
+	if (rpf == XNF_RPF_OFF)
+		return XNF_R_FORWARDED;
+	back.family = AF_INET;
+	back.tos = f->tos;
+	back.ipv4_src = f->dst[0];
+	back.ipv4_dst = src;
+	back.ifindex = oif;
+	rc = bpf_fib_lookup(ctx, &back, sizeof(back), fib_flags);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		/* A unicast route back: enough for loose mode, strict mode
+		 * wants it through the ingress. (With multipath the kernel
+		 * accepts any of the paths; we see one, and hand the others to
+		 * the kernel.) */
+		return rpf == XNF_RPF_STRICT && back.ifindex != iif ? XNF_R_MARTIAN : XNF_R_FORWARDED;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		/* No unicast route back: the filter drops the packet. */
+		return XNF_R_MARTIAN;
+	default:
+		/* Forwarding off on @oif (which the kernel's own reverse lookup
+		 * does not mind), an lwt route: the kernel decides. */
+		return XNF_R_UNSUPPORTED;
+	}
 }
 
 static __always_inline long redirect_to(__u32 ifindex)
@@ -246,18 +310,26 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 	struct xnf_pkt f = {};
 	enum xnf_parse_result parsed;
 	__u16 out_vid = 0;
+	__u32 iif = 0;
+	__u8 rpf = 0;
 	int l3_off;
 	long rc;
 
 	parsed = xnf_parse(ctx, &f);
-	*reason = check_l2(ctx, &f, parsed, &p.ifindex);
+	*reason = check_l2(ctx, &f, parsed, &iif, &rpf);
 	if (*reason)
 		return XDP_PASS;
 	*reason = fib_prepare(ctx, &f, &p);
 	if (*reason)
 		return XDP_PASS;
 
+	p.ifindex = iif;
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), fib_flags);
+	if (f.family == AF_INET && fib_forwards(rc)) {
+		*reason = check_source(ctx, &f, iif, p.ifindex, rpf);
+		if (*reason)
+			return XDP_PASS;
+	}
 	*reason = fib_result(rc, &f);
 	if (*reason)
 		/* A blackhole route drops silently in the kernel too. */

@@ -11,6 +11,18 @@
 enum xnf_router_limits {
 	XNF_ROUTER_MAX_IFACES = 256, /* interfaces one router can manage (devmap and stats slots) */
 	XNF_ROUTER_MAX_VLANS = 4096, /* VLAN sub-interfaces it can translate */
+	XNF_ROUTER_MAX_LOCALS = 4096, /* the host's own IPv4 and broadcast addresses */
+};
+
+/*
+ * The kernel's reverse-path filter on an ingress (net.ipv4.conf.*.rp_filter,
+ * the larger of "all" and the device's own): the source of a forwarded
+ * packet must be routed back out of the ingress (strict) or at all (loose).
+ */
+enum xnf_rpf {
+	XNF_RPF_OFF = 0,
+	XNF_RPF_STRICT = 1,
+	XNF_RPF_LOOSE = 2,
 };
 
 struct xnf_router_stats {
@@ -24,6 +36,8 @@ struct xnf_router_iface {
 	__u8 mac[ETH_ALEN]; /* frames to another MAC are the kernel's to drop */
 	__u16 flags;        /* control plane only: how it was attached */
 	__u32 ifindex;      /* 0: slot unused */
+	__u8 rpf;           /* enum xnf_rpf of the interface */
+	__u8 pad[3];
 };
 
 /* Key of the ingress VLAN table: a tag seen on a physical interface. */
@@ -31,6 +45,13 @@ struct xnf_vlan_key {
 	__u32 ifindex; /* physical (attached) interface */
 	__u16 vid;
 	__u16 pad;
+};
+
+/* Value of the ingress VLAN table: the VLAN device a tag stands for. */
+struct xnf_vlan_ingress {
+	__u32 ifindex;
+	__u8 rpf;           /* enum xnf_rpf of the VLAN device */
+	__u8 pad[3];
 };
 
 /* Value of the egress VLAN table, keyed by the VLAN device's ifindex. */

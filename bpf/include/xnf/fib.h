@@ -44,6 +44,7 @@ enum xnf_router_reason {
 	XNF_R_MULTICAST,     /* broadcast/multicast destination (ARP, ND, LLDP): never routed */
 	XNF_R_UNCONFIGURED,  /* the interface's slot is empty: a control-plane fault */
 	XNF_R_EGRESS_SKB,    /* egress attached in skb mode: no XDP transmit from the driver hook */
+	XNF_R_MARTIAN,       /* an address the kernel never forwards between (source or destination) */
 	XNF_R_MAX,
 };
 
@@ -64,6 +65,51 @@ static __always_inline int ipv4_csum_ok_at(struct xdp_md *ctx, __u32 off)
 }
 
 /*
+ * IPv4 addresses the kernel never forwards between, whatever the routes
+ * say (ip_route_input_slow; route_localnet is off): a loopback, multicast,
+ * limited-broadcast or "this network" (0/8) destination is not unicast-
+ * routed; a multicast, limited-broadcast, loopback or 0/8 source is a
+ * martian.
+ */
+static __always_inline int ipv4_martian(__be32 src, __be32 dst)
+{
+	__u32 s = bpf_ntohl(src), d = bpf_ntohl(dst);
+
+	return (d >> 24) == 127 || (d >> 28) == 0xe || d == 0xffffffff || (d >> 24) == 0 ||
+	       (s >> 24) == 127 || (s >> 28) == 0xe || s == 0xffffffff || (s >> 24) == 0;
+}
+
+/*
+ * IPv6 addresses the kernel refuses on receive (ipv6_rcv: a loopback
+ * source or destination, a multicast or v4-mapped source, a multicast
+ * destination of scope 0 or 1) or to forward (ip6_forward: an unspecified,
+ * multicast, loopback or link-local source). Multicast destinations of
+ * wider scope take the kernel's multicast path: they are never unicast-
+ * forwarded either (*local).
+ */
+static __always_inline int ipv6_martian(const __u32 *src, const __u32 *dst, int *local)
+{
+	__u32 s0 = bpf_ntohl(src[0]), d0 = bpf_ntohl(dst[0]);
+	int s_zero = !src[0] && !src[1] && !src[2];
+	int d_zero = !dst[0] && !dst[1] && !dst[2];
+
+	if (s_zero && (!src[3] || src[3] == bpf_htonl(1)))
+		return 1; /* :: or ::1 */
+	if (d_zero && dst[3] == bpf_htonl(1))
+		return 1; /* ::1 */
+	if ((s0 >> 24) == 0xff || (s0 & 0xffc00000) == 0xfe800000)
+		return 1; /* multicast, link-local */
+	if (!src[0] && !src[1] && src[2] == bpf_htonl(0xffff))
+		return 1; /* v4-mapped */
+	if ((d0 >> 24) == 0xff) {
+		if (((d0 >> 16) & 0xf) <= 1)
+			return 1; /* reserved or interface-local scope */
+		*local = 1;
+	}
+	return 0;
+}
+
+/*
  * Checks the parsed IP packet @pkt the way the kernel's forwarding path
  * would and fills @p for bpf_fib_lookup(). Returns XNF_R_FORWARDED, or why
  * the kernel must handle the packet.
@@ -79,6 +125,8 @@ static __always_inline __u32 fib_prepare(struct xdp_md *ctx, const struct xnf_pk
 		/* The kernel drops a header with a bad checksum; so must we. */
 		if (!ipv4_csum_ok_at(ctx, pkt->l3_off))
 			return XNF_R_BAD_CSUM;
+		if (ipv4_martian(pkt->src[0], pkt->dst[0]))
+			return XNF_R_MARTIAN;
 		p->family = AF_INET;
 		p->tos = pkt->tos;
 		p->ipv4_src = pkt->src[0];
@@ -87,8 +135,14 @@ static __always_inline __u32 fib_prepare(struct xdp_md *ctx, const struct xnf_pk
 		/* Hop-by-hop options are for every router (and jumbograms carry
 		 * their length there): the kernel's business. Other extension
 		 * headers are end-to-end and forwarded untouched. */
+		int local = 0;
+
 		if (pkt->hbh)
 			return XNF_R_IPV6_HBH;
+		if (ipv6_martian(pkt->src, pkt->dst, &local))
+			return XNF_R_MARTIAN;
+		if (local)
+			return XNF_R_LOCAL;
 		p->family = AF_INET6;
 		p->flowinfo = pkt->flowinfo;
 		__builtin_memcpy(p->ipv6_src, pkt->src, sizeof(p->ipv6_src));
@@ -132,6 +186,14 @@ static __always_inline __u32 fib_reason(long rc)
 	}
 }
 
+/* True if the lookup found a route that forwards (whether or not the
+ * neighbour is known and the packet fits). */
+static __always_inline int fib_forwards(long rc)
+{
+	return rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ||
+	       rc == BPF_FIB_LKUP_RET_FRAG_NEEDED;
+}
+
 /*
  * What the kernel's own path says of @pkt after the lookup returned @rc.
  * The route decides first whether the packet is forwarded at all (local
@@ -141,10 +203,7 @@ static __always_inline __u32 fib_reason(long rc)
  */
 static __always_inline __u32 fib_result(long rc, const struct xnf_pkt *pkt)
 {
-	int forwards = rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH ||
-		       rc == BPF_FIB_LKUP_RET_FRAG_NEEDED;
-
-	if (forwards && pkt->ttl <= 1)
+	if (fib_forwards(rc) && pkt->ttl <= 1)
 		return XNF_R_TTL;
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return XNF_R_FORWARDED;

@@ -28,6 +28,7 @@ crate::c_enum! {
         Multicast = XNF_R_MULTICAST => "broadcast-multicast",
         Unconfigured = XNF_R_UNCONFIGURED => "unconfigured",
         EgressSkbMode = XNF_R_EGRESS_SKB => "egress-skb-mode",
+        Martian = XNF_R_MARTIAN => "martian",
     }
 }
 

@@ -157,9 +157,7 @@ impl RoutedLine {
     /// A UDP socket in sink listening on `port` (v4 or v6).
     pub fn sink_socket(&self, v6: bool, port: u16) -> UdpSocket {
         let addr: IpAddr = if v6 { self.line.sink_v6.into() } else { self.line.sink_v4.into() };
-        let s = self.line.sink().run(move || UdpSocket::bind(SocketAddr::new(addr, port))).unwrap().unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-        s
+        self.line.sink().run(move || UdpSocket::bind(SocketAddr::new(addr, port))).unwrap().unwrap()
     }
 
     /// A UDP socket in gen.
@@ -184,7 +182,7 @@ impl RoutedLine {
         let to = self.sink_addr(v6, port);
         // Receive while sending, so the socket buffer never overflows.
         std::thread::scope(|s| {
-            let receiver = s.spawn(|| count_received(&rx));
+            let receiver = s.spawn(|| count_received(&rx, n));
             send_paced(&tx, to, n);
             receiver.join().unwrap()
         })
@@ -225,14 +223,27 @@ pub fn send_paced(tx: &UdpSocket, to: SocketAddr, n: usize) {
     }
 }
 
-/// Counts datagrams until none has come for the socket's read timeout.
-pub fn count_received(rx: &UdpSocket) -> usize {
+/// Counts the datagrams arriving on `rx` while a test expects `expected`:
+/// until that many have come (and then any extra already on their way),
+/// or until none has come for two seconds. A test where all arrive never
+/// waits on the clock; one where some are lost shows a smaller count. With
+/// `expected` 0 it waits one second for datagrams that should not come:
+/// tests sync on a counter first where they can.
+pub fn count_received(rx: &UdpSocket, expected: usize) -> usize {
     let mut buf = [0u8; 2048];
     let mut n = 0;
-    while rx.recv(&mut buf).is_ok() {
+    loop {
+        let wait = match n.cmp(&expected) {
+            std::cmp::Ordering::Less => Duration::from_secs(2),
+            _ if expected == 0 => Duration::from_secs(1),
+            _ => Duration::from_millis(50),
+        };
+        rx.set_read_timeout(Some(wait)).unwrap();
+        if rx.recv(&mut buf).is_err() {
+            return n;
+        }
         n += 1;
     }
-    n
 }
 
 /// Whether an `xnf router follow` process runs in `ns`.

@@ -174,12 +174,12 @@ fn nf_drop_and_rewrite_are_respected() {
     for i in 0..50u32 {
         tx.send_to(&i.to_be_bytes(), to).unwrap();
     }
-    assert_eq!(xnf_testrun::cli::count_received(&rx), 50, "TTL 3: fw makes it 2, the exit 1: delivered");
+    assert_eq!(xnf_testrun::cli::count_received(&rx, 50), 50, "TTL 3: fw makes it 2, the exit 1: delivered");
     tx.set_ttl(2).unwrap();
     for i in 0..50u32 {
         tx.send_to(&i.to_be_bytes(), to).unwrap();
     }
-    assert_eq!(xnf_testrun::cli::count_received(&rx), 0, "TTL 2: fw makes it 1, it must expire at the exit");
+    assert_eq!(xnf_testrun::cli::count_received(&rx, 0), 0, "TTL 2: fw makes it 1, it must expire at the exit");
     let ttl_after = chain_of(&lab.stats(), "c")["to_kernel"]["ttl"].as_i64().unwrap_or(0);
     assert_eq!(ttl_after - ttl_before, 50, "the exit saw the rewritten TTL");
 }
@@ -403,7 +403,7 @@ fn frames_whose_ports_are_hidden_still_go_through_the_nf() {
         .collect();
     send_raw(&lab, dstopts);
     send_raw(&lab, fragments);
-    assert_eq!(xnf_testrun::cli::count_received(&rx6), 0, "an IPv6 datagram to udp/5000 got past the firewall NF");
+    assert_eq!(xnf_testrun::cli::count_received(&rx6, 0), 0, "an IPv6 datagram to udp/5000 got past the firewall NF");
     let after = lab.stats();
     let (b, a) = (chain_of(&before, "web"), chain_of(&after, "web"));
     let into = num(&a["hops"][0]["in_packets"]) - num(&b["hops"][0]["in_packets"]);

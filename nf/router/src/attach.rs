@@ -12,6 +12,7 @@ use xnf_netns::netlink::{self, Link};
 
 use crate::follow;
 use crate::program::{IfaceEntry, RouterConfig, RouterMaps, RouterProgram, MAP_NAMES};
+use crate::sources::Sources;
 
 /// `IfaceEntry::flags` bits: how an interface was attached.
 const FLAG_FIB_DIRECT: u16 = 1 << 0;
@@ -172,7 +173,11 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
     };
     let prog = RouterProgram::load(RouterConfig { fib_direct: opts.fib_direct, slot, generic: opts.mode == XdpMode::Skb }, Some(dir))?;
     let maps = prog.maps()?;
-    let entry = IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags() };
+    // The source check is in place before the first frame can arrive.
+    let sources = Sources::read()?;
+    maps.set_locals(&sources.locals())?;
+    let rpf = sources.rpf(link.ifindex, &link.name)?;
+    let entry = IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags(), rpf };
     let pin = link_pin(dir, link.ifindex);
 
     if current.is_some() && pin.exists() {
@@ -291,6 +296,8 @@ pub struct Attached {
     pub mac: String,
     pub mode: XdpMode,
     pub fib: &'static str,
+    /// The kernel's reverse-path filter on it, as the router applies it.
+    pub rpf: &'static str,
     pub prog_id: Option<u32>,
 }
 
@@ -311,6 +318,7 @@ pub fn attached() -> Result<Vec<Attached>> {
                 mac: e.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
                 mode: opts.mode,
                 fib: if opts.fib_direct { "direct" } else { "full" },
+                rpf: e.rpf.name(),
                 prog_id,
             })
         })

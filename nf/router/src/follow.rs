@@ -1,7 +1,9 @@
 //! Keeps the router's tables in step with the kernel's interfaces: VLAN
-//! devices on attached ports, MAC changes, and attached interfaces that
-//! disappear. `sync` runs once at attach; `xnf router follow` (started in the
-//! background by `attach`) runs it again on every rtnetlink link event.
+//! devices on attached ports, MAC changes, attached interfaces that
+//! disappear, and the source check (local addresses, rp_filter). `sync`
+//! runs once at attach; `xnf router follow` (started in the background by
+//! `attach`) runs it again on every rtnetlink event for links, IPv4
+//! addresses and IPv4 device settings, and once a second regardless.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -13,20 +15,20 @@ use xnf_core::state::{self, StateLock};
 use xnf_netns::netlink::{self, Link, LinkEvents};
 
 use crate::attach::LOCK;
-use crate::program::{IfaceEntry, RouterMaps, VlanEntry};
+use crate::program::{IfaceEntry, RouterMaps, Rpf, VlanEntry};
+use crate::sources::Sources;
 
 /// The VLAN table the kernel's links call for: every 802.1Q device whose
-/// parent is an attached interface.
-pub fn wanted_vlans(links: &[Link], attached: &[u32]) -> BTreeSet<VlanEntry> {
-    links
-        .iter()
-        .filter_map(|l| {
-            let (parent, vid) = l.vlan()?;
-            attached
-                .contains(&parent)
-                .then_some(VlanEntry { vlan_ifindex: l.ifindex, phys_ifindex: parent, vid })
-        })
-        .collect()
+/// parent is an attached interface, with its reverse-path filter.
+pub fn wanted_vlans(links: &[Link], attached: &[u32], rpf: impl Fn(&Link) -> Result<Rpf>) -> Result<BTreeSet<VlanEntry>> {
+    let mut out = BTreeSet::new();
+    for l in links {
+        let Some((parent, vid)) = l.vlan() else { continue };
+        if attached.contains(&parent) {
+            out.insert(VlanEntry { vlan_ifindex: l.ifindex, phys_ifindex: parent, vid, rpf: rpf(l)? });
+        }
+    }
+    Ok(out)
 }
 
 /// What changed in one sync, for the follower's log.
@@ -35,7 +37,9 @@ pub struct SyncReport {
     pub vlans_added: Vec<VlanEntry>,
     pub vlans_removed: Vec<VlanEntry>,
     pub macs_updated: Vec<u32>,
+    pub rpf_updated: Vec<u32>,
     pub ifaces_gone: Vec<u32>,
+    pub locals_changed: bool,
 }
 
 impl SyncReport {
@@ -47,7 +51,13 @@ impl SyncReport {
 /// Brings the maps in line with the current links.
 pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
     let links = netlink::links()?;
+    let sources = Sources::read()?;
     let mut report = SyncReport::default();
+    let locals = sources.locals();
+    if maps.locals()? != locals {
+        maps.set_locals(&locals)?;
+        report.locals_changed = true;
+    }
     let mut attached = Vec::new();
     for (slot, entry) in maps.ifaces()? {
         match links.iter().find(|l| l.ifindex == entry.ifindex) {
@@ -57,15 +67,22 @@ pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
                 report.ifaces_gone.push(entry.ifindex);
             }
             Some(link) => {
-                if let Some(mac) = link.mac.filter(|m| *m != entry.mac) {
-                    maps.update_iface(slot, IfaceEntry { mac, ..entry })?;
-                    report.macs_updated.push(entry.ifindex);
+                let mac = link.mac.unwrap_or(entry.mac);
+                let rpf = sources.rpf(link.ifindex, &link.name)?;
+                if mac != entry.mac || rpf != entry.rpf {
+                    maps.update_iface(slot, IfaceEntry { mac, rpf, ..entry })?;
+                    if mac != entry.mac {
+                        report.macs_updated.push(entry.ifindex);
+                    }
+                    if rpf != entry.rpf {
+                        report.rpf_updated.push(entry.ifindex);
+                    }
                 }
                 attached.push(entry.ifindex);
             }
         }
     }
-    let want = wanted_vlans(&links, &attached);
+    let want = wanted_vlans(&links, &attached, |l| sources.rpf(l.ifindex, &l.name))?;
     let have: BTreeSet<VlanEntry> = maps.vlans()?.into_iter().collect();
     for v in have.difference(&want) {
         maps.del_vlan(*v)?;
@@ -80,13 +97,13 @@ pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
 
 /// Runs until the router is detached from every interface.
 pub fn run() -> Result<()> {
-    let events = LinkEvents::subscribe()?;
+    let events = LinkEvents::subscribe_with_ipv4()?;
     let dir = crate::attach::pin_dir()?;
     if !register()? {
         eprintln!("xnf router follow: another follower runs in this network namespace, exiting");
         return Ok(());
     }
-    eprintln!("xnf router follow: following link events for {}", dir.display());
+    eprintln!("xnf router follow: following link, IPv4 address and IPv4 setting events for {}", dir.display());
     loop {
         {
             // Each resync under the router's lock: an attach or detach in
@@ -182,9 +199,10 @@ mod tests {
         let mut veth = vlan(9, 1, 0);
         veth.kind = Some("veth".into());
         let links = vec![vlan(10, 2, 100), vlan(11, 3, 200), vlan(12, 2, 300), veth];
-        let want = wanted_vlans(&links, &[2]);
-        let got: Vec<_> = want.iter().map(|v| (v.vlan_ifindex, v.phys_ifindex, v.vid)).collect();
-        assert_eq!(got, vec![(10, 2, 100), (12, 2, 300)]);
-        assert!(wanted_vlans(&links, &[]).is_empty());
+        let strict_on_v300 = |l: &Link| Ok(if l.vlan_id == Some(300) { Rpf::Strict } else { Rpf::Off });
+        let want = wanted_vlans(&links, &[2], strict_on_v300).unwrap();
+        let got: Vec<_> = want.iter().map(|v| (v.vlan_ifindex, v.phys_ifindex, v.vid, v.rpf)).collect();
+        assert_eq!(got, vec![(10, 2, 100, Rpf::Off), (12, 2, 300, Rpf::Strict)]);
+        assert!(wanted_vlans(&links, &[], strict_on_v300).unwrap().is_empty());
     }
 }

@@ -3,7 +3,8 @@
 //! - [`program`]: the BPF program (`router.bpf.c`) and the maps its
 //!   instances share;
 //! - [`attach`]: attaching it to interfaces and detaching it, all or nothing;
-//! - [`follow`]: keeping the VLAN and MAC tables in step with the kernel;
+//! - [`follow`]: keeping the VLAN, MAC and source tables in step with the kernel;
+//! - [`sources`]: what the kernel checks of an IPv4 source before forwarding;
 //! - [`report`]: `status` and `stats` for people and programs;
 //! - [`cli`]: the `xnf router` commands.
 
@@ -12,6 +13,7 @@ pub mod cli;
 pub mod follow;
 pub mod program;
 pub mod report;
+pub mod sources;
 
 pub use attach::{attach, attached, detach, AttachOptions, AttachReport, Attached};
 

@@ -22,7 +22,22 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 
 /// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 7] = ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress"];
+pub const MAP_NAMES: [&str; 8] = ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress", "locals"];
+
+/// Local and broadcast addresses the source check can hold.
+pub const MAX_LOCALS: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_LOCALS.0;
+
+xnf_core::c_enum! {
+    /// The reverse-path filter of an ingress (`net.ipv4.conf.*.rp_filter`).
+    #[derive(Default)]
+    pub enum Rpf: types::xnf_rpf {
+        #[default]
+        Off = XNF_RPF_OFF => "off",
+        Strict = XNF_RPF_STRICT => "strict",
+        Loose = XNF_RPF_LOOSE => "loose",
+    }
+}
+
 
 /// How a router instance is built; fixed at load time (read-only data, so
 /// the verifier prunes what is off). Changing them means a new instance,
@@ -64,6 +79,7 @@ impl RouterProgram {
                 &mut m.stats,
                 &mut m.vlan_ingress,
                 &mut m.vlan_egress,
+                &mut m.locals,
             ]
             .into_iter()
             .zip(MAP_NAMES)
@@ -94,6 +110,7 @@ impl RouterProgram {
             stats: MapHandle::try_from(&m.stats)?,
             vlan_ingress: MapHandle::try_from(&m.vlan_ingress)?,
             vlan_egress: MapHandle::try_from(&m.vlan_egress)?,
+            locals: MapHandle::try_from(&m.locals)?,
         })
     }
 }
@@ -107,6 +124,7 @@ pub struct RouterMaps {
     stats: MapHandle,
     vlan_ingress: MapHandle,
     vlan_egress: MapHandle,
+    locals: MapHandle,
 }
 
 /// An attached interface as the `ifaces` map holds it.
@@ -116,6 +134,8 @@ pub struct IfaceEntry {
     pub mac: [u8; 6],
     /// Control-plane bits recording how it was attached (see `xnf`).
     pub flags: u16,
+    /// The kernel's reverse-path filter on it (kept in step by the follower).
+    pub rpf: Rpf,
 }
 
 /// A VLAN device as the router's tables see it.
@@ -126,6 +146,8 @@ pub struct VlanEntry {
     /// Its physical parent, the attached interface.
     pub phys_ifindex: u32,
     pub vid: u16,
+    /// The kernel's reverse-path filter on the VLAN device.
+    pub rpf: Rpf,
 }
 
 // The C struct holds packets and bytes per verdict and packets per reason.
@@ -193,8 +215,8 @@ impl Stats {
 impl RouterMaps {
     /// Opens the maps pinned in `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress })
+        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals })
     }
 
     /// Makes `ifindex` a redirect target: for every instance when it is
@@ -229,7 +251,7 @@ impl RouterMaps {
 
     /// Rewrites an interface's slot (a MAC change), keeping its counters.
     pub fn update_iface(&self, slot: u32, e: IfaceEntry) -> Result<()> {
-        let entry = types::xnf_router_iface { mac: e.mac, flags: e.flags, ifindex: e.ifindex };
+        let entry = types::xnf_router_iface { mac: e.mac, flags: e.flags, ifindex: e.ifindex, rpf: e.rpf as u8, ..Default::default() };
         self.ifaces
             .update(&slot.to_ne_bytes(), as_bytes(&entry), MapFlags::ANY)
             .context("writing the router's interface table")
@@ -250,7 +272,8 @@ impl RouterMaps {
             if let Some(v) = self.ifaces.lookup(&slot.to_ne_bytes(), MapFlags::ANY)? {
                 let e: types::xnf_router_iface = from_bytes(&v);
                 if e.ifindex != 0 {
-                    out.push((slot, IfaceEntry { ifindex: e.ifindex, mac: e.mac, flags: e.flags }));
+                    let rpf = Rpf::from_u32(e.rpf.into()).unwrap_or(Rpf::Off);
+                    out.push((slot, IfaceEntry { ifindex: e.ifindex, mac: e.mac, flags: e.flags, rpf }));
                 }
             }
         }
@@ -287,8 +310,9 @@ impl RouterMaps {
     pub fn set_vlan(&self, v: VlanEntry) -> Result<()> {
         let key = types::xnf_vlan_key { ifindex: v.phys_ifindex, vid: v.vid, pad: 0 };
         let egress = types::xnf_vlan_egress { phys_ifindex: v.phys_ifindex, vid: v.vid, pad: 0 };
+        let ingress = types::xnf_vlan_ingress { ifindex: v.vlan_ifindex, rpf: v.rpf as u8, ..Default::default() };
         self.vlan_ingress
-            .update(as_bytes(&key), &v.vlan_ifindex.to_ne_bytes(), MapFlags::ANY)
+            .update(as_bytes(&key), as_bytes(&ingress), MapFlags::ANY)
             .context("writing the VLAN ingress table")?;
         self.vlan_egress
             .update(&v.vlan_ifindex.to_ne_bytes(), as_bytes(&egress), MapFlags::ANY)
@@ -308,10 +332,40 @@ impl RouterMaps {
             if let Some(v) = self.vlan_egress.lookup(&k, MapFlags::ANY)? {
                 let e: types::xnf_vlan_egress = from_bytes(&v);
                 let vlan_ifindex = u32::from_ne_bytes(k[..4].try_into()?);
-                out.push(VlanEntry { vlan_ifindex, phys_ifindex: e.phys_ifindex, vid: e.vid });
+                let key = types::xnf_vlan_key { ifindex: e.phys_ifindex, vid: e.vid, pad: 0 };
+                let rpf = match self.vlan_ingress.lookup(as_bytes(&key), MapFlags::ANY)? {
+                    Some(i) => Rpf::from_u32(from_bytes::<types::xnf_vlan_ingress>(&i).rpf.into()).unwrap_or(Rpf::Off),
+                    None => Rpf::Off,
+                };
+                out.push(VlanEntry { vlan_ifindex, phys_ifindex: e.phys_ifindex, vid: e.vid, rpf });
             }
         }
         out.sort();
         Ok(out)
+    }
+
+    /// Makes the source check's table of local and broadcast addresses
+    /// exactly `want`.
+    pub fn set_locals(&self, want: &std::collections::BTreeSet<std::net::Ipv4Addr>) -> Result<()> {
+        if want.len() > MAX_LOCALS as usize {
+            anyhow::bail!("the host has {} local and broadcast IPv4 addresses; the router's source check holds {MAX_LOCALS}", want.len());
+        }
+        let have: Vec<Vec<u8>> = self.locals.keys().collect();
+        for k in &have {
+            if k.len() == 4 && !want.contains(&std::net::Ipv4Addr::new(k[0], k[1], k[2], k[3])) {
+                delete_if_present(&self.locals, k)?;
+            }
+        }
+        for a in want {
+            self.locals
+                .update(&a.octets(), &1u32.to_ne_bytes(), MapFlags::ANY)
+                .context("writing the router's table of local addresses")?;
+        }
+        Ok(())
+    }
+
+    /// The addresses in the source check's table.
+    pub fn locals(&self) -> Result<std::collections::BTreeSet<std::net::Ipv4Addr>> {
+        Ok(self.locals.keys().filter(|k| k.len() == 4).map(|k| std::net::Ipv4Addr::new(k[0], k[1], k[2], k[3])).collect())
     }
 }

@@ -26,6 +26,7 @@ struct VlanRow {
     vlan_ifindex: u32,
     parent: String,
     vid: u16,
+    rpf: &'static str,
 }
 
 pub fn status(json: bool) -> Result<()> {
@@ -36,27 +37,27 @@ pub fn status(json: bool) -> Result<()> {
     let vlans = maps
         .vlans()?
         .into_iter()
-        .map(|v| VlanRow { vlan: name(v.vlan_ifindex), vlan_ifindex: v.vlan_ifindex, parent: name(v.phys_ifindex), vid: v.vid })
+        .map(|v| VlanRow { vlan: name(v.vlan_ifindex), vlan_ifindex: v.vlan_ifindex, parent: name(v.phys_ifindex), vid: v.vid, rpf: v.rpf.name() })
         .collect();
     let s = Status { interfaces, vlans, follower_pid: crate::follow::running_pid() };
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
     }
-    println!("{:<16} {:>7} {:>4} {:<7} {:<7} {:>7}", "INTERFACE", "IFINDEX", "SLOT", "MODE", "FIB", "PROG");
+    println!("{:<16} {:>7} {:>4} {:<7} {:<7} {:<7} {:>7}", "INTERFACE", "IFINDEX", "SLOT", "MODE", "FIB", "RPF", "PROG");
     for a in &s.interfaces {
         let prog = a.prog_id.map(|p| p.to_string()).unwrap_or("-".into());
-        println!("{:<16} {:>7} {:>4} {:<7} {:<7} {:>7}", a.name, a.ifindex, a.slot, a.mode.name(), a.fib, prog);
+        println!("{:<16} {:>7} {:>4} {:<7} {:<7} {:<7} {:>7}", a.name, a.ifindex, a.slot, a.mode.name(), a.fib, a.rpf, prog);
     }
     if !s.vlans.is_empty() {
-        println!("\n{:<16} {:<16} {:>5}", "VLAN DEVICE", "PARENT", "VID");
+        println!("\n{:<16} {:<16} {:>5} {:<7}", "VLAN DEVICE", "PARENT", "VID", "RPF");
         for v in &s.vlans {
-            println!("{:<16} {:<16} {:>5}", v.vlan, v.parent, v.vid);
+            println!("{:<16} {:<16} {:>5} {:<7}", v.vlan, v.parent, v.vid, v.rpf);
         }
     }
     match s.follower_pid {
         Some(pid) => println!("\nlink-event follower: running (pid {pid})"),
-        None => println!("\nlink-event follower: not running (VLAN and MAC changes are not followed; `xnf router follow`)"),
+        None => println!("\nlink-event follower: not running (VLAN, MAC, address and rp_filter changes are not followed; `xnf router follow`)"),
     }
     Ok(())
 }

@@ -1,16 +1,24 @@
 //! The programs pass the verifier of the running kernel.
 
 use xnf_pass::PassProgram;
-use xnf_router::program::{IfaceEntry, RouterConfig, RouterProgram};
+use xnf_router::program::{IfaceEntry, RouterConfig, RouterProgram, Rpf, VlanEntry};
 
 #[test]
 fn router_loads_in_both_fib_modes() {
     for fib_direct in [false, true] {
         let r = RouterProgram::load(RouterConfig { fib_direct, slot: 3, generic: fib_direct }, None).expect("router loads");
         let maps = r.maps().unwrap();
-        let e = IfaceEntry { ifindex: 7, mac: [2, 0, 0, 0, 0, 1], flags: 1 };
+        let e = IfaceEntry { ifindex: 7, mac: [2, 0, 0, 0, 0, 1], flags: 1, rpf: Rpf::Loose };
         maps.set_iface(3, e).unwrap();
         assert_eq!(maps.ifaces().unwrap(), vec![(3, e)]);
+        let v = VlanEntry { vlan_ifindex: 9, phys_ifindex: 7, vid: 100, rpf: Rpf::Strict };
+        maps.set_vlan(v).unwrap();
+        assert_eq!(maps.vlans().unwrap(), vec![v]);
+        let locals = ["198.18.0.1".parse().unwrap(), "198.18.0.255".parse().unwrap()].into();
+        maps.set_locals(&locals).unwrap();
+        assert_eq!(maps.locals().unwrap(), locals);
+        maps.set_locals(&Default::default()).unwrap();
+        assert!(maps.locals().unwrap().is_empty());
         assert_eq!(maps.free_slot().unwrap(), 0);
         assert_eq!(maps.stats(3).unwrap().total_packets(), 0);
     }

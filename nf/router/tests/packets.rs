@@ -9,7 +9,7 @@ mod fixture;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SKB_NH_MAC, SRC4, SRC6, VLAN_NH_MAC};
+use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SKB_NH_MAC, SRC4, SRC6, VLAN200_SRC4, VLAN_NH_MAC};
 use xnf_router::program::{Reason, Stats};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_packet::{parse, EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
@@ -191,11 +191,13 @@ fn cases(f: &Fixture) -> Vec<Case> {
         let output = fl.clone().hops(63).on(t.eth_vlan100().vlan(100)).build();
         t.push("VLAN untagged -> tagged: tag 100 pushed, PCP 0", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
 
+        // VLAN 200 filters strictly: its sources are on its own subnet.
+        let fl = fl.src(VLAN200_SRC4);
         let input = fl.on(t.eth_in().vlan_pcp(200, 5)).build();
         let output = fl.clone().hops(63).on(t.eth_vlan100().vlan_pcp(100, 5)).build();
         t.push("VLAN tagged -> tagged: VID 200 rewritten to 100, PCP 5 kept", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
 
-        let fl = Flow::v4(dst::FWD4);
+        let fl = Flow::v4(dst::FWD4).src(VLAN200_SRC4);
         let input = fl.on(t.eth_in().vlan_pcp(200, 3)).build();
         let output = fl.clone().hops(63).on(t.eth_out()).build();
         t.push("VLAN tagged -> untagged: tag 200 popped", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
@@ -232,6 +234,40 @@ fn cases(f: &Fixture) -> Vec<Case> {
         Flow::v4(dst::FWD4).on(t.eth_in().tag(EtherType::VLAN, 200).tag(EtherType::VLAN, 201)).build(),
         Reason::Qinq,
     );
+
+    // --- Source check (fib_validate_source; in0 loose, VLAN 200 strict) -------
+    for (what, src) in [
+        ("dut's own address on in0", "198.18.0.2"),
+        ("dut's own address on out0", "198.18.1.1"),
+        ("in0's subnet broadcast", "198.18.0.255"),
+        ("0.0.0.0/8", "0.1.2.3"),
+        ("a loopback address", "127.0.0.1"),
+        ("a multicast address", "224.0.0.5"),
+        ("the limited broadcast", "255.255.255.255"),
+        ("a source with no route back (loose filter on in0)", "198.19.99.5"),
+    ] {
+        let src: Ipv4Addr = src.parse().unwrap();
+        t.pass(format!("IPv4 from {what} is a martian"), Flow::v4(dst::FWD4).src(src).on(t.eth_in()).build(), Reason::Martian);
+    }
+    t.pass(
+        "IPv4 on VLAN 200 from a source routed back through in0 fails its strict filter",
+        Flow::v4(dst::FWD4).on(t.eth_in().vlan(200)).build(),
+        Reason::Martian,
+    );
+    t.pass(
+        "IPv4 that the loose filter must look back for, towards an egress without forwarding, is left to the kernel",
+        Flow::v4(Ipv4Addr::new(198, 18, 3, 5)).on(t.eth_in()).build(),
+        Reason::Unsupported,
+    );
+    t.pass(
+        "IPv4 from the policy-routed source, with a route back: not a martian (to the unmanaged port)",
+        Flow::v4(dst::FWD4).src(POLICY_SRC4).on(t.eth_in()).build(),
+        Reason::NotManaged,
+    );
+    t.forward("IPv4 from in0's network address is forwarded, as the kernel does", Flow::v4(dst::FWD4).src(Ipv4Addr::new(198, 18, 0, 0)));
+    t.pass("IPv4 to 0.0.0.0/8 is a martian", Flow::v4(Ipv4Addr::new(0, 0, 0, 7)).on(t.eth_in()).build(), Reason::Martian);
+    t.pass("IPv6 to a link-local address is never forwarded", Flow::v6("fe80::1".parse().unwrap()).on(t.eth_in()).build(), Reason::Local);
+    t.pass("IPv6 from a link-local address is a martian", Flow::v6(dst::FWD6).src("fe80::1".parse::<Ipv6Addr>().unwrap()).on(t.eth_in()).build(), Reason::Martian);
 
     // --- FIB modes -----------------------------------------------------------
     t.pass(
@@ -355,7 +391,7 @@ fn cases(f: &Fixture) -> Vec<Case> {
     // --- Every truncation of the Ethernet, VLAN, IPv4 and IPv6 headers ----
     // (BPF_PROG_TEST_RUN refuses frames shorter than an Ethernet header;
     // truncation_below_ethernet_header checks that separately.)
-    let tagged4 = Flow::v4(dst::FWD4).on(t.eth_in().vlan(200)).build();
+    let tagged4 = Flow::v4(dst::FWD4).src(VLAN200_SRC4).on(t.eth_in().vlan(200)).build();
     let tagged6 = Flow::v6(dst::FWD6).on(t.eth_in().vlan(200)).build();
     for (name, frame, headers) in [
         ("IPv4", &good4, 14 + 20 + 8),
@@ -461,8 +497,9 @@ fn ttl_checksum_update_matches_recomputation() {
             for i in 0..2000 {
                 let r = next();
                 let dst = Ipv4Addr::new(198, 18, 16, (r & 0xff) as u8);
-                // Any source but the one policy routing diverts.
-                let src = Ipv4Addr::new(198, 18, 0, ((r >> 8) % 64) as u8);
+                // Any source but the one policy routing diverts, dut's own
+                // and the subnet's broadcast addresses.
+                let src = Ipv4Addr::new(198, 18, 0, 10 + ((r >> 8) % 64) as u8);
                 let ttl = 2 + ((r >> 16) % 254) as u8;
                 let ident = ((r >> 24) & 0xffff) as u32;
                 let dscp = ((r >> 40) & 0x3f) as u8;

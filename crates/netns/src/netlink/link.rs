@@ -209,10 +209,20 @@ pub struct LinkEvents {
 
 /// `RTMGRP_LINK`: the link multicast group as a bind-time bitmask.
 const RTMGRP_LINK: u32 = 1;
+/// `RTMGRP_IPV4_IFADDR`: IPv4 addresses added or removed.
+const RTMGRP_IPV4_IFADDR: u32 = 0x10;
+/// `RTNLGRP_IPV4_NETCONF` (24) as a bitmask: IPv4 per-device settings
+/// (forwarding, rp_filter) changed.
+const RTMGRP_IPV4_NETCONF: u32 = 1 << (24 - 1);
 
 impl LinkEvents {
     pub fn subscribe() -> Result<Self> {
         Ok(Self { rtnl: Rtnl::subscribe(RTMGRP_LINK)? })
+    }
+
+    /// Link events, and changes of IPv4 addresses and IPv4 device settings.
+    pub fn subscribe_with_ipv4() -> Result<Self> {
+        Ok(Self { rtnl: Rtnl::subscribe(RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_NETCONF)? })
     }
 
     /// Waits up to `timeout` for link events and drains them; true if any came.

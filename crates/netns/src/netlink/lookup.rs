@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 
 use anyhow::{bail, Result};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteType};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
@@ -53,6 +54,11 @@ pub fn route_get(src: IpAddr, dst: IpAddr, iif: u32) -> Result<RouteGet> {
         Ok(RouteNetlinkMessage::NewRoute(r)) => r,
         Ok(other) => bail!("RTM_GETROUTE answered {other:?}"),
     };
+    route_kind(&r)
+}
+
+/// What a route message says a packet gets.
+fn route_kind(r: &RouteMessage) -> Result<RouteGet> {
     Ok(match r.header.kind {
         RouteType::Unicast => {
             let mut oif = 0;
@@ -113,6 +119,84 @@ pub fn neighbours() -> Result<Vec<Neighbour>> {
             NeighbourState::Reachable | NeighbourState::Stale | NeighbourState::Delay | NeighbourState::Probe | NeighbourState::Permanent | NeighbourState::Noarp
         );
         out.push(Neighbour { ifindex: n.header.ifindex, addr, mac, valid });
+    }
+    Ok(out)
+}
+
+/// A route of one routing table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableRoute {
+    pub dst: ipnet::IpNet,
+    pub kind: RouteGet,
+}
+
+/// Every route of the main table (254), both families: what a lookup that
+/// skips the policy rules and the local table (`BPF_FIB_LOOKUP_DIRECT`)
+/// finds.
+pub fn main_routes() -> Result<Vec<TableRoute>> {
+    table_routes(254)
+}
+
+/// Every route of routing table `table`, both families.
+pub fn table_routes(table: u32) -> Result<Vec<TableRoute>> {
+    let mut out = Vec::new();
+    for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+        let mut m = RouteMessage::default();
+        m.header.address_family = family;
+        let routes = Rtnl::open()?.dump(RouteNetlinkMessage::GetRoute(m), |m| match m {
+            RouteNetlinkMessage::NewRoute(r) => Some(r),
+            _ => None,
+        })?;
+        for r in routes {
+            let t = r.attributes.iter().find_map(|a| if let RouteAttribute::Table(t) = a { Some(*t) } else { None }).unwrap_or(u32::from(r.header.table));
+            if t != table {
+                continue;
+            }
+            let addr = r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Destination(RouteAddress::Inet(a)) => Some(IpAddr::V4(*a)),
+                RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
+                _ => None,
+            });
+            let addr = addr.unwrap_or(if family == AddressFamily::Inet6 { IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED) });
+            let Ok(dst) = ipnet::IpNet::new(addr, r.header.destination_prefix_length) else { continue };
+            out.push(TableRoute { dst, kind: route_kind(&r)? });
+        }
+    }
+    Ok(out)
+}
+
+/// An IPv4 address of an interface, with what the kernel derives from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ipv4Address {
+    pub ifindex: u32,
+    /// The address with its prefix length.
+    pub net: ipnet::Ipv4Net,
+    /// `IFA_BROADCAST`, when set (`ip addr add … brd`).
+    pub broadcast: Option<std::net::Ipv4Addr>,
+}
+
+/// Every IPv4 address of every interface (in the calling thread's namespace).
+pub fn ipv4_addresses() -> Result<Vec<Ipv4Address>> {
+    let mut request = AddressMessage::default();
+    request.header.family = AddressFamily::Inet;
+    let answer = Rtnl::open()?.dump(RouteNetlinkMessage::GetAddress(request), |m| match m {
+        RouteNetlinkMessage::NewAddress(a) => Some(a),
+        _ => None,
+    })?;
+    let mut out = Vec::new();
+    for a in answer {
+        let mut local = None;
+        let mut broadcast = None;
+        for attr in &a.attributes {
+            match attr {
+                AddressAttribute::Local(IpAddr::V4(l)) => local = Some(*l),
+                AddressAttribute::Broadcast(b) => broadcast = Some(*b),
+                _ => {}
+            }
+        }
+        let Some(local) = local else { continue };
+        let net = ipnet::Ipv4Net::new(local, a.header.prefix_len)?;
+        out.push(Ipv4Address { ifindex: a.header.index, net, broadcast });
     }
     Ok(out)
 }
