@@ -16,6 +16,8 @@ const volatile struct {
 	enum xnf_frag frag;
 	enum xnf_l4 l4;
 	enum xnf_router_reason fwd_reason;
+	enum xnf_rpf rpf;
+	enum xnf_fib_limits fib_limits;
 	enum xnf_match_flag match_flag;
 	struct xnf_match match;
 } xnf_abi_anchor = {};

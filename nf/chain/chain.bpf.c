@@ -103,6 +103,15 @@ struct {
 	__type(value, struct xnf_nf_stats);
 } nf_stats SEC(".maps");
 
+/* The host's own and broadcast IPv4 addresses: sources the exit never
+ * forwards (fib_check_source in xnf/fib.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_MAX_LOCALS);
+	__type(key, __be32);
+	__type(value, __u32);
+} locals SEC(".maps");
+
 static __always_inline __u32 ingress_count(__u32 slot, __u32 reason)
 {
 	struct xnf_ingress_stats *s = bpf_map_lookup_elem(&ingress_stats, &slot);
@@ -266,17 +275,32 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
  * the NF had sent it through the host stack: the kernel then resolves the
  * neighbour, sends the ICMP error or fragments, and the next frames of the
  * flow take XDP again. The port has forwarding enabled (the control plane
- * sees to it), so both paths agree.
+ * sees to it), so both paths agree. What the NF sends to every host (its
+ * ARP and ND) is the kernel's.
  */
-static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
+static __always_inline __u32 route_out(struct xdp_md *ctx, const struct xnf_chain_port *port, __u32 *reason)
 {
 	__u32 trailer = ctx->data_end - ctx->data;
 	struct bpf_fib_lookup p = {};
 	struct xnf_pkt f = {};
+	enum xnf_parse_result parsed;
 	struct ethhdr *eth;
 	long rc;
 
-	switch (xnf_parse(ctx, &f)) {
+	parsed = xnf_parse(ctx, &f);
+	eth = (void *)(long)ctx->data;
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end) {
+		*reason = XNF_R_MALFORMED;
+		return XDP_PASS;
+	}
+	/* The kernel forwards no frame sent to every host (ip_forward wants
+	 * PACKET_HOST). A unicast frame is routed whatever its destination
+	 * MAC: a reflector sends frames back as they came. */
+	if (xnf_mac_is_multicast(eth->h_dest)) {
+		*reason = XNF_R_MULTICAST;
+		return XDP_PASS;
+	}
+	switch (parsed) {
 	case XNF_PARSE_OK:
 		/* An NF sends untagged frames; a tag here has no VLAN device. */
 		*reason = f.tagged ? XNF_R_VLAN_UNKNOWN : fib_prepare(ctx, &f, &p);
@@ -295,6 +319,11 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
 
 	p.ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), 0);
+	if (f.family == AF_INET && fib_forwards(rc)) {
+		*reason = fib_check_source(ctx, &f, ctx->ingress_ifindex, p.ifindex, port->rpf, &locals, 0);
+		if (*reason)
+			return XDP_PASS;
+	}
 	*reason = fib_result(rc, &f);
 	if (*reason)
 		return *reason == XNF_R_BLACKHOLE ? XDP_DROP : XDP_PASS;
@@ -321,9 +350,10 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, __u32 *reason)
 	return XDP_REDIRECT;
 }
 
-static __always_inline __u32 from_nf(struct xdp_md *ctx, __u32 slot)
+static __always_inline __u32 from_nf(struct xdp_md *ctx, const struct xnf_chain_port *port)
 {
 	__u64 len = ctx->data_end - ctx->data;
+	__u32 slot = port->slot;
 	struct xnf_nf_stats *s = nf_counters(slot);
 	struct xnf_chain_nf *nf = bpf_map_lookup_elem(&nfs, &slot);
 	__u32 reason = XNF_R_FORWARDED, action;
@@ -334,7 +364,7 @@ static __always_inline __u32 from_nf(struct xdp_md *ctx, __u32 slot)
 	}
 	if (nf && nf->next)
 		return steer(ctx, nf->next - 1, 0, 0);
-	action = route_out(ctx, &reason);
+	action = route_out(ctx, port, &reason);
 	if (s && reason < XNF_R_MAX)
 		s->exit[reason]++;
 	return action;
@@ -349,7 +379,7 @@ int xnf_chain(struct xdp_md *ctx)
 	if (!port)
 		return XDP_PASS;
 	if (port->kind == XNF_PORT_NF)
-		return from_nf(ctx, port->slot);
+		return from_nf(ctx, port);
 	return from_ingress(ctx, port);
 }
 

@@ -26,7 +26,7 @@ enum xnf_chain_port_kind {
 
 struct xnf_chain_port {
 	__u8 kind;
-	__u8 pad;
+	__u8 rpf;            /* NF port: enum xnf_rpf of the host end (the exit's FIB ingress) */
 	__u8 mac[ETH_ALEN];  /* ingress: frames to another MAC are not ours */
 	__u32 slot;          /* ingress stats slot, or NF slot */
 };

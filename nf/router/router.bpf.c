@@ -22,7 +22,6 @@
  * gives the control plane their Rust mirrors (src/program.rs). */
 const volatile struct {
 	enum xnf_router_limits limits;
-	enum xnf_rpf rpf;
 } xnf_btf_anchor = {};
 
 /* Set by the loader before load; the verifier prunes what they turn off. */
@@ -99,13 +98,13 @@ struct {
 /*
  * The host's own IPv4 addresses and its broadcast addresses (the /32
  * entries of the kernel's local table), as sources the kernel never
- * forwards: fib_validate_source refuses a local source outright, and a
- * broadcast source whenever it checks the way back (rp_filter, policy
- * rules). bpf_fib_lookup() checks no source, so we must.
+ * forwards (fib_check_source): fib_validate_source refuses a local source
+ * outright, and a broadcast source whenever it checks the way back
+ * (rp_filter, policy rules).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XNF_ROUTER_MAX_LOCALS);
+	__uint(max_entries, XNF_MAX_LOCALS);
 	__type(key, __be32);
 	__type(value, __u32);
 } locals SEC(".maps");
@@ -171,53 +170,6 @@ static __always_inline __u32 check_l2(struct xdp_md *ctx, const struct xnf_pkt *
 	if (parsed == XNF_PARSE_NON_IP)
 		return XNF_R_NON_IP;
 	return XNF_R_FORWARDED;
-}
-
-/*
- * The kernel's source check for an IPv4 packet it would forward
- * (fib_validate_source, run by ip_route_input before ip_forward looks at
- * the TTL): never from one of the host's own or broadcast addresses and,
- * with rp_filter on the ingress @iif, only from a source routed back out of
- * @iif (strict) or routed at all (loose). The way back is looked up as the
- * kernel does it: from the destination, as if arriving on the forward
- * route's egress @oif. Returns XNF_R_FORWARDED or why the kernel gets it.
- */
-static __always_inline __u32 check_source(struct xdp_md *ctx, const struct xnf_pkt *f,
-					  __u32 iif, __u32 oif, __u8 rpf)
-{
-	struct bpf_fib_lookup back = {};
-	__be32 src = f->src[0];
-	long rc;
-
-	if (bpf_map_lookup_elem(&locals, &src))
-		return XNF_R_MARTIAN;
-	if (rpf == XNF_RPF_OFF)
-		return XNF_R_FORWARDED;
-	back.family = AF_INET;
-	back.tos = f->tos;
-	back.ipv4_src = f->dst[0];
-	back.ipv4_dst = src;
-	back.ifindex = oif;
-	rc = bpf_fib_lookup(ctx, &back, sizeof(back), fib_flags);
-	switch (rc) {
-	case BPF_FIB_LKUP_RET_SUCCESS:
-	case BPF_FIB_LKUP_RET_NO_NEIGH:
-		/* A unicast route back: enough for loose mode, strict mode
-		 * wants it through the ingress. (With multipath the kernel
-		 * accepts any of the paths; we see one, and hand the others to
-		 * the kernel.) */
-		return rpf == XNF_RPF_STRICT && back.ifindex != iif ? XNF_R_MARTIAN : XNF_R_FORWARDED;
-	case BPF_FIB_LKUP_RET_BLACKHOLE:
-	case BPF_FIB_LKUP_RET_UNREACHABLE:
-	case BPF_FIB_LKUP_RET_PROHIBIT:
-	case BPF_FIB_LKUP_RET_NOT_FWDED:
-		/* No unicast route back: the filter drops the packet. */
-		return XNF_R_MARTIAN;
-	default:
-		/* Forwarding off on @oif (which the kernel's own reverse lookup
-		 * does not mind), an lwt route: the kernel decides. */
-		return XNF_R_UNSUPPORTED;
-	}
 }
 
 static __always_inline long redirect_to(__u32 ifindex)
@@ -326,7 +278,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 	p.ifindex = iif;
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), fib_flags);
 	if (f.family == AF_INET && fib_forwards(rc)) {
-		*reason = check_source(ctx, &f, iif, p.ifindex, rpf);
+		*reason = fib_check_source(ctx, &f, iif, p.ifindex, rpf, &locals, fib_flags);
 		if (*reason)
 			return XDP_PASS;
 	}

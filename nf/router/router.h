@@ -11,18 +11,6 @@
 enum xnf_router_limits {
 	XNF_ROUTER_MAX_IFACES = 256, /* interfaces one router can manage (devmap and stats slots) */
 	XNF_ROUTER_MAX_VLANS = 4096, /* VLAN sub-interfaces it can translate */
-	XNF_ROUTER_MAX_LOCALS = 4096, /* the host's own IPv4 and broadcast addresses */
-};
-
-/*
- * The kernel's reverse-path filter on an ingress (net.ipv4.conf.*.rp_filter,
- * the larger of "all" and the device's own): the source of a forwarded
- * packet must be routed back out of the ingress (strict) or at all (loose).
- */
-enum xnf_rpf {
-	XNF_RPF_OFF = 0,
-	XNF_RPF_STRICT = 1,
-	XNF_RPF_LOOSE = 2,
 };
 
 struct xnf_router_stats {

@@ -48,6 +48,20 @@ enum xnf_router_reason {
 	XNF_R_MAX,
 };
 
+/*
+ * The kernel's reverse-path filter on an ingress (net.ipv4.conf.*.rp_filter,
+ * the larger of "all" and the device's own): the source of a forwarded
+ * packet must be routed back out of the ingress (strict) or at all (loose).
+ */
+enum xnf_rpf {
+	XNF_RPF_OFF = 0,
+	XNF_RPF_STRICT = 1,
+	XNF_RPF_LOOSE = 2,
+};
+
+enum xnf_fib_limits {
+	XNF_MAX_LOCALS = 4096, /* local and broadcast IPv4 addresses a source check holds */
+};
 
 /* True if the IPv4 header at @off (no options) carries a valid checksum. */
 static __always_inline int ipv4_csum_ok_at(struct xdp_md *ctx, __u32 off)
@@ -208,6 +222,55 @@ static __always_inline __u32 fib_result(long rc, const struct xnf_pkt *pkt)
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
 		return XNF_R_FORWARDED;
 	return fib_reason(rc);
+}
+
+/*
+ * The kernel's source check for an IPv4 packet it would forward
+ * (fib_validate_source, run by ip_route_input before ip_forward looks at
+ * the TTL), which bpf_fib_lookup() leaves out: never from one of the
+ * host's own or broadcast addresses (@locals: a hash of __be32 holding the
+ * /32 local and broadcast entries of the kernel's local table) and, with
+ * @rpf on the ingress @iif, only from a source routed back out of @iif
+ * (strict) or routed at all (loose). The way back is looked up as the
+ * kernel does it: from the destination, as if arriving on the forward
+ * route's egress @oif. Returns XNF_R_FORWARDED or why the kernel gets it.
+ */
+static __always_inline __u32 fib_check_source(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
+					      __u32 oif, __u8 rpf, void *locals, __u32 fib_flags)
+{
+	struct bpf_fib_lookup back = {};
+	__be32 src = f->src[0];
+	long rc;
+
+	if (bpf_map_lookup_elem(locals, &src))
+		return XNF_R_MARTIAN;
+	if (rpf == XNF_RPF_OFF)
+		return XNF_R_FORWARDED;
+	back.family = AF_INET;
+	back.tos = f->tos;
+	back.ipv4_src = f->dst[0];
+	back.ipv4_dst = src;
+	back.ifindex = oif;
+	rc = bpf_fib_lookup(ctx, &back, sizeof(back), fib_flags);
+	switch (rc) {
+	case BPF_FIB_LKUP_RET_SUCCESS:
+	case BPF_FIB_LKUP_RET_NO_NEIGH:
+		/* A unicast route back: enough for loose mode, strict mode
+		 * wants it through the ingress. (With multipath the kernel
+		 * accepts any of the paths; we see one, and hand the others to
+		 * the kernel.) */
+		return rpf == XNF_RPF_STRICT && back.ifindex != iif ? XNF_R_MARTIAN : XNF_R_FORWARDED;
+	case BPF_FIB_LKUP_RET_BLACKHOLE:
+	case BPF_FIB_LKUP_RET_UNREACHABLE:
+	case BPF_FIB_LKUP_RET_PROHIBIT:
+	case BPF_FIB_LKUP_RET_NOT_FWDED:
+		/* No unicast route back: the filter drops the packet. */
+		return XNF_R_MARTIAN;
+	default:
+		/* Forwarding off on @oif (which the kernel's own reverse lookup
+		 * does not mind), an lwt route: the kernel decides. */
+		return XNF_R_UNSUPPORTED;
+	}
 }
 
 /*

@@ -1,8 +1,9 @@
 //! What every xnf control plane shares: where state lives (bpffs pins, run
 //! files) and the lock that serialises changes to it, XDP attachment through
 //! pinned links, reading and writing BPF maps, the C types and enums every
-//! network function shares (generated from BTF), traffic classes, and
-//! process set-up.
+//! network function shares (generated from BTF), traffic classes, the
+//! kernel's IPv4 source check as forwarding programs hold it, and process
+//! set-up.
 
 pub mod abi;
 pub mod cenum;
@@ -10,5 +11,6 @@ pub mod class;
 pub mod fwd;
 pub mod maps;
 pub mod runtime;
+pub mod sources;
 pub mod state;
 pub mod xdp;

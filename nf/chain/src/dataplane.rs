@@ -10,13 +10,14 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use xnf_core::sources::Sources;
 use xnf_core::state;
 use xnf_core::xdp::{open_pinned, pin_fd, veth_peer_warning, XdpLink, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
 use crate::model::{successors, Function};
 use crate::ns;
-use crate::program::{ChainMaps, ChainProgram, NfEntry, Port, Rule, MAP_NAMES, MAX_INGRESS, MAX_NFS, MAX_RULES, PROG_PIN};
+use crate::program::{ChainMaps, ChainProgram, NfEntry, Port, Rpf, Rule, MAP_NAMES, MAX_INGRESS, MAX_NFS, MAX_RULES, PROG_PIN};
 use crate::registry::{Nf, Registry};
 
 pub fn pin_dir() -> Result<PathBuf> {
@@ -47,8 +48,9 @@ pub struct Plan {
     pub warnings: Vec<String>,
 }
 
-/// Derives the tables from the registry and the interfaces that exist.
-pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
+/// Derives the tables from the registry, the interfaces that exist and
+/// the kernel's source check on them.
+pub fn plan(reg: &Registry, links: &[Link], sources: &Sources) -> Result<Plan> {
     let mut p = Plan::default();
     let by_name = |n: &str| links.iter().find(|l| l.name == n);
     // NFs deleted by force still name their place in the chains that used them.
@@ -70,7 +72,16 @@ pub fn plan(reg: &Registry, links: &[Link]) -> Result<Plan> {
             },
         };
         p.nfs.insert(nf.slot, NfEntry { ifindex: nf.host_ifindex, next: next_slot, host_mac: nf.host_mac, nf_mac: nf.nf_mac });
-        p.ports.insert(nf.host_ifindex, Port::Nf { slot: nf.slot });
+        let rpf = sources.rpf(nf.host_ifindex, &nf.host_ifname)?;
+        if rpf != Rpf::Off {
+            p.warnings.push(format!(
+                "reverse-path filtering is {} on {} (net.ipv4.conf.all.rp_filter): the kernel drops what NF {name} sends back, \
+                 and so does the chain's exit; set net.ipv4.conf.all.rp_filter=0",
+                rpf.name(),
+                nf.host_ifname
+            ));
+        }
+        p.ports.insert(nf.host_ifindex, Port::Nf { slot: nf.slot, rpf });
         p.tx.insert(nf.host_ifindex);
     }
 
@@ -150,7 +161,8 @@ fn open_or_load(dir: &Path) -> Result<(OwnedFd, ChainMaps)> {
 pub fn sync(reg: &Registry) -> Result<Vec<String>> {
     state::ensure_bpffs()?;
     let links = netlink::links()?;
-    let plan = plan(reg, &links)?;
+    let sources = Sources::read()?;
+    let plan = plan(reg, &links, &sources)?;
     let dir = pin_dir()?;
     if plan.ports.is_empty() && reg.nfs.is_empty() {
         teardown(&dir);
@@ -158,7 +170,10 @@ pub fn sync(reg: &Registry) -> Result<Vec<String>> {
     }
     let (prog, maps) = open_or_load(&dir)?;
 
-    // Tables first, so a port attached below finds its entries.
+    // Tables first, so a port attached below finds its entries. The host's
+    // addresses are read afresh on every chain command (there is no
+    // follower): an address added later is known from the next one on.
+    maps.set_locals(&sources.locals())?;
     for slot in 0..MAX_NFS {
         match plan.nfs.get(&slot) {
             Some(e) => maps.set_nf(slot, *e)?,

@@ -11,6 +11,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
 use xnf_core::class::Class;
 pub use xnf_core::fwd::Reason;
+pub use xnf_core::sources::Rpf;
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, zero_percpu};
 
 use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
@@ -23,7 +24,7 @@ pub const MAX_NFS: u32 = limits::XNF_CHAIN_MAX_NFS.0;
 pub const MAX_INGRESS: u32 = limits::XNF_CHAIN_MAX_INGRESS.0;
 
 /// Names of the shared maps, as pinned.
-pub const MAP_NAMES: [&str; 7] = ["ports", "rules", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats"];
+pub const MAP_NAMES: [&str; 8] = ["ports", "rules", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats", "locals"];
 /// Name of the pinned program.
 pub const PROG_PIN: &str = "prog";
 
@@ -35,8 +36,9 @@ const PORT_NF: u8 = types::xnf_chain_port_kind::XNF_PORT_NF.0 as u8;
 pub enum Port {
     /// Classifies and steers; `slot` is its stats slot.
     Ingress { mac: [u8; 6], slot: u32 },
-    /// Host end of NF `slot`'s veth.
-    Nf { slot: u32 },
+    /// Host end of NF `slot`'s veth; `rpf`: its reverse-path filter (the
+    /// exit's source check).
+    Nf { slot: u32, rpf: Rpf },
 }
 
 /// One class of traffic entering a chain, in classifier order.
@@ -149,6 +151,7 @@ impl ChainProgram {
                 &mut m.ingress_stats,
                 &mut m.chain_stats,
                 &mut m.nf_stats,
+                &mut m.locals,
             ]
             .into_iter()
             .zip(MAP_NAMES)
@@ -174,6 +177,7 @@ impl ChainProgram {
             ingress_stats: MapHandle::try_from(&m.ingress_stats)?,
             chain_stats: MapHandle::try_from(&m.chain_stats)?,
             nf_stats: MapHandle::try_from(&m.nf_stats)?,
+            locals: MapHandle::try_from(&m.locals)?,
         })
     }
 }
@@ -187,18 +191,19 @@ pub struct ChainMaps {
     ingress_stats: MapHandle,
     chain_stats: MapHandle,
     nf_stats: MapHandle,
+    locals: MapHandle,
 }
 
 impl ChainMaps {
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats })
+        let [ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals })
     }
 
     pub fn set_port(&self, ifindex: u32, port: Port) -> Result<()> {
         let raw = match port {
             Port::Ingress { mac, slot } => types::xnf_chain_port { kind: PORT_INGRESS, mac, slot, ..Default::default() },
-            Port::Nf { slot } => types::xnf_chain_port { kind: PORT_NF, slot, ..Default::default() },
+            Port::Nf { slot, rpf } => types::xnf_chain_port { kind: PORT_NF, rpf: rpf as u8, slot, ..Default::default() },
         };
         self.ports.update(&ifindex.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the chain's port table")
     }
@@ -214,7 +219,12 @@ impl ChainMaps {
             let ifindex = u32::from_ne_bytes(k[..4].try_into()?);
             if let Some(v) = self.ports.lookup(&k, MapFlags::ANY)? {
                 let p: types::xnf_chain_port = from_bytes(&v);
-                out.push((ifindex, if p.kind == PORT_NF { Port::Nf { slot: p.slot } } else { Port::Ingress { mac: p.mac, slot: p.slot } }));
+                let port = if p.kind == PORT_NF {
+                    Port::Nf { slot: p.slot, rpf: Rpf::from_u32(p.rpf.into()).unwrap_or_default() }
+                } else {
+                    Port::Ingress { mac: p.mac, slot: p.slot }
+                };
+                out.push((ifindex, port));
             }
         }
         out.sort_by_key(|(i, _)| *i);
@@ -323,5 +333,10 @@ impl ChainMaps {
     }
     pub fn reset_nf_stats(&self, slot: u32) -> Result<()> {
         zero_percpu::<types::xnf_nf_stats>(&self.nf_stats, slot)
+    }
+
+    /// Makes the exit's table of local and broadcast addresses exactly `want`.
+    pub fn set_locals(&self, want: &std::collections::BTreeSet<std::net::Ipv4Addr>) -> Result<()> {
+        xnf_core::sources::write_locals(&self.locals, want)
     }
 }

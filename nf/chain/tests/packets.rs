@@ -14,6 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use xnf_chain::program::{ChainMaps, ChainProgram, IngressReason, NfEntry, Port, Rule};
 use xnf_chain::program::Reason;
 use xnf_core::class::Class;
+use xnf_core::sources::Sources;
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_netns::{ifname, veth, Netns};
 use xnf_packet::{parse, EtherType, MacAddr, PacketBuilder, TcpFlags};
@@ -54,6 +55,8 @@ struct Fixture {
     nfa_host: MacAddr,
     nfb_host: MacAddr,
     out0_mac: MacAddr,
+    nfa_name: String,
+    nfb_name: String,
 }
 
 impl Fixture {
@@ -67,6 +70,10 @@ impl Fixture {
             dut.link_up(n)?;
         }
         dut.enable_forwarding()?;
+        // As `xnf chain` leaves the NFs' host ends (whatever the host's defaults).
+        for dev in ["all", nfa.as_str(), nfb.as_str()] {
+            dut.sysctl_set(&format!("net/ipv4/conf/{dev}/rp_filter"), "0")?;
+        }
         dut.ip_batch(&[
             format!("addr add 198.18.0.2/24 dev {in0}"),
             format!("addr add 198.18.1.1/24 dev {out0}"),
@@ -91,6 +98,8 @@ impl Fixture {
             nfa_host: dut.mac(&nfa)?,
             nfb_host: dut.mac(&nfb)?,
             out0_mac: dut.mac(&out0)?,
+            nfa_name: nfa.clone(),
+            nfb_name: nfb.clone(),
             dut,
             _peer: peer,
         })
@@ -101,8 +110,12 @@ impl Fixture {
         let prog = ChainProgram::load(None)?;
         let m = prog.maps()?;
         m.set_port(self.in0, Port::Ingress { mac: self.in0_mac.octets(), slot: 0 })?;
-        m.set_port(self.nfa, Port::Nf { slot: 0 })?;
-        m.set_port(self.nfb, Port::Nf { slot: 1 })?;
+        // The source check as `xnf chain` fills it (it sets rp_filter 0
+        // on the NFs' host ends).
+        let sources = Sources::read()?;
+        m.set_locals(&sources.locals())?;
+        m.set_port(self.nfa, Port::Nf { slot: 0, rpf: sources.rpf(self.nfa, &self.nfa_name)? })?;
+        m.set_port(self.nfb, Port::Nf { slot: 1, rpf: sources.rpf(self.nfb, &self.nfb_name)? })?;
         m.set_nf(0, NfEntry { ifindex: self.nfa, next: Some(1), host_mac: self.nfa_host.octets(), nf_mac: NFA_MAC.octets() })?;
         m.set_nf(1, NfEntry { ifindex: self.nfb, next: None, host_mac: self.nfb_host.octets(), nf_mac: NFB_MAC.octets() })?;
         for port in [self.nfa, self.nfb, self.out0] {
@@ -380,7 +393,11 @@ fn cases(f: &Fixture) -> Vec<Case> {
     t.exit_pass("next hop without neighbour: the kernel resolves it", l3(from_b(), s4, NO_NEIGH4.into(), 64, L4::Udp(9)).build(), Reason::NoNeigh);
     t.exit_pass("egress not managed by the chain", l3(from_b(), s4, UNMANAGED4.into(), 64, L4::Udp(9)).build(), Reason::NotManaged);
     t.exit_pass("no route", l3(from_b(), s4, NO_ROUTE4.into(), 64, L4::Udp(9)).build(), Reason::Local);
-    t.exit_pass("ARP from the NF's stack goes to the host", PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])).arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), Reason::NonIp);
+    t.exit_pass("ARP from the NF's stack goes to the host", PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])).arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), Reason::Multicast);
+    t.exit_pass("ARP unicast from the NF's stack goes to the host", from_b().arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), Reason::NonIp);
+    t.exit_pass("IPv4 to a broadcast MAC is not forwarded (not PACKET_HOST)", l3(PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::Multicast);
+    t.exit_pass("IPv4 from one of dut's own addresses is a martian", l3(from_b(), Ipv4Addr::new(198, 18, 1, 1).into(), CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::Martian);
+    t.exit_pass("IPv4 from a subnet's broadcast address is a martian", l3(from_b(), Ipv4Addr::new(198, 18, 0, 255).into(), CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::Martian);
     t.exit_pass("a tagged frame out of an NF goes to the kernel", l3(from_b().vlan(5), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::VlanUnknown);
     t.exit_pass("IPv4 with a bad header checksum", l3(from_b(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).ipv4_checksum(0x1234).build(), Reason::BadCsum);
     t.push(

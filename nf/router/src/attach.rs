@@ -12,7 +12,7 @@ use xnf_netns::netlink::{self, Link};
 
 use crate::follow;
 use crate::program::{IfaceEntry, RouterConfig, RouterMaps, RouterProgram, MAP_NAMES};
-use crate::sources::Sources;
+use xnf_core::sources::Sources;
 
 /// `IfaceEntry::flags` bits: how an interface was attached.
 const FLAG_FIB_DIRECT: u16 = 1 << 0;

@@ -16,7 +16,7 @@ use xnf_netns::netlink::{self, Link, LinkEvents};
 
 use crate::attach::LOCK;
 use crate::program::{IfaceEntry, RouterMaps, Rpf, VlanEntry};
-use crate::sources::Sources;
+use xnf_core::sources::Sources;
 
 /// The VLAN table the kernel's links call for: every 802.1Q device whose
 /// parent is an attached interface, with its reverse-path filter.
@@ -54,7 +54,7 @@ pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
     let sources = Sources::read()?;
     let mut report = SyncReport::default();
     let locals = sources.locals();
-    if maps.locals()? != locals {
+    if maps.locals() != locals {
         maps.set_locals(&locals)?;
         report.locals_changed = true;
     }

@@ -4,7 +4,6 @@
 //!   instances share;
 //! - [`attach`]: attaching it to interfaces and detaching it, all or nothing;
 //! - [`follow`]: keeping the VLAN, MAC and source tables in step with the kernel;
-//! - [`sources`]: what the kernel checks of an IPv4 source before forwarding;
 //! - [`report`]: `status` and `stats` for people and programs;
 //! - [`cli`]: the `xnf router` commands.
 
@@ -13,7 +12,6 @@ pub mod cli;
 pub mod follow;
 pub mod program;
 pub mod report;
-pub mod sources;
 
 pub use attach::{attach, attached, detach, AttachOptions, AttachReport, Attached};
 

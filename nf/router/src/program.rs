@@ -24,20 +24,7 @@ const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 /// Names of the maps shared by every router instance, as pinned.
 pub const MAP_NAMES: [&str; 8] = ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress", "locals"];
 
-/// Local and broadcast addresses the source check can hold.
-pub const MAX_LOCALS: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_LOCALS.0;
-
-xnf_core::c_enum! {
-    /// The reverse-path filter of an ingress (`net.ipv4.conf.*.rp_filter`).
-    #[derive(Default)]
-    pub enum Rpf: types::xnf_rpf {
-        #[default]
-        Off = XNF_RPF_OFF => "off",
-        Strict = XNF_RPF_STRICT => "strict",
-        Loose = XNF_RPF_LOOSE => "loose",
-    }
-}
-
+pub use xnf_core::sources::Rpf;
 
 /// How a router instance is built; fixed at load time (read-only data, so
 /// the verifier prunes what is off). Changing them means a new instance,
@@ -347,25 +334,11 @@ impl RouterMaps {
     /// Makes the source check's table of local and broadcast addresses
     /// exactly `want`.
     pub fn set_locals(&self, want: &std::collections::BTreeSet<std::net::Ipv4Addr>) -> Result<()> {
-        if want.len() > MAX_LOCALS as usize {
-            anyhow::bail!("the host has {} local and broadcast IPv4 addresses; the router's source check holds {MAX_LOCALS}", want.len());
-        }
-        let have: Vec<Vec<u8>> = self.locals.keys().collect();
-        for k in &have {
-            if k.len() == 4 && !want.contains(&std::net::Ipv4Addr::new(k[0], k[1], k[2], k[3])) {
-                delete_if_present(&self.locals, k)?;
-            }
-        }
-        for a in want {
-            self.locals
-                .update(&a.octets(), &1u32.to_ne_bytes(), MapFlags::ANY)
-                .context("writing the router's table of local addresses")?;
-        }
-        Ok(())
+        xnf_core::sources::write_locals(&self.locals, want)
     }
 
     /// The addresses in the source check's table.
-    pub fn locals(&self) -> Result<std::collections::BTreeSet<std::net::Ipv4Addr>> {
-        Ok(self.locals.keys().filter(|k| k.len() == 4).map(|k| std::net::Ipv4Addr::new(k[0], k[1], k[2], k[3])).collect())
+    pub fn locals(&self) -> std::collections::BTreeSet<std::net::Ipv4Addr> {
+        xnf_core::sources::read_locals(&self.locals)
     }
 }

@@ -1,20 +1,58 @@
 //! The source check the kernel makes before it forwards an IPv4 packet
 //! (`fib_validate_source`, which `bpf_fib_lookup()` skips), as the
-//! router's tables hold it: the host's own and broadcast addresses, which
+//! programs that forward hold it (`fib_check_source` in
+//! `bpf/include/xnf/fib.h`): the host's own and broadcast addresses, which
 //! are never a forwarded packet's source, and each ingress's reverse-path
-//! filter. `attach` fills them, the follower keeps them in step.
+//! filter.
 //!
 //! Where the kernel's rule depends on more than this (`accept_local`,
-//! routing realms, local routes added by hand), the router errs towards
+//! routing realms, local routes added by hand), the programs err towards
 //! the kernel: such a source is handed to it, or checked as above.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use xnf_netns::netlink::{ipv4_addresses, Ipv4Address};
 
-use crate::program::Rpf;
+use crate::abi::types;
+
+crate::c_enum! {
+    /// The reverse-path filter of an ingress (`net.ipv4.conf.*.rp_filter`).
+    #[derive(Default)]
+    pub enum Rpf: types::xnf_rpf {
+        #[default]
+        Off = XNF_RPF_OFF => "off",
+        Strict = XNF_RPF_STRICT => "strict",
+        Loose = XNF_RPF_LOOSE => "loose",
+    }
+}
+
+/// Local and broadcast addresses a program's source check holds.
+pub const MAX_LOCALS: u32 = types::xnf_fib_limits::XNF_MAX_LOCALS.0;
+
+/// Makes a program's table of local and broadcast addresses (a hash of
+/// `__be32`) exactly `want`.
+pub fn write_locals(map: &MapHandle, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+    if want.len() > MAX_LOCALS as usize {
+        bail!("the host has {} local and broadcast IPv4 addresses; the source check holds {MAX_LOCALS}", want.len());
+    }
+    for k in map.keys() {
+        if k.len() == 4 && !want.contains(&Ipv4Addr::new(k[0], k[1], k[2], k[3])) {
+            crate::maps::delete_if_present(map, &k)?;
+        }
+    }
+    for a in want {
+        map.update(&a.octets(), &1u32.to_ne_bytes(), MapFlags::ANY).context("writing the table of local addresses")?;
+    }
+    Ok(())
+}
+
+/// The addresses in a program's table of local and broadcast addresses.
+pub fn read_locals(map: &MapHandle) -> BTreeSet<Ipv4Addr> {
+    map.keys().filter(|k| k.len() == 4).map(|k| Ipv4Addr::new(k[0], k[1], k[2], k[3])).collect()
+}
 
 /// The kernel's IPv4 addresses and per-device settings, read once.
 pub struct Sources {
