@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all deps build demo test test-unit test-packets test-netns clippy clean
+.PHONY: all deps build demo test fuzz clippy clean
 
 all: build
 
@@ -27,6 +27,13 @@ demo: build
 test: deps
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
+
+## fuzz: every program's differential fuzzer with fresh random seeds, round
+## after round, until stopped (FUZZ_ROUNDS=N rounds, FUZZ_FRAMES per program
+## per round, default 10^7). Not part of `make test`, which runs 10^6 frames
+## per program from a fixed seed.
+fuzz: deps
+	@scripts/fuzz.sh
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

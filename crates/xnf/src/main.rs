@@ -40,7 +40,7 @@ enum Command {
     /// Converge NFs and chains to a TOML file (idempotent: a second run
     /// changes nothing; what the file no longer has is removed).
     Apply {
-        /// The file: [[nf]] and [[chain]] tables (see the README).
+        /// The file: [[nf]] and [[chain]] tables (see nf/chain/README.md).
         file: std::path::PathBuf,
     },
     /// Build test topologies in namespaces, generate traffic and measure.

@@ -1,4 +1,4 @@
-//! Packet tests of `bpf/afxdp.bpf.c` through `BPF_PROG_TEST_RUN`.
+//! Packet tests of `afxdp.bpf.c` through `BPF_PROG_TEST_RUN`.
 //!
 //! One row per case: description, the classes set, the RX queue the frame
 //! arrives on, the frame, the verdict and the reason counter that must move

@@ -1,4 +1,4 @@
-//! The chain program (`bpf/chain.bpf.c`): loading it once, and the tables
+//! The chain program (`chain.bpf.c`): loading it once, and the tables
 //! every attachment of it shares (ports, classifier rules, NFs, devmap,
 //! counters). The control plane in `xnf chain` keeps them in step with its
 //! registry; the packet tests fill them directly.

@@ -1,4 +1,4 @@
-//! Packet tests of `bpf/router.bpf.c` through `BPF_PROG_TEST_RUN`.
+//! Packet tests of `router.bpf.c` through `BPF_PROG_TEST_RUN`.
 //!
 //! Each case is a row: description, ingress, FIB mode, input frame, the
 //! verdict and reason the router must give, and the exact output frame
