@@ -317,6 +317,18 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     Ok(res)
 }
 
+/// Options of type `T` parsed from `args` as the command line would parse
+/// them (for the experiments' unit tests).
+#[cfg(test)]
+pub fn parse_options<T: Args>(args: &[&str]) -> Result<T, clap::Error> {
+    #[derive(clap::Parser)]
+    struct Cli<T: Args> {
+        #[command(flatten)]
+        options: T,
+    }
+    <Cli<T> as clap::Parser>::try_parse_from(std::iter::once("xnf-lab").chain(args.iter().copied())).map(|c| c.options)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,12 +388,7 @@ mod tests {
     }
 
     fn common(args: &[&str]) -> Common {
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            c: Common,
-        }
-        <Cli as clap::Parser>::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).unwrap().c
+        parse_options(args).unwrap()
     }
 
     #[test]

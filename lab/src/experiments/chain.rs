@@ -623,16 +623,9 @@ pub fn print_by_length(r: &Results, variants: &[Variant]) {
 mod tests {
     use super::*;
     use crate::engine::driver;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        c: Chain,
-    }
 
     fn opts(args: &[&str]) -> Chain {
-        Cli::try_parse_from(std::iter::once("chain").chain(args.iter().copied())).unwrap().c
+        driver::parse_options(args).unwrap()
     }
 
     #[test]

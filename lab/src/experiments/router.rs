@@ -261,16 +261,9 @@ pub fn netfilter_points(v: &str) -> Result<OffOn, String> {
 mod tests {
     use super::*;
     use crate::engine::driver;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        r: Router,
-    }
 
     fn opts(args: &[&str]) -> Router {
-        Cli::try_parse_from(std::iter::once("router").chain(args.iter().copied())).unwrap().r
+        driver::parse_options(args).unwrap()
     }
 
     #[test]
@@ -302,7 +295,7 @@ mod tests {
             assert!(e.contains(want), "{e} lacks {want}");
         }
         assert!(opts(&[]).check(cpus).is_ok());
-        assert!(Cli::try_parse_from(["router", "--size", "64,x"]).is_err());
+        assert!(driver::parse_options::<Router>(&["--size", "64,x"]).is_err());
     }
 
     #[test]

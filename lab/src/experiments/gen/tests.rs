@@ -4,20 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use clap::Parser;
 use xnf_netns::Mac;
 
 use super::*;
 use crate::programs::gen::AMS_IX_IMIX;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    a: GenArgs,
-}
-
 fn args(a: &[&str]) -> GenArgs {
-    Cli::try_parse_from(std::iter::once("gen").chain(a.iter().copied())).unwrap().a
+    crate::engine::driver::parse_options(a).unwrap()
 }
 
 /// These tests measure time and share the CPUs: one at a time.
