@@ -8,11 +8,12 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use xnf_afxdp::{Mode, RunConfig, SocketConfig, UmemConfig, XskSet};
+mod fixture;
+
+use fixture::Bench;
 use xnf_afxdp::selector::{AfxdpProgram, Reason, Stats};
 use xnf_core::class::Class;
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
-use xnf_netns::{ifname, veth, Netns};
 use xnf_packet::{EtherType, MacAddr, PacketBuilder, TcpFlags};
 
 const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -121,19 +122,12 @@ fn rules(c: Classes) -> Vec<Class> {
 
 #[test]
 fn selector_table() {
-    let ns = Netns::new("axpk").expect("namespace (run as root)");
-    let peer = Netns::new("axpk-peer").unwrap();
-    let dev = ifname("ax");
-    veth(&ns, &dev, &peer, &ifname("p"), Some(2)).unwrap();
-    ns.link_up(&dev).unwrap();
-    let ifindex = ns.ifindex(&dev).unwrap();
-    let failures = ns
-        .run(move || -> Vec<String> {
-            let prog = AfxdpProgram::load().expect("loading the afxdp program");
-            let sock_cfg = SocketConfig { mode: Mode::Copy, ..Default::default() };
-            let set = XskSet::new(UmemConfig { frame_count: 64, ..Default::default() }, &SocketConfig { fill_size: 64, rx_size: 64, tx_size: 64, comp_size: 64, ..sock_cfg }, RunConfig::default(), &[(ifindex, dev.clone(), 0)])
-                .expect("an AF_XDP socket on queue 0");
-            prog.add_socket(0, set.sockets()[0].fd()).unwrap();
+    let bench = Bench::new("axpk");
+    let failures = bench
+        .ns
+        .run(|| -> Vec<String> {
+            let set = bench.socket();
+            let prog = bench.selector(&set);
             let mut failures = Vec::new();
             let mut current = None;
             for c in cases() {
@@ -142,7 +136,7 @@ fn selector_table() {
                     current = Some(c.classes);
                 }
                 let before = prog.stats().unwrap();
-                let r = run_xdp(prog.prog(), &c.frame, XdpContext { ingress_ifindex: ifindex, rx_queue_index: c.queue }).unwrap();
+                let r = run_xdp(prog.prog(), &c.frame, XdpContext { ingress_ifindex: bench.ifindex, rx_queue_index: c.queue }).unwrap();
                 let after = prog.stats().unwrap();
                 let moved: Vec<Reason> = Reason::ALL.into_iter().filter(|&x| after.get(x) != before.get(x)).collect();
                 let mut want = Stats::default();
