@@ -40,6 +40,8 @@ enum Classes {
     Udp5000OrVlan100,
     /// The same, with frames that may be in a class dropped (`--unknown-l4 drop`).
     Udp5000OrVlan100Drop,
+    /// UDP to port 5000, or anything from 198.18.0.0/24; unsure frames dropped.
+    Udp5000OrSourceDrop,
 }
 
 struct Case {
@@ -86,6 +88,13 @@ fn cases() -> Vec<Case> {
             (0..9).fold(eth().ipv6(S6, D6), |b, _| b.ipv6_ext(xnf_packet::IpProtocol::DSTOPTS, &[0; 6])).udp(1000, 5000).build(), Redirect, UnsureToUser),
         case("Ethernet padding is not ports: a short UDP header is unsure", Udp5000OrVlan100Drop, 0,
             eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03]).trailer(&[0xe8, 0x13, 0x88, 0, 0, 0]).build(), Verdict::Drop, UnsureDropped),
+        // Found by the fuzzer (tests/fuzz): the selector stopped at the
+        // first class that may hold the frame and dropped a frame a later
+        // class surely holds.
+        case("later UDP fragment from 198.18.0.1 may be UDP to 5000 and surely is from 198.18.0.0/24: to user space", Udp5000OrSourceDrop, 0,
+            eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Redirect, ToUser),
+        case("later UDP fragment from elsewhere may be UDP to 5000 only: dropped", Udp5000OrSourceDrop, 0,
+            eth().ipv4(Ipv4Addr::new(198, 18, 5, 1), D4).fragment(8, false).udp(1000, 5000).build(), Verdict::Drop, UnsureDropped),
         case("tagged UDP to 5000: the port class is for untagged frames", Udp5000OrVlan100, 0, eth().vlan(7).ipv4(S4, D4).udp(1000, 5000).build(), Pass, NoMatch),
         case("tagged VID 100: the VLAN class", Udp5000OrVlan100, 0, eth().vlan(100).ipv4(S4, D4).udp(1000, 9).build(), Redirect, ToUser),
         case("QinQ is the kernel's", Udp5000OrVlan100, 0, eth().qinq(100).vlan(100).ipv4(S4, D4).udp(1000, 5000).build(), Pass, QinQ),
@@ -117,6 +126,9 @@ fn rules(c: Classes) -> Vec<Class> {
         Classes::Udp5000OrVlan100 | Classes::Udp5000OrVlan100Drop => {
             vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { vid: Some(100), ..Default::default() }]
         }
+        Classes::Udp5000OrSourceDrop => {
+            vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { src: Some("198.18.0.0/24".parse().unwrap()), ..Default::default() }]
+        }
     }
 }
 
@@ -132,7 +144,7 @@ fn selector_table() {
             let mut current = None;
             for c in cases() {
                 if current != Some(c.classes) {
-                    prog.set_rules(&rules(c.classes), c.classes == Classes::Udp5000OrVlan100Drop).unwrap();
+                    prog.set_rules(&rules(c.classes), matches!(c.classes, Classes::Udp5000OrVlan100Drop | Classes::Udp5000OrSourceDrop)).unwrap();
                     current = Some(c.classes);
                 }
                 let before = prog.stats().unwrap();
