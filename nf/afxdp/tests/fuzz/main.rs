@@ -90,7 +90,7 @@ fn selectors(seed: u64) -> Vec<(Selector, u8)> {
 
 /// Frames come in blocks of this many per selector (each block's from
 /// its own seed, so that any frame can be reproduced on its own).
-const BLOCK: u64 = 256;
+const BLOCK: u64 = 4096;
 
 fn block_seed(seed: u64, frame: u64) -> u64 {
     seed ^ (frame / BLOCK).wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29)
@@ -130,8 +130,10 @@ fn the_selector_sends_every_frame_where_its_classes_say() {
         .ns
         .run(|| {
             let set = bench.socket();
-            // One program: loading one costs the verifier half a second,
-            // swapping its classes (one new table, as `xnf afxdp` does) little.
+            // One program: loading one costs the verifier half a second;
+            // swapping its classes (one new table, as `xnf afxdp` does) an
+            // RCU grace period (the kernel waits for running programs after
+            // a map-in-map update), so the classes change every block only.
             let prog = bench.selector(&set);
             let mut current = None;
             let mut index = fuzz.first;
