@@ -108,8 +108,9 @@ fn input(rng: &mut fastrand::Rng, world: &World) -> Vec<u8> {
         _ => rng.usize(1400..=MAX_TEST_FRAME),
     };
     let mut f = frame(rng, world);
-    f.extend((f.len()..len).map(|_| rng.u8(..)));
-    f.truncate(len);
+    let old = f.len().min(len);
+    f.resize(len, 0);
+    rng.fill(&mut f[old..]);
     f
 }
 
