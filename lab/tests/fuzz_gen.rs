@@ -370,7 +370,7 @@ impl Block {
             if let Err(e) = checks(&r.frame, self.plan.t.ipv6, self.plan.t.tcp.is_some()) {
                 problems.push(e);
             }
-            if n % 16 == 0 {
+            if n.is_multiple_of(16) {
                 let f = self.plan.cfg.flow(n).map_err(|e| format!("GenConfig::flow({n}): {e:#}"))?;
                 let m = self.plan.flow(n);
                 if (f.src, f.dst, f.sport, f.dport) != (m.src, m.dst, m.sport, m.dport) {

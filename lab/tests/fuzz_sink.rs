@@ -131,7 +131,7 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
         let i = index;
         index += 1;
         let input = input(rng, &world);
-        if i % RING_BLOCK == 0 {
+        if i.is_multiple_of(RING_BLOCK) {
             for s in sinks.iter_mut() {
                 if let Err(e) = s.read_ring() {
                     let from = i.saturating_sub(RING_BLOCK);
