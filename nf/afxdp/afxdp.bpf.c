@@ -79,7 +79,7 @@ static __always_inline void count(__u32 reason)
 static __always_inline __u32 classify_frame(struct xdp_md *ctx, void *table)
 {
 	struct xnf_pkt f = {};
-	__u32 i, key;
+	__u32 i, key, unsure = 0;
 
 	switch (xnf_parse(ctx, &f)) {
 	case XNF_PARSE_OK:
@@ -105,11 +105,13 @@ static __always_inline __u32 classify_frame(struct xdp_md *ctx, void *table)
 		if (m == XNF_CLASS_YES)
 			return XNF_AX_TO_USER;
 		/* May be in the class: the NF sees it or nobody does, never the
-		 * kernel behind the NF's back. */
-		if (m == XNF_CLASS_UNSURE)
-			return (c->flags & XNF_AX_CLASS_UNSURE_DROP) ? XNF_AX_UNSURE_DROP : XNF_AX_UNSURE_USER;
+		 * kernel behind the NF's back. But a later class may be sure of
+		 * it, and every class leads to the same socket: only when none
+		 * is does "may be" decide (the first such class's flags). */
+		if (m == XNF_CLASS_UNSURE && !unsure)
+			unsure = (c->flags & XNF_AX_CLASS_UNSURE_DROP) ? XNF_AX_UNSURE_DROP : XNF_AX_UNSURE_USER;
 	}
-	return XNF_AX_NO_MATCH;
+	return unsure ? unsure : XNF_AX_NO_MATCH;
 }
 
 SEC("xdp")

@@ -2,11 +2,12 @@
 //! count per frame length and capture frames for user space to check.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut, RingBuffer, RingBufferBuilder};
 
 use xnf_core::maps::{object_storage, sum_percpu};
 use crate::skel::sink::types::sink_limits;
@@ -127,7 +128,7 @@ impl SinkCounter {
     pub fn sizes(&self) -> Result<BTreeMap<u32, u64>> {
         let mut out = BTreeMap::new();
         for len in 0..SIZE_SLOTS {
-            let n = sum_percpu::<1>(&self.sizes, len)?[0];
+            let n = self.size_slot(len)?;
             if n > 0 {
                 out.insert(len, n);
             }
@@ -135,34 +136,79 @@ impl SinkCounter {
         Ok(out)
     }
 
+    /// Frames counted under length `slot` (summed over CPUs), with
+    /// `count_sizes`: frames of that length, or for the last slot
+    /// (`SIZE_SLOTS - 1`) of that length and more.
+    pub fn size_slot(&self, slot: u32) -> Result<u64> {
+        Ok(sum_percpu::<1>(&self.sizes, slot)?[0])
+    }
+
     /// Hands every captured frame to `f` as it arrives, until `done()`
     /// returns true; then reads what is left in the ring and returns.
     /// Polls every few milliseconds, so `done` is checked that often.
     pub fn read_capture(&self, done: &dyn Fn() -> bool, f: &mut dyn FnMut(Captured)) -> Result<()> {
-        let mut bad = 0u64;
-        let mut on_record = |r: &[u8]| -> i32 {
+        let reader = self.capture_reader()?;
+        loop {
+            let finished = done();
+            reader.poll(Duration::from_millis(20))?.into_iter().for_each(&mut *f);
+            if finished {
+                reader.take()?.into_iter().for_each(&mut *f);
+                return Ok(());
+            }
+        }
+    }
+
+    /// The capture, read as it comes: the ring stays open between reads.
+    pub fn capture_reader(&self) -> Result<CaptureReader> {
+        let got: Arc<Mutex<Records>> = Arc::default();
+        let sink = got.clone();
+        let on_record = move |r: &[u8]| -> i32 {
+            let mut g = sink.lock().unwrap_or_else(|e| e.into_inner());
             if r.len() < 8 {
-                bad += 1;
+                g.bad += 1;
                 return 0;
             }
             let len = u32::from_ne_bytes([r[0], r[1], r[2], r[3]]);
             let cpu = u32::from_ne_bytes([r[4], r[5], r[6], r[7]]);
-            f(Captured { len, cpu, data: r[8..].to_vec() });
+            g.records.push(Captured { len, cpu, data: r[8..].to_vec() });
             0
         };
         let mut b = RingBufferBuilder::new();
-        b.add(&self.ring, &mut on_record)?;
-        let rb = b.build().context("opening the sink's capture ring")?;
-        loop {
-            let finished = done();
-            rb.poll(Duration::from_millis(20)).context("reading the sink's capture ring")?;
-            if finished {
-                rb.consume()?;
-                break;
-            }
-        }
-        drop(rb);
-        ensure!(bad == 0, "{bad} malformed capture records");
-        Ok(())
+        b.add(&self.ring, on_record)?;
+        Ok(CaptureReader { rb: b.build().context("opening the sink's capture ring")?, got })
+    }
+}
+
+#[derive(Default)]
+struct Records {
+    records: Vec<Captured>,
+    /// Records too short to be one.
+    bad: u64,
+}
+
+/// Reads a capturing sink's ring ([`SinkCounter::capture_reader`]).
+pub struct CaptureReader {
+    rb: RingBuffer<'static>,
+    got: Arc<Mutex<Records>>,
+}
+
+impl CaptureReader {
+    fn drain(&self) -> Result<Vec<Captured>> {
+        let mut g = self.got.lock().unwrap_or_else(|e| e.into_inner());
+        ensure!(g.bad == 0, "{} malformed capture records", g.bad);
+        Ok(std::mem::take(&mut g.records))
+    }
+
+    /// The frames captured since the last read, in order, waiting up to
+    /// `timeout` for the first.
+    pub fn poll(&self, timeout: Duration) -> Result<Vec<Captured>> {
+        self.rb.poll(timeout).context("reading the sink's capture ring")?;
+        self.drain()
+    }
+
+    /// The frames captured since the last read, in order, without waiting.
+    pub fn take(&self) -> Result<Vec<Captured>> {
+        self.rb.consume().context("reading the sink's capture ring")?;
+        self.drain()
     }
 }

@@ -85,7 +85,9 @@ impl AfxdpProgram {
     /// A frame that may be in a class but whose L4 header cannot be read
     /// (a later fragment, a truncated L4 header, too many IPv6 extension
     /// headers) goes to user space too, or with `unsure_drop` is dropped:
-    /// never to the kernel behind the NF's back. The classes are swapped in
+    /// never to the kernel behind the NF's back. A frame that some class
+    /// surely holds is in it, whatever an earlier class may hold: every
+    /// class leads to the same socket. The classes are swapped in
     /// as one table (see [`xnf_core::maps::swap`]).
     pub fn set_rules(&self, rules: &[Class], unsure_drop: bool) -> Result<()> {
         ensure!(rules.len() <= MAX_RULES, "{} classes: at most {MAX_RULES}", rules.len());

@@ -8,11 +8,12 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use xnf_afxdp::{Mode, RunConfig, SocketConfig, UmemConfig, XskSet};
+mod fixture;
+
+use fixture::Bench;
 use xnf_afxdp::selector::{AfxdpProgram, Reason, Stats};
 use xnf_core::class::Class;
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
-use xnf_netns::{ifname, veth, Netns};
 use xnf_packet::{EtherType, MacAddr, PacketBuilder, TcpFlags};
 
 const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -39,6 +40,8 @@ enum Classes {
     Udp5000OrVlan100,
     /// The same, with frames that may be in a class dropped (`--unknown-l4 drop`).
     Udp5000OrVlan100Drop,
+    /// UDP to port 5000, or anything from 198.18.0.0/24; unsure frames dropped.
+    Udp5000OrSourceDrop,
 }
 
 struct Case {
@@ -85,6 +88,13 @@ fn cases() -> Vec<Case> {
             (0..9).fold(eth().ipv6(S6, D6), |b, _| b.ipv6_ext(xnf_packet::IpProtocol::DSTOPTS, &[0; 6])).udp(1000, 5000).build(), Redirect, UnsureToUser),
         case("Ethernet padding is not ports: a short UDP header is unsure", Udp5000OrVlan100Drop, 0,
             eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03]).trailer(&[0xe8, 0x13, 0x88, 0, 0, 0]).build(), Verdict::Drop, UnsureDropped),
+        // Found by the fuzzer (tests/fuzz): the selector stopped at the
+        // first class that may hold the frame and dropped a frame a later
+        // class surely holds.
+        case("later UDP fragment from 198.18.0.1 may be UDP to 5000 and surely is from 198.18.0.0/24: to user space", Udp5000OrSourceDrop, 0,
+            eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Redirect, ToUser),
+        case("later UDP fragment from elsewhere may be UDP to 5000 only: dropped", Udp5000OrSourceDrop, 0,
+            eth().ipv4(Ipv4Addr::new(198, 18, 5, 1), D4).fragment(8, false).udp(1000, 5000).build(), Verdict::Drop, UnsureDropped),
         case("tagged UDP to 5000: the port class is for untagged frames", Udp5000OrVlan100, 0, eth().vlan(7).ipv4(S4, D4).udp(1000, 5000).build(), Pass, NoMatch),
         case("tagged VID 100: the VLAN class", Udp5000OrVlan100, 0, eth().vlan(100).ipv4(S4, D4).udp(1000, 9).build(), Redirect, ToUser),
         case("QinQ is the kernel's", Udp5000OrVlan100, 0, eth().qinq(100).vlan(100).ipv4(S4, D4).udp(1000, 5000).build(), Pass, QinQ),
@@ -116,33 +126,29 @@ fn rules(c: Classes) -> Vec<Class> {
         Classes::Udp5000OrVlan100 | Classes::Udp5000OrVlan100Drop => {
             vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { vid: Some(100), ..Default::default() }]
         }
+        Classes::Udp5000OrSourceDrop => {
+            vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { src: Some("198.18.0.0/24".parse().unwrap()), ..Default::default() }]
+        }
     }
 }
 
 #[test]
 fn selector_table() {
-    let ns = Netns::new("axpk").expect("namespace (run as root)");
-    let peer = Netns::new("axpk-peer").unwrap();
-    let dev = ifname("ax");
-    veth(&ns, &dev, &peer, &ifname("p"), Some(2)).unwrap();
-    ns.link_up(&dev).unwrap();
-    let ifindex = ns.ifindex(&dev).unwrap();
-    let failures = ns
-        .run(move || -> Vec<String> {
-            let prog = AfxdpProgram::load().expect("loading the afxdp program");
-            let sock_cfg = SocketConfig { mode: Mode::Copy, ..Default::default() };
-            let set = XskSet::new(UmemConfig { frame_count: 64, ..Default::default() }, &SocketConfig { fill_size: 64, rx_size: 64, tx_size: 64, comp_size: 64, ..sock_cfg }, RunConfig::default(), &[(ifindex, dev.clone(), 0)])
-                .expect("an AF_XDP socket on queue 0");
-            prog.add_socket(0, set.sockets()[0].fd()).unwrap();
+    let bench = Bench::new("axpk");
+    let failures = bench
+        .ns
+        .run(|| -> Vec<String> {
+            let set = bench.socket();
+            let prog = bench.selector(&set);
             let mut failures = Vec::new();
             let mut current = None;
             for c in cases() {
                 if current != Some(c.classes) {
-                    prog.set_rules(&rules(c.classes), c.classes == Classes::Udp5000OrVlan100Drop).unwrap();
+                    prog.set_rules(&rules(c.classes), matches!(c.classes, Classes::Udp5000OrVlan100Drop | Classes::Udp5000OrSourceDrop)).unwrap();
                     current = Some(c.classes);
                 }
                 let before = prog.stats().unwrap();
-                let r = run_xdp(prog.prog(), &c.frame, XdpContext { ingress_ifindex: ifindex, rx_queue_index: c.queue }).unwrap();
+                let r = run_xdp(prog.prog(), &c.frame, XdpContext { ingress_ifindex: bench.ifindex, rx_queue_index: c.queue }).unwrap();
                 let after = prog.stats().unwrap();
                 let moved: Vec<Reason> = Reason::ALL.into_iter().filter(|&x| after.get(x) != before.get(x)).collect();
                 let mut want = Stats::default();
