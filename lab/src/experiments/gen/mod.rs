@@ -184,7 +184,10 @@ fn send(
         if finished || Instant::now() >= next {
             let (now, s, r, c) = (Instant::now(), gen.sent()?, counter.total()?.packets, cpu::sample()?);
             let dt = now.duration_since(last_t).as_secs_f64();
-            if dt > 0.05 {
+            // Intervals under 50 ms make noisy rates, but the last one is
+            // always kept: the samples must add up to what was sent, also
+            // when the whole run is that short.
+            if dt > 0.05 || (finished && dt > 0.0) {
                 let (ds, dr) = (s - last_s, r.saturating_sub(last_r));
                 let delta = cpu::delta(&c, &last_c);
                 let loss = if p.through_dut.is_none() { Loss { gen_to_dut: ds as i64 - dr as i64, ..Loss::default() } } else { Loss::default() };
