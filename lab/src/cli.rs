@@ -81,7 +81,7 @@ pub enum LabCmd {
 /// Runs a `xnf lab` command.
 pub fn run(cmd: LabCmd) -> Result<()> {
     crate::engine::remove_everything_on_interrupt()?;
-    match cmd {
+    crate::engine::unless_interrupted(match cmd {
         LabCmd::Report { input, output } => {
             let out = crate::report::run(&input, output.as_deref())?;
             eprintln!("xnf lab: wrote {}", out.display());
@@ -94,7 +94,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Up(a) => up(a),
-    }
+    })
 }
 
 /// An experiment's command line: the common options and its own.

@@ -315,8 +315,8 @@ pub fn interrupt_lab_when(args: &[&str], what: &str, ready: impl Fn(&[String]) -
         std::thread::sleep(Duration::from_millis(100));
     }
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "xnf lab {args:?}: exit status after Ctrl-C");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "xnf lab {args:?}: exit status after Ctrl-C; it said:\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(namespaces_of(pid).is_empty(), "xnf lab {args:?} left {:?}", namespaces_of(pid));
 }
 

@@ -27,6 +27,7 @@ pub use generator::{split, GenOptions, Generator};
 /// with status 130. Call before starting any other thread.
 pub fn remove_everything_on_interrupt() -> Result<()> {
     xnf_core::runtime::on_interrupt(|sig| {
+        INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         eprintln!("\nxnf lab: {sig} received: removing the lab's namespaces");
         if let Err(e) = xnf_netns::cleanup_all() {
             eprintln!("xnf lab: {e:#}");
@@ -34,6 +35,21 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
         xnf_core::state::gc_dead_namespaces();
         std::process::exit(130);
     })
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// What the lab's command ended with, unless an interrupt is being handled:
+/// the namespaces vanishing under the experiment make it fail, and that
+/// error must not exit before the handler, which removes everything and
+/// exits with status 130.
+pub fn unless_interrupted(r: Result<()>) -> Result<()> {
+    if r.is_err() && INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        loop {
+            std::thread::park();
+        }
+    }
+    r
 }
 
 /// Removes what lab and test runs that were killed left behind, saying so
