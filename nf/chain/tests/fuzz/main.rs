@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use fixture::{dst, Fixture, DOWN_SRC4, NFA_MAC, NFB_MAC, NFC_MAC, NFD_MAC, NFE_MAC, NFG_MAC, OTHER4, SRC4, SRC6};
 use model::{diff, Model, Seen};
 use xnf_chain::dataplane::Plan;
-use xnf_chain::program::{ChainMaps, ChainProgram, CounterReader, Counters, IngressReason, NfEntry, Port, Reason, Rule};
+use xnf_chain::program::{ChainMaps, ChainProgram, CounterReader, Counters, IngressReason, NfEntry, Port, Reason, Rule, MAX_RULES};
 use xnf_core::class::Class;
 use xnf_core::sources::Sources;
 use xnf_packet::MacAddr;
@@ -86,7 +86,8 @@ fn plan_a(f: &Fixture) -> Plan {
 }
 
 /// Rule set B: a tagged port class dropping unsure frames, protocol and
-/// family classes, a source port, an empty NF slot, a catch-all.
+/// family classes, a source port, an empty NF slot, a catch-all; the table
+/// full (rules of a port no frame arrives on fill it), its last rule in1's.
 fn plan_b(f: &Fixture) -> Plan {
     let (udp, tcp) = (Some(17), Some(6));
     let mut p = base(f);
@@ -99,8 +100,11 @@ fn plan_b(f: &Fixture) -> Plan {
         rule(f.in0, 5, Some(EMPTY_NF), Class { vid: Some(300), ..Default::default() }, false),
         rule(f.in1, 7, Some(3), Class { ipv6: Some(true), dst: pfx("2001:db8:3::/64"), ..Default::default() }, false),
         rule(f.in0, 6, Some(1), Class::default(), false),
-        rule(f.in1, 8, Some(4), Class { proto: udp, dport: Some((1500, 5000)), ..Default::default() }, true),
     ];
+    while p.rules.len() < MAX_RULES as usize - 1 {
+        p.rules.push(rule(f.out0, 9, Some(1), Class::default(), false));
+    }
+    p.rules.push(rule(f.in1, 8, Some(4), Class { proto: udp, dport: Some((1500, 5000)), ..Default::default() }, true));
     p
 }
 
