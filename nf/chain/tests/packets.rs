@@ -8,7 +8,6 @@
 //! The tables are set up as `xnf chain` would for two chains sharing an
 //! ingress: NF a -> NF b -> out, and a VLAN class into NF b alone.
 
-#[path = "fixture/mod.rs"]
 mod fixture;
 
 use std::collections::BTreeMap;
