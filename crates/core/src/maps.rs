@@ -56,6 +56,80 @@ pub fn percpu_sum<T: Copy + Default>(map: &impl libbpf_rs::MapCore, slot: u32, m
     Ok(())
 }
 
+/// Slots `0..n` of a per-CPU array of counters (a `T` made of `u64`
+/// counters only), each added up over the CPUs. Every [`PercpuSums::read`]
+/// is one batch lookup (libbpf-rs offers none for per-CPU maps) where
+/// [`percpu_sum`] takes a system call per slot, and only the slots whose
+/// values changed since the last read are added up again: for readers that
+/// look at many slots often (the fuzzers, after every frame).
+pub struct PercpuSums<T> {
+    n: u32,
+    words: usize,
+    ncpu: usize,
+    keys: Vec<u32>,
+    /// Every CPU's value of every slot, as the kernel lays them out.
+    raw: Vec<u64>,
+    prev: Vec<u64>,
+    sum: Vec<u64>,
+    sums: Vec<T>,
+}
+
+impl<T: Copy + Default> PercpuSums<T> {
+    pub fn new(n: u32) -> anyhow::Result<Self> {
+        let size = std::mem::size_of::<T>();
+        anyhow::ensure!(size.is_multiple_of(8), "per-CPU sums of {size}-byte values: not u64 counters");
+        let (words, ncpu) = (size / 8, libbpf_rs::num_possible_cpus()?);
+        let raw = vec![0u64; n as usize * ncpu * words];
+        Ok(PercpuSums { n, words, ncpu, keys: vec![0; n as usize], prev: raw.clone(), raw, sum: vec![0; words], sums: vec![T::default(); n as usize] })
+    }
+
+    /// Reads the slots again from `map`.
+    pub fn read(&mut self, map: &impl libbpf_rs::MapCore) -> anyhow::Result<&[T]> {
+        use anyhow::Context;
+        use std::os::fd::AsRawFd;
+        anyhow::ensure!(map.value_size() as usize == self.words * 8, "a map of {}-byte values", map.value_size());
+        let mut next = 0u32;
+        let mut count = self.n;
+        let opts = libbpf_sys::bpf_map_batch_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _, ..Default::default() };
+        std::mem::swap(&mut self.raw, &mut self.prev);
+        // SAFETY: the buffers hold `n` keys and `n` per-CPU values of the
+        // map's value size (checked above; the kernel lays them out 8-byte
+        // aligned), and `next` one array key.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                map.as_fd().as_raw_fd(),
+                std::ptr::null_mut(),
+                (&mut next as *mut u32).cast(),
+                self.keys.as_mut_ptr().cast(),
+                self.raw.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        // ENOENT: the array ended before `n` slots (count says how many came).
+        if rc < 0 && rc != -libc::ENOENT {
+            return Err(std::io::Error::from_raw_os_error(-rc)).context("batch lookup of per-CPU counters");
+        }
+        anyhow::ensure!(self.keys.iter().take(count as usize).enumerate().all(|(i, k)| *k as usize == i), "batch lookup out of order");
+        let per_slot = self.ncpu * self.words;
+        for slot in 0..count as usize {
+            let span = slot * per_slot..(slot + 1) * per_slot;
+            if self.raw[span.clone()] == self.prev[span.clone()] {
+                continue;
+            }
+            self.sum.fill(0);
+            for cpu in self.raw[span].chunks_exact(self.words) {
+                for (s, v) in self.sum.iter_mut().zip(cpu) {
+                    *s += v;
+                }
+            }
+            // SAFETY: `sum` holds size_of::<T>() initialised bytes.
+            self.sums[slot] = from_bytes(unsafe { std::slice::from_raw_parts(self.sum.as_ptr().cast::<u8>(), self.words * 8) });
+        }
+        Ok(&self.sums)
+    }
+}
+
 /// Zeroes the per-CPU values of `slot` (a `T` on every CPU).
 pub fn zero_percpu<T>(map: &impl libbpf_rs::MapCore, slot: u32) -> anyhow::Result<()> {
     use anyhow::Context;

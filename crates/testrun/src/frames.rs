@@ -36,9 +36,10 @@ fn special(rng: &mut Rng, v6: bool) -> IpAddr {
 }
 
 fn addr(rng: &mut Rng, w: &World, v6: bool) -> IpAddr {
-    let pool: Vec<IpAddr> = w.addrs.iter().copied().filter(|a| a.is_ipv6() == v6).collect();
+    let pool = || w.addrs.iter().copied().filter(|a| a.is_ipv6() == v6);
+    let n = pool().count();
     match rng.u8(..100) {
-        0..=79 if !pool.is_empty() => pool[rng.usize(..pool.len())],
+        0..=79 if n > 0 => pool().nth(rng.usize(..n)).expect("n addresses"),
         80..=91 => special(rng, v6),
         _ if v6 => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, rng.u16(..), 0, 0, 0, 0, rng.u16(..))),
         _ => IpAddr::V4(Ipv4Addr::new(198, 18 + rng.u8(..2), rng.u8(..), rng.u8(..))),

@@ -9,6 +9,7 @@
 //! that holds `ingress_ifindex`.
 
 pub mod cli;
+pub mod forward;
 pub mod frames;
 pub mod fuzz;
 pub mod kernel;

@@ -12,7 +12,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 use xnf_core::class::Class;
 pub use xnf_core::fwd::Reason;
 pub use xnf_core::sources::Rpf;
-use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, zero_percpu};
+use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, PercpuSums, zero_percpu};
 
 use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
 
@@ -106,6 +106,12 @@ impl IngressStats {
     pub fn get(&self, r: IngressReason) -> u64 {
         self.packets[r as usize]
     }
+    /// Adds one CPU's counters.
+    fn add(&mut self, r: &types::xnf_ingress_stats) {
+        for (a, b) in self.packets.iter_mut().zip(r.packets) {
+            *a += b;
+        }
+    }
 }
 
 /// Counters of one NF, summed over CPUs.
@@ -122,12 +128,47 @@ pub struct NfStats {
 }
 
 impl NfStats {
+    /// Adds one CPU's counters.
+    fn add(&mut self, r: &types::xnf_nf_stats) {
+        self.in_packets += r.in_packets;
+        self.in_bytes += r.in_bytes;
+        self.out_packets += r.out_packets;
+        self.out_bytes += r.out_bytes;
+        self.gone += r.gone;
+        for (a, b) in self.exit.iter_mut().zip(r.exit) {
+            *a += b;
+        }
+    }
     pub fn exit(&self, r: Reason) -> u64 {
         self.exit[r as usize]
     }
     /// Frames that left after this NF for the kernel path (all but forwarded).
     pub fn exit_to_kernel(&self) -> u64 {
         self.exit.iter().sum::<u64>() - self.exit(Reason::Forwarded)
+    }
+}
+
+/// Every counter of the first slots of each table, read at once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub ingress: Vec<IngressStats>,
+    /// (packets, bytes) per chain slot.
+    pub chains: Vec<(u64, u64)>,
+    pub nfs: Vec<NfStats>,
+}
+
+/// Reads the counters of the first slots of each table with one system
+/// call per table ([`ChainMaps::counters`]), for readers that look often.
+pub struct CounterReader {
+    ingress: PercpuSums<types::xnf_ingress_stats>,
+    chains: PercpuSums<types::xnf_chain_stats>,
+    nfs: PercpuSums<types::xnf_nf_stats>,
+}
+
+impl CounterReader {
+    /// For ingress slots `0..ingress`, chain slots `0..chains`, NF slots `0..nfs`.
+    pub fn new(ingress: u32, chains: u32, nfs: u32) -> Result<Self> {
+        Ok(CounterReader { ingress: PercpuSums::new(ingress)?, chains: PercpuSums::new(chains)?, nfs: PercpuSums::new(nfs)? })
     }
 }
 
@@ -291,11 +332,7 @@ impl ChainMaps {
 
     pub fn ingress_stats(&self, slot: u32) -> Result<IngressStats> {
         let mut s = IngressStats::default();
-        percpu_sum::<types::xnf_ingress_stats>(&self.ingress_stats, slot, |r| {
-            for (a, b) in s.packets.iter_mut().zip(r.packets) {
-                *a += b;
-            }
-        })?;
+        percpu_sum::<types::xnf_ingress_stats>(&self.ingress_stats, slot, |r| s.add(r))?;
         Ok(s)
     }
 
@@ -311,17 +348,21 @@ impl ChainMaps {
 
     pub fn nf_stats(&self, slot: u32) -> Result<NfStats> {
         let mut s = NfStats::default();
-        percpu_sum::<types::xnf_nf_stats>(&self.nf_stats, slot, |r| {
-            s.in_packets += r.in_packets;
-            s.in_bytes += r.in_bytes;
-            s.out_packets += r.out_packets;
-            s.out_bytes += r.out_bytes;
-            s.gone += r.gone;
-            for (a, b) in s.exit.iter_mut().zip(r.exit) {
-                *a += b;
-            }
-        })?;
+        percpu_sum::<types::xnf_nf_stats>(&self.nf_stats, slot, |r| s.add(r))?;
         Ok(s)
+    }
+
+    /// The counters of the slots `reader` was made for.
+    pub fn counters(&self, reader: &mut CounterReader) -> Result<Counters> {
+        let ingress = reader.ingress.read(&self.ingress_stats)?.iter().map(|r| IngressStats { packets: r.packets }).collect();
+        let chains = reader.chains.read(&self.chain_stats)?.iter().map(|r| (r.packets, r.bytes)).collect();
+        let nfs = reader
+            .nfs
+            .read(&self.nf_stats)?
+            .iter()
+            .map(|r| NfStats { in_packets: r.in_packets, in_bytes: r.in_bytes, out_packets: r.out_packets, out_bytes: r.out_bytes, gone: r.gone, exit: r.exit })
+            .collect();
+        Ok(Counters { ingress, chains, nfs })
     }
 
     /// Zeroes the counters of a slot about to be reused.

@@ -8,132 +8,19 @@
 //! The tables are set up as `xnf chain` would for two chains sharing an
 //! ingress: NF a -> NF b -> out, and a VLAN class into NF b alone.
 
+mod fixture;
+
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
-use xnf_chain::program::{ChainMaps, ChainProgram, IngressReason, NfEntry, Port, Rule};
-use xnf_chain::program::Reason;
+use fixture::dst::{BLACKHOLE4, NO_NEIGH4, NO_ROUTE4, UNMANAGED4};
+use fixture::{Fixture, CHAIN0_4, CHAIN2_6, CHAIN3_4, DOWN_SRC4, GEN_MAC, NFA_MAC, NFB_MAC, NH_MAC, OTHER4, SRC4, SRC6};
+use xnf_chain::program::{ChainMaps, IngressReason, Reason, Rule};
 use xnf_core::class::Class;
-use xnf_core::sources::Sources;
-use xnf_testrun::{run_xdp, Verdict, XdpContext};
-use xnf_netns::{ifname, veth, Netns};
 use xnf_packet::{parse, EtherType, MacAddr, PacketBuilder, TcpFlags};
-
-const GEN_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
-const NH_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0x01, 0x02]);
-const OTHER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0x02, 0x02]);
-const NFA_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xa0, 0x01]);
-const NFB_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0xb0, 0x01]);
-const SRC4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
-const SRC6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
-/// Chain 0 (NF a -> NF b) takes this IPv4 prefix.
-const CHAIN0_4: Ipv4Addr = Ipv4Addr::new(198, 18, 16, 5);
-/// Chain 2 (NF a -> NF b) takes UDP to ports 5000-5001 in this IPv6 prefix.
-const CHAIN2_6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x16, 0, 0, 0, 0, 5);
-/// Chain 3 (NF b) takes UDP port 7 to this prefix.
-const CHAIN3_4: Ipv4Addr = Ipv4Addr::new(198, 18, 17, 5);
-/// Chain 4 is down (an NF missing): its class, this source, is dropped.
-const DOWN_SRC4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 77);
-/// No rule takes this.
-const OTHER4: Ipv4Addr = Ipv4Addr::new(198, 18, 30, 5);
-/// Routes after the last NF.
-const NO_NEIGH4: Ipv4Addr = Ipv4Addr::new(198, 18, 20, 5);
-const UNMANAGED4: Ipv4Addr = Ipv4Addr::new(198, 18, 18, 5);
-const BLACKHOLE4: Ipv4Addr = Ipv4Addr::new(198, 18, 19, 5);
-const NO_ROUTE4: Ipv4Addr = Ipv4Addr::new(198, 19, 99, 5);
+use xnf_testrun::{run_xdp, Verdict, XdpContext};
 
 const PAYLOAD: &[u8] = b"xnf chain packet test";
-
-struct Fixture {
-    dut: Netns,
-    _peer: Netns,
-    in0: u32,
-    nfa: u32,
-    nfb: u32,
-    out0: u32,
-    in0_mac: MacAddr,
-    nfa_host: MacAddr,
-    nfb_host: MacAddr,
-    out0_mac: MacAddr,
-    nfa_name: String,
-    nfb_name: String,
-}
-
-impl Fixture {
-    fn new() -> anyhow::Result<Self> {
-        let dut = Netns::new("cpk-dut")?;
-        let peer = Netns::new("cpk-peer")?;
-        let names = ["in0", "nfa", "nfb", "out0", "oth0"].map(ifname);
-        let [in0, nfa, nfb, out0, oth0] = names.clone();
-        for n in &names {
-            veth(&dut, n, &peer, &ifname("p"), None)?;
-            dut.link_up(n)?;
-        }
-        dut.enable_forwarding()?;
-        // As `xnf chain` leaves the NFs' host ends (whatever the host's defaults).
-        for dev in ["all", nfa.as_str(), nfb.as_str()] {
-            dut.sysctl_set(&format!("net/ipv4/conf/{dev}/rp_filter"), "0")?;
-        }
-        dut.ip_batch(&[
-            format!("addr add 198.18.0.2/24 dev {in0}"),
-            format!("addr add 198.18.1.1/24 dev {out0}"),
-            format!("addr add 2001:db8:1::1/64 dev {out0} nodad"),
-            format!("addr add 198.18.2.1/24 dev {oth0}"),
-            format!("neigh replace 198.18.1.2 lladdr {NH_MAC} nud permanent dev {out0}"),
-            format!("neigh replace 2001:db8:1::2 lladdr {NH_MAC} nud permanent dev {out0}"),
-            format!("neigh replace 198.18.2.2 lladdr {OTHER_MAC} nud permanent dev {oth0}"),
-            "route add 198.18.16.0/24 via 198.18.1.2".into(),
-            "route add 198.18.17.0/24 via 198.18.1.2".into(),
-            "route add 2001:db8:16::/64 via 2001:db8:1::2".into(),
-            "route add 198.18.20.0/24 via 198.18.1.99".into(),
-            "route add 198.18.18.0/24 via 198.18.2.2".into(),
-            "route add blackhole 198.18.19.0/24".into(),
-        ])?;
-        Ok(Fixture {
-            in0: dut.ifindex(&in0)?,
-            nfa: dut.ifindex(&nfa)?,
-            nfb: dut.ifindex(&nfb)?,
-            out0: dut.ifindex(&out0)?,
-            in0_mac: dut.mac(&in0)?,
-            nfa_host: dut.mac(&nfa)?,
-            nfb_host: dut.mac(&nfb)?,
-            out0_mac: dut.mac(&out0)?,
-            nfa_name: nfa.clone(),
-            nfb_name: nfb.clone(),
-            dut,
-            _peer: peer,
-        })
-    }
-
-    /// Loads the program and fills its tables as `xnf chain` would.
-    fn load(&self) -> anyhow::Result<(ChainProgram, ChainMaps)> {
-        let prog = ChainProgram::load(None)?;
-        let m = prog.maps()?;
-        m.set_port(self.in0, Port::Ingress { mac: self.in0_mac.octets(), slot: 0 })?;
-        // The source check as `xnf chain` fills it (it sets rp_filter 0
-        // on the NFs' host ends).
-        let sources = Sources::read()?;
-        m.set_locals(&sources.locals())?;
-        m.set_port(self.nfa, Port::Nf { slot: 0, rpf: sources.rpf(self.nfa, &self.nfa_name)? })?;
-        m.set_port(self.nfb, Port::Nf { slot: 1, rpf: sources.rpf(self.nfb, &self.nfb_name)? })?;
-        m.set_nf(0, NfEntry { ifindex: self.nfa, next: Some(1), host_mac: self.nfa_host.octets(), nf_mac: NFA_MAC.octets() })?;
-        m.set_nf(1, NfEntry { ifindex: self.nfb, next: None, host_mac: self.nfb_host.octets(), nf_mac: NFB_MAC.octets() })?;
-        for port in [self.nfa, self.nfb, self.out0] {
-            m.add_tx(port)?;
-        }
-        let pfx = |s: &str| Some(s.parse().unwrap());
-        m.set_rules(&[
-            // Chain 3 drops frames it cannot tell apart (--unknown-l4 drop);
-            // the others send them into their NFs (the default).
-            Rule { ifindex: self.in0, chain: 3, first_nf: Some(1), class: Class { proto: Some(17), dport: Some((7, 7)), dst: pfx("198.18.17.0/24"), ..Default::default() }, unsure_drop: true },
-            Rule { ifindex: self.in0, chain: 0, first_nf: Some(0), class: Class { dst: pfx("198.18.16.0/24"), ..Default::default() }, unsure_drop: false },
-            Rule { ifindex: self.in0, chain: 1, first_nf: Some(1), class: Class { vid: Some(100), ..Default::default() }, unsure_drop: false },
-            Rule { ifindex: self.in0, chain: 2, first_nf: Some(0), class: Class { proto: Some(17), dport: Some((5000, 5001)), dst: pfx("2001:db8:16::/64"), ..Default::default() }, unsure_drop: false },
-            Rule { ifindex: self.in0, chain: 4, first_nf: None, class: Class { src: pfx("198.18.0.77/32"), ..Default::default() }, unsure_drop: false },
-        ])?;
-        Ok((prog, m))
-    }
-}
 
 /// The port a frame arrives on.
 #[derive(Clone, Copy, Debug)]
