@@ -79,7 +79,9 @@ pub fn xnf_err(ns: &Netns, args: &[&str]) -> String {
     let out = xnf(ns, args);
     assert!(!out.status.success(), "xnf {args:?} should have failed");
     let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    let errors: Vec<&str> = err.lines().filter(|l| !l.starts_with("xnf: warning")).collect();
+    // Warnings and housekeeping notes (state of a namespace gone before
+    // this one reused its inode, removed) may come first.
+    let errors: Vec<&str> = err.lines().filter(|l| !l.starts_with("xnf: warning") && !l.starts_with("xnf: removed ")).collect();
     assert_eq!(errors.len(), 1, "xnf {args:?}: want one error line, got {err:?}");
     errors[0].to_string()
 }
@@ -154,10 +156,15 @@ impl RoutedLine {
         self.dut().snmp().unwrap().value("Ip6", "OutForwDatagrams").unwrap()
     }
 
-    /// A UDP socket in sink listening on `port` (v4 or v6).
+    /// A UDP socket in sink listening on `port` (v4 or v6), with a receive
+    /// buffer for thousands of datagrams: the tests count what the router
+    /// delivers, and a receiving thread starved for a few milliseconds on a
+    /// busy machine must not lose any.
     pub fn sink_socket(&self, v6: bool, port: u16) -> UdpSocket {
         let addr: IpAddr = if v6 { self.line.sink_v6.into() } else { self.line.sink_v4.into() };
-        self.line.sink().run(move || UdpSocket::bind(SocketAddr::new(addr, port))).unwrap().unwrap()
+        let s = self.line.sink().run(move || UdpSocket::bind(SocketAddr::new(addr, port))).unwrap().unwrap();
+        large_receive_buffer(&s);
+        s
     }
 
     /// A UDP socket in gen.
@@ -210,6 +217,16 @@ impl Drop for RoutedLine {
         let _ = xnf(self.line.sink(), &["pass", "detach", &self.line.sink_if]);
         let _ = xnf(self.line.gen(), &["pass", "detach", &self.line.gen_if]);
     }
+}
+
+/// Gives `s` an 8 MiB receive buffer (SO_RCVBUFFORCE: root may exceed
+/// net.core.rmem_max).
+pub fn large_receive_buffer(s: &UdpSocket) {
+    use std::os::fd::AsRawFd;
+    let size: libc::c_int = 8 << 20;
+    // SAFETY: setsockopt on an open socket with a c_int of the right size.
+    let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
 }
 
 /// Sends `n` small datagrams, pausing every 64 so that a veth ring (256

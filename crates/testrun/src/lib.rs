@@ -14,6 +14,7 @@ pub mod frames;
 pub mod fuzz;
 pub mod kernel;
 pub mod parse_probe;
+pub mod table;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{ProgramInput, ProgramMut};

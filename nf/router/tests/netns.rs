@@ -311,7 +311,7 @@ fn ip_netns_exec_sees_and_changes_the_same_state_as_netns() {
     r.resolve_sink();
     let before = r.redirected();
     assert_eq!(r.send_udp(false, 100), 100);
-    assert_eq!(r.redirected() - before, 100, "attached under ip netns exec, forwarding in XDP");
+    assert_eq!(r.redirected() - before, 100, "attached under ip netns exec, forwarding in XDP: {}", r.ingress_stats());
     for out in [xnf_ok(r.dut(), &["router", "status", "--json"]), xnf_ip_netns_exec_ok(r.dut(), &["router", "status", "--json"])] {
         let status: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(status["interfaces"].as_array().unwrap().len(), 2, "{status}");
@@ -405,6 +405,7 @@ fn an_egress_attached_in_skb_mode_gets_its_frames_through_the_kernel() {
     xnf_ok(r.dut(), &["router", "attach", &l.dut_gen_if, "--no-follow"]);
     xnf_ok(r.dut(), &["router", "attach", &br, "--mode", "skb", "--no-follow"]);
     let rx = lan.run(|| UdpSocket::bind("198.18.60.2:7001")).unwrap().unwrap();
+    xnf_testrun::cli::large_receive_buffer(&rx);
     let tx = r.gen_socket(false);
     let to: std::net::SocketAddr = "198.18.60.2:7001".parse().unwrap();
     // The first one resolves the neighbour through the kernel.

@@ -11,15 +11,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SKB_NH_MAC, SRC4, SRC6, VLAN200_SRC4, VLAN_NH_MAC};
 use xnf_router::program::{Reason, Stats};
+use xnf_testrun::table::{assert_table, check_run, Out};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
-use xnf_packet::{parse, EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
+use xnf_packet::{EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
 
-/// What the frame must look like afterwards.
-enum Out {
-    /// Handed to the kernel or dropped untouched.
-    Unchanged,
-    Frame(Vec<u8>),
-}
 
 struct Case {
     desc: String,
@@ -426,10 +421,7 @@ fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
             }
         };
         let after = maps.stats(*slot).unwrap().delta(&before);
-        let mut problems = Vec::new();
-        if res.verdict != c.verdict {
-            problems.push(format!("verdict {:?}, want {:?}", res.verdict, c.verdict));
-        }
+        let mut problems = check_run(&res, c.verdict, &c.input, &c.output, true);
         // The whole delta: one packet (and its bytes) under the verdict and
         // the reason, every other counter still.
         let mut want_delta = Stats::default();
@@ -440,28 +432,11 @@ fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
             let got: Vec<_> = Reason::ALL.iter().filter(|r| after.reason(**r) > 0).map(|r| format!("{}={}", r.name(), after.reason(*r))).collect();
             problems.push(format!("counters moved: reasons {got:?}, packets {:?}, bytes {:?}; want {} once", after.packets, after.bytes, c.reason.name()));
         }
-        let want = match &c.output {
-            Out::Unchanged => &c.input,
-            Out::Frame(b) => b,
-        };
-        if &res.frame != want {
-            problems.push(format!("output differs:\n     got  {}\n     want {}", hex(&res.frame), hex(want)));
-        }
-        if let Out::Frame(_) = c.output {
-            match parse(&res.frame) {
-                Ok(p) if p.checksums_ok() => {}
-                other => problems.push(format!("output checksums do not verify: {other:?}")),
-            }
-        }
         if !problems.is_empty() {
             failures.push(format!("{}: {}", c.desc, problems.join("; ")));
         }
     }
     failures
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[test]
@@ -474,8 +449,7 @@ fn router_packet_table() {
             (cases.len(), run_table(&f, &cases))
         })
         .unwrap();
-    assert!(n >= 100, "the table shrank to {n} cases");
-    assert!(failures.is_empty(), "{} of {n} cases failed:\n{}", failures.len(), failures.join("\n"));
+    assert_table("router", n, 100, &failures);
 }
 
 /// The incremental TTL checksum update equals a from-scratch checksum for
