@@ -386,19 +386,9 @@ impl Block {
     }
 }
 
-/// The generator keeps its state per CPU: everything runs on one.
-fn pin_to_one_cpu() {
-    // SAFETY: plain syscalls on this thread with a valid cpu_set_t.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(libc::sched_getcpu().max(0) as usize, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
-    }
-}
-
 #[test]
 fn the_generator_sends_exactly_the_builders_frames() {
-    pin_to_one_cpu();
+    xnf_testrun::pin_to_current_cpu();
     let fuzz = Fuzz::from_env("lab gen", DEFAULT_FRAMES);
     let mut index = fuzz.first;
     let mut block: Option<Block> = None;

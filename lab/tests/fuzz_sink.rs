@@ -85,17 +85,6 @@ impl Sink {
     }
 }
 
-fn pinned_cpu() -> u32 {
-    // SAFETY: plain syscalls on this thread with a valid cpu_set_t.
-    unsafe {
-        let cpu = libc::sched_getcpu().max(0) as usize;
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
-        cpu as u32
-    }
-}
-
 /// A frame of the fuzzer's, or one longer than the capture keeps or the
 /// histogram counts one by one.
 fn input(rng: &mut fastrand::Rng, world: &World) -> Vec<u8> {
@@ -116,7 +105,7 @@ fn input(rng: &mut fastrand::Rng, world: &World) -> Vec<u8> {
 
 #[test]
 fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
-    let cpu = pinned_cpu();
+    let cpu = xnf_testrun::pin_to_current_cpu();
     let mut sinks = [
         Sink::new("plain", SinkOptions::default(), 1),
         Sink::new("sizes", SinkOptions { capture_ring: None, count_sizes: true }, 1),

@@ -38,17 +38,6 @@ fn assorted() -> Vec<(&'static str, Vec<u8>)> {
 // ifindex 0 runs without one (no FIB, no devmap: these programs use neither).
 const NO_DEV: XdpContext = XdpContext { ingress_ifindex: 0, rx_queue_index: 0 };
 
-/// The generator keeps its sequence per CPU: a test that counts on it runs
-/// on one CPU.
-fn pin_to_one_cpu() {
-    // SAFETY: plain syscalls on this thread with a valid cpu_set_t.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(libc::sched_getcpu().max(0) as usize, &mut set);
-        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0);
-    }
-}
-
 #[test]
 fn pass_passes_every_frame_unchanged() {
     let p = PassProgram::load().unwrap();
@@ -157,7 +146,7 @@ fn dirty(run: usize, len: usize, hdr: usize) -> Vec<u8> {
 
 #[test]
 fn gen_sends_every_protocol_size_and_flow_exactly_as_built() {
-    pin_to_one_cpu();
+    xnf_testrun::pin_to_current_cpu();
     let srcs4: Vec<IpAddr> = ["198.18.0.1", "198.18.0.255", "198.19.255.254"].iter().map(|s| s.parse().unwrap()).collect();
     let dsts4: Vec<IpAddr> = ["198.18.1.2", "198.19.0.0", "198.18.200.7", "198.19.255.255", "198.18.1.3"].iter().map(|s| s.parse().unwrap()).collect();
     let srcs6: Vec<IpAddr> = ["2001:db8::1", "2001:db8::ffff", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"].iter().map(|s| s.parse().unwrap()).collect();
@@ -207,7 +196,7 @@ fn gen_sends_every_protocol_size_and_flow_exactly_as_built() {
 /// incremental patches equal a full computation wherever carries fall.
 #[test]
 fn gen_checksums_hold_for_thousands_of_flows() {
-    pin_to_one_cpu();
+    xnf_testrun::pin_to_current_cpu();
     for ipv6 in [false, true] {
         let (s, d) = if ipv6 { v6() } else { v4() };
         let dsts: Vec<IpAddr> = (0..257u32)
@@ -232,7 +221,7 @@ fn gen_checksums_hold_for_thousands_of_flows() {
 
 #[test]
 fn gen_sends_no_more_than_its_limit() {
-    pin_to_one_cpu();
+    xnf_testrun::pin_to_current_cpu();
     let cfg = GenConfig { template: udp(v4(), 1024, 60), flows: 1, base_sport: 1024, ..Default::default() };
     let g = GenProgram::load(&cfg).unwrap();
     let ctl = g.control().unwrap();

@@ -103,15 +103,6 @@ struct {
 	__type(value, struct xnf_nf_stats);
 } nf_stats SEC(".maps");
 
-/* The host's own and broadcast IPv4 addresses: sources the exit never
- * forwards (fib_check_source in xnf/fib.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XNF_MAX_LOCALS);
-	__type(key, __be32);
-	__type(value, __u32);
-} locals SEC(".maps");
-
 static __always_inline __u32 ingress_count(__u32 slot, __u32 reason)
 {
 	struct xnf_ingress_stats *s = bpf_map_lookup_elem(&ingress_stats, &slot);
@@ -320,7 +311,7 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, const struct xnf_chai
 	p.ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), 0);
 	if (f.family == AF_INET && fib_forwards(rc)) {
-		*reason = fib_check_source(ctx, &f, ctx->ingress_ifindex, p.ifindex, port->rpf, &locals, 0);
+		*reason = fib_check_source(ctx, &f, ctx->ingress_ifindex, p.ifindex, port->rpf, 0);
 		if (*reason)
 			return XDP_PASS;
 	}

@@ -95,20 +95,6 @@ struct {
 	__type(value, struct xnf_vlan_egress);
 } vlan_egress SEC(".maps");
 
-/*
- * The host's own IPv4 addresses and its broadcast addresses (the /32
- * entries of the kernel's local table), as sources the kernel never
- * forwards (fib_check_source): fib_validate_source refuses a local source
- * outright, and a broadcast source whenever it checks the way back
- * (rp_filter, policy rules).
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XNF_MAX_LOCALS);
-	__type(key, __be32);
-	__type(value, __u32);
-} locals SEC(".maps");
-
 static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
 {
 	struct xnf_router_stats *s;
@@ -278,7 +264,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 	p.ifindex = iif;
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), fib_flags);
 	if (f.family == AF_INET && fib_forwards(rc)) {
-		*reason = fib_check_source(ctx, &f, iif, p.ifindex, rpf, &locals, fib_flags);
+		*reason = fib_check_source(ctx, &f, iif, p.ifindex, rpf, fib_flags);
 		if (*reason)
 			return XDP_PASS;
 	}

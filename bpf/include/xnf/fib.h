@@ -63,6 +63,21 @@ enum xnf_fib_limits {
 	XNF_MAX_LOCALS = 4096, /* local and broadcast IPv4 addresses a source check holds */
 };
 
+/*
+ * The host's own IPv4 addresses and its broadcast addresses (the /32
+ * entries of the kernel's local table), as sources the kernel never
+ * forwards: fib_validate_source refuses a local source outright, and a
+ * broadcast source whenever it checks the way back (rp_filter, policy
+ * rules). Every program that forwards has this table; its control plane
+ * fills it (xnf_core::sources::write_locals).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_MAX_LOCALS);
+	__type(key, __be32);
+	__type(value, __u32);
+} locals SEC(".maps");
+
 /* True if the IPv4 header at @off (no options) carries a valid checksum. */
 static __always_inline int ipv4_csum_ok_at(struct xdp_md *ctx, __u32 off)
 {
@@ -228,7 +243,7 @@ static __always_inline __u32 fib_result(long rc, const struct xnf_pkt *pkt)
  * The kernel's source check for an IPv4 packet it would forward
  * (fib_validate_source, run by ip_route_input before ip_forward looks at
  * the TTL), which bpf_fib_lookup() leaves out: never from one of the
- * host's own or broadcast addresses (@locals: a hash of __be32 holding the
+ * host's own or broadcast addresses (the locals table above: the
  * /32 local and broadcast entries of the kernel's local table) and, with
  * @rpf on the ingress @iif, only from a source routed back out of @iif
  * (strict) or routed at all (loose). The way back is looked up as the
@@ -236,13 +251,13 @@ static __always_inline __u32 fib_result(long rc, const struct xnf_pkt *pkt)
  * route's egress @oif. Returns XNF_R_FORWARDED or why the kernel gets it.
  */
 static __always_inline __u32 fib_check_source(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
-					      __u32 oif, __u8 rpf, void *locals, __u32 fib_flags)
+					      __u32 oif, __u8 rpf, __u32 fib_flags)
 {
 	struct bpf_fib_lookup back = {};
 	__be32 src = f->src[0];
 	long rc;
 
-	if (bpf_map_lookup_elem(locals, &src))
+	if (bpf_map_lookup_elem(&locals, &src))
 		return XNF_R_MARTIAN;
 	if (rpf == XNF_RPF_OFF)
 		return XNF_R_FORWARDED;

@@ -156,15 +156,10 @@ impl RoutedLine {
         self.dut().snmp().unwrap().value("Ip6", "OutForwDatagrams").unwrap()
     }
 
-    /// A UDP socket in sink listening on `port` (v4 or v6), with a receive
-    /// buffer for thousands of datagrams: the tests count what the router
-    /// delivers, and a receiving thread starved for a few milliseconds on a
-    /// busy machine must not lose any.
+    /// A UDP socket in sink listening on `port` (v4 or v6) ([`udp_receiver`]).
     pub fn sink_socket(&self, v6: bool, port: u16) -> UdpSocket {
         let addr: IpAddr = if v6 { self.line.sink_v6.into() } else { self.line.sink_v4.into() };
-        let s = self.line.sink().run(move || UdpSocket::bind(SocketAddr::new(addr, port))).unwrap().unwrap();
-        large_receive_buffer(&s);
-        s
+        udp_receiver(self.line.sink(), SocketAddr::new(addr, port))
     }
 
     /// A UDP socket in gen.
@@ -219,14 +214,18 @@ impl Drop for RoutedLine {
     }
 }
 
-/// Gives `s` an 8 MiB receive buffer (SO_RCVBUFFORCE: root may exceed
-/// net.core.rmem_max).
-pub fn large_receive_buffer(s: &UdpSocket) {
+/// A UDP socket bound to `addr` in `ns` that tests count datagrams on,
+/// with an 8 MiB receive buffer (SO_RCVBUFFORCE: root may exceed
+/// net.core.rmem_max), so that a receiving thread starved for a few
+/// milliseconds on a busy machine loses none.
+pub fn udp_receiver(ns: &Netns, addr: SocketAddr) -> UdpSocket {
     use std::os::fd::AsRawFd;
+    let s = ns.run(move || UdpSocket::bind(addr)).unwrap().unwrap_or_else(|e| panic!("binding {addr} in {}: {e}", ns.name()));
     let size: libc::c_int = 8 << 20;
     // SAFETY: setsockopt on an open socket with a c_int of the right size.
     let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
     assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+    s
 }
 
 /// Sends `n` small datagrams, pausing every 64 so that a veth ring (256

@@ -53,3 +53,17 @@ pub fn run_xdp(prog: &ProgramMut<'_>, frame: &[u8], ctx: XdpContext) -> Result<R
     out.truncate(len);
     Ok(RunResult { verdict, frame: out })
 }
+
+/// Pins the calling thread to the CPU it runs on and returns that CPU:
+/// for tests of programs that keep state per CPU (the generator's sequence,
+/// the sink's counters), whose every run must land on the same one.
+pub fn pin_to_current_cpu() -> u32 {
+    // SAFETY: plain syscalls on this thread with a valid cpu_set_t.
+    unsafe {
+        let cpu = libc::sched_getcpu().max(0) as usize;
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "pinning the test thread to CPU {cpu}");
+        cpu as u32
+    }
+}

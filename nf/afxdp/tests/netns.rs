@@ -192,7 +192,7 @@ fn txonly_sends_exactly_count_frames_in_order() {
 fn only_the_selected_traffic_leaves_the_kernel() {
     let p = pair(1);
     // b's kernel keeps a UDP socket on port 6000 and answers ARP itself.
-    let b_sock = p.b.run(|| UdpSocket::bind("198.18.0.2:6000")).unwrap().unwrap();
+    let b_sock = xnf_testrun::cli::udp_receiver(&p.b, "198.18.0.2:6000".parse().unwrap());
     b_sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let nf = start(&p, "rxdrop", &["--match", "proto=udp,dport=5000", "--seconds", "3"]);
     let a_sock = p.a.run(|| UdpSocket::bind("198.18.0.1:0")).unwrap().unwrap();

@@ -404,8 +404,7 @@ fn an_egress_attached_in_skb_mode_gets_its_frames_through_the_kernel() {
     l.gen().route_add("198.18.60.0/24", Some(&l.dut_gen_v4.to_string()), None).unwrap();
     xnf_ok(r.dut(), &["router", "attach", &l.dut_gen_if, "--no-follow"]);
     xnf_ok(r.dut(), &["router", "attach", &br, "--mode", "skb", "--no-follow"]);
-    let rx = lan.run(|| UdpSocket::bind("198.18.60.2:7001")).unwrap().unwrap();
-    xnf_testrun::cli::large_receive_buffer(&rx);
+    let rx = xnf_testrun::cli::udp_receiver(&lan, "198.18.60.2:7001".parse().unwrap());
     let tx = r.gen_socket(false);
     let to: std::net::SocketAddr = "198.18.60.2:7001".parse().unwrap();
     // The first one resolves the neighbour through the kernel.
