@@ -156,33 +156,54 @@ static __always_inline __u32 steer(struct xdp_md *ctx, __u32 slot, __be16 l3_pro
 	return XDP_REDIRECT;
 }
 
-/* The first rule for a frame from @ifindex whose class takes the frame,
- * or may take it (*unsure). */
-static __always_inline struct xnf_chain_rule *classify(__u32 ifindex, const struct xnf_pkt *f, int *unsure)
+/* What the first rule that takes a frame decides (a copy: the rule table
+ * may be swapped by the control plane after the lookup). */
+struct xnf_chain_pick {
+	__u32 chain;
+	__u32 first_nf;
+	__u32 flags;
+	__u32 unsure;   /* the class may hold the frame (XNF_CLASS_UNSURE) */
+};
+
+/*
+ * Finds the first rule for a frame from @ifindex whose class takes the
+ * frame, or may take it, and copies its decision into @pick: 1 if one
+ * does, 0 if none.
+ *
+ * Global, not inlined, so that the verifier checks it once for any frame.
+ * Inlined, its 64-rule loop is walked again for each of the parser's
+ * outcomes; Linux 6.1's verifier then gives up at its million-instruction
+ * limit (E2BIG), while later kernels prune enough to accept it.
+ */
+__attribute__((noinline)) int xnf_chain_classify(__u32 ifindex, const struct xnf_pkt *f,
+						 struct xnf_chain_pick *pick)
 {
 	__u32 zero = 0, i, key;
 	void *table = bpf_map_lookup_elem(&rules, &zero);
 	struct xnf_chain_rule *r;
 	enum xnf_class_match m;
 
-	if (!table)
-		return NULL;
+	if (!table || !f || !pick)
+		return 0;
 	for (i = 0; i < XNF_CHAIN_MAX_RULES; i++) {
 		/* A copy for the helper: a loop counter whose address escapes
 		 * lives on the stack, where the verifier cannot see it grow. */
 		key = i;
 		r = bpf_map_lookup_elem(table, &key);
 		if (!r || !r->ifindex)
-			return NULL;
+			return 0;
 		if (r->ifindex != ifindex)
 			continue;
 		m = match_pkt(&r->m, f);
 		if (m != XNF_CLASS_NO) {
-			*unsure = m == XNF_CLASS_UNSURE;
-			return r;
+			pick->chain = r->chain;
+			pick->first_nf = r->first_nf;
+			pick->flags = r->flags;
+			pick->unsure = m == XNF_CLASS_UNSURE;
+			return 1;
 		}
 	}
-	return NULL;
+	return 0;
 }
 
 /* Parses the frame into @f, or names why it is not a chain's to take. */
@@ -217,24 +238,21 @@ static __always_inline __u32 parse_ingress(struct xdp_md *ctx, const struct xnf_
 static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_chain_port *port)
 {
 	__u64 len = ctx->data_end - ctx->data;
+	struct xnf_chain_pick pick = {};
 	struct xnf_chain_stats *cs;
-	struct xnf_chain_rule *r;
 	struct xnf_pkt f = {};
-	__u32 reason, chain, first;
-	int unsure = 0;
+	__u32 reason, chain;
 
 	reason = parse_ingress(ctx, port, &f);
 	if (reason != XNF_IN_STEERED) {
 		ingress_count(port->slot, reason);
 		return XDP_PASS;
 	}
-	r = classify(ctx->ingress_ifindex, &f, &unsure);
-	if (!r) {
+	if (!xnf_chain_classify(ctx->ingress_ifindex, &f, &pick)) {
 		ingress_count(port->slot, XNF_IN_NO_MATCH);
 		return XDP_PASS;
 	}
-	chain = r->chain;
-	first = r->first_nf;
+	chain = pick.chain;
 	cs = bpf_map_lookup_elem(&chain_stats, &chain);
 	if (cs) {
 		cs->packets++;
@@ -242,21 +260,21 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
 	}
 	/* May be the chain's class: into its NF, or dropped as the chain says;
 	 * never past the NF on the kernel path. */
-	if (unsure && (r->flags & XNF_RULE_UNSURE_DROP)) {
+	if (pick.unsure && (pick.flags & XNF_RULE_UNSURE_DROP)) {
 		ingress_count(port->slot, XNF_IN_UNSURE_DROPPED);
 		return XDP_DROP;
 	}
 	/* A chain with an NF missing fails closed: its class is dropped, not
 	 * routed around the NF (which may be a firewall). */
-	if (!first) {
+	if (!pick.first_nf) {
 		ingress_count(port->slot, XNF_IN_DOWN);
 		return XDP_DROP;
 	}
-	if (steer(ctx, first - 1, f.l3_proto, f.tagged) != XDP_REDIRECT) {
+	if (steer(ctx, pick.first_nf - 1, f.l3_proto, f.tagged) != XDP_REDIRECT) {
 		ingress_count(port->slot, XNF_IN_NF_GONE);
 		return XDP_DROP;
 	}
-	ingress_count(port->slot, unsure ? XNF_IN_UNSURE_STEERED : XNF_IN_STEERED);
+	ingress_count(port->slot, pick.unsure ? XNF_IN_UNSURE_STEERED : XNF_IN_STEERED);
 	return XDP_REDIRECT;
 }
 
