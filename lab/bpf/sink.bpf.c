@@ -72,14 +72,17 @@ struct {
 
 static __always_inline int capture_frame(struct xdp_md *ctx, __u32 len)
 {
-	__u64 snap = len < SINK_SNAP ? len : SINK_SNAP;
+	__s64 snap = len < SINK_SNAP ? len : SINK_SNAP;
 	__u32 zero = 0;
 	struct sink_record *r = bpf_map_lookup_elem(&scratch, &zero);
 
 	if (!r)
 		return -1;
-	/* Two plain checks on the register the helper gets (the compiler would
-	 * fold them into one on snap - 1, which the verifier cannot use). */
+	/* Two plain signed checks on the register the helper gets: the
+	 * compiler would fold unsigned ones into one on snap - 1, which the
+	 * verifier cannot use, and turns an unsigned "snap < 1" into
+	 * "snap == 0", from which Linux 6.1's verifier learns no lower bound
+	 * (later kernels do). */
 	asm volatile("" : "+r"(snap));
 	if (snap > SINK_SNAP)
 		return -1;
