@@ -284,12 +284,15 @@ fn broken_and_vanished_pods() {
     assert!(xdp_prog(vanished.ns(), &vanished.ifname).is_none(), "function none attaches nothing to the pod end");
 
     // Someone renames the pod's interface: CHECK finds CNI_IFNAME missing,
-    // and passes again once it is back.
+    // and passes again once it is back. (Down first: Linux before 6.2
+    // refuses to rename an interface that is up, with EBUSY.)
     let renamed = ifname("mv");
+    broken.ns().link_down(&broken.ifname).unwrap();
     broken.ns().ip(&["link", "set", &broken.ifname, "name", &renamed]).unwrap();
     let e = fails(&host, "CHECK", &benv, &bconf, 101);
     assert!(e["msg"].as_str().unwrap().contains("missing"), "{e}");
     broken.ns().ip(&["link", "set", &renamed, "name", &broken.ifname]).unwrap();
+    broken.ns().link_up(&broken.ifname).unwrap();
     ok(&host, "CHECK", &benv, &bconf);
     // CHECK with a configuration asking for another function than ADD attached.
     let e = fails(&host, "CHECK", &benv, &broken.conf(json!({"function": "reflect"})), 101);
