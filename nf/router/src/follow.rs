@@ -159,9 +159,17 @@ pub fn spawn() -> Result<Option<i32>> {
     if running_pid().is_some() {
         return Ok(None);
     }
-    let exe = std::env::current_exe().context("finding the xnf executable")?;
     let log = std::fs::File::create(state::run_dir()?.join("router-follow.log"))?;
-    let mut cmd = Command::new(exe);
+    // This very binary, through the kernel's link to it rather than a path:
+    // under `ip netns exec`, xnf has joined the host's mount namespace
+    // (state::join_host_mount_ns), where the path the kernel gives for the
+    // binary may lead nowhere (`/debug/xnf` when it lives on a mount of its
+    // own, as target/ does in the kernel matrix's guests).
+    let mut cmd = Command::new("/proc/self/exe");
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.arg0("xnf");
+    }
     cmd.args(["router", "follow"]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: setsid is async-signal-safe; the child leaves our session so
     // it outlives the terminal that ran `attach`.
