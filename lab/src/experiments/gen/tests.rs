@@ -13,6 +13,18 @@ fn args(a: &[&str]) -> GenArgs {
     crate::engine::driver::parse_options(a).unwrap()
 }
 
+/// Whether the clock can be trusted: in the kernel matrix's guests
+/// (scripts/kernels.sh sets XNF_GUEST), the CPU is emulated at a tenth of
+/// the host's speed, so rates and durations are not checked there; counts,
+/// bytes and checksums are, as everywhere.
+fn timing_checked() -> bool {
+    let emulated = std::env::var_os("XNF_GUEST").is_some();
+    if emulated {
+        println!("emulated guest: rates and durations not checked");
+    }
+    !emulated
+}
+
 /// These tests measure time and share the CPUs: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -85,6 +97,9 @@ fn a_rate_with_a_count_sends_the_count_at_the_rate() {
         let (p, r) = run(&["--cpus", cpus, "--rate", "40000", "--count", "20000", "--tcp", "--flows", "4", "--verify"]);
         let secs = t0.elapsed().as_secs_f64();
         assert_exact("rate + count", &p, &r, 20_000);
+        if !timing_checked() {
+            continue;
+        }
         // 0.5 s of sending (other tests may share the CPUs: some slack).
         assert!(r.seconds > 0.45 && r.seconds < 2.0, "CPUs {cpus}: sending took {:.2} s", r.seconds);
         assert!(secs < 10.0, "the whole run took {secs:.1} s");
@@ -95,10 +110,12 @@ fn a_rate_with_a_count_sends_the_count_at_the_rate() {
 fn a_rate_for_some_seconds_holds_the_rate() {
     let (_, r) = run(&["--rate", "200000", "--seconds", "2"]);
     let want = 400_000.0;
+    assert_eq!(r.received, r.sent);
     // The last call may end a little after the deadline when other
     // tests share the CPU.
-    assert!((r.sent as f64 - want).abs() < want * 0.1, "sent {} in 2 s at 200 kpps", r.sent);
-    assert_eq!(r.received, r.sent);
+    if timing_checked() {
+        assert!((r.sent as f64 - want).abs() < want * 0.1, "sent {} in 2 s at 200 kpps", r.sent);
+    }
     let samples = &r.results.as_ref().unwrap().samples;
     assert!((2..=3).contains(&samples.len()), "{} one-second samples", samples.len());
     assert!(samples.iter().all(|s| s.variant == "gen" && matches!(s.kind, SampleKind::Load { .. })));
