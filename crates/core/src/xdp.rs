@@ -111,6 +111,7 @@ impl XdpLink {
         };
         if fd < 0 {
             let err = io::Error::from_raw_os_error(-fd);
+            crate::features::Feature::XdpLink.require()?;
             let why = match (-fd, mode) {
                 (libc::EOPNOTSUPP, XdpMode::Native) => format!(
                     "the driver of {ifname} has no native XDP support; use --mode skb (slower)"

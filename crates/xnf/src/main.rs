@@ -50,6 +50,17 @@ enum Command {
     /// goes to user space, the rest stays with the kernel.
     #[command(subcommand)]
     Afxdp(xnf_afxdp::cli::AfxdpCmd),
+    /// Probe the running kernel for the features xnf uses: BPF links, map
+    /// types, live frames, tracepoints, kprobes, 802.1Q, IPVS, ipip.
+    Features {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// Print nothing; fail with one line naming the first of these
+        /// features the kernel lacks (repeatable), e.g. --require kprobes.
+        #[arg(long, value_name = "FEATURE")]
+        require: Vec<String>,
+    },
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -67,6 +78,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Apply { file } => xnf_chain::cli::apply(&file),
         Command::Lab(cmd) => xnf_lab::cli::run(cmd),
         Command::Afxdp(cmd) => xnf_afxdp::cli::run(cmd),
+        Command::Features { json, require } => xnf_core::features::command(json, &require),
     }
 }
 

@@ -412,7 +412,8 @@ impl GenProgram {
         if rc < 0 {
             let err = std::io::Error::from_raw_os_error(-rc);
             if -rc == libc::EINVAL {
-                bail!("live-frame BPF_PROG_TEST_RUN refused ({err}): the kernel needs BPF_F_TEST_XDP_LIVE_FRAMES (Linux 5.18+) and rx queue {queue} on the device");
+                xnf_core::features::Feature::LiveFrames.require()?;
+                bail!("live-frame BPF_PROG_TEST_RUN refused ({err}): the device has no rx queue {queue}");
             }
             bail!("live-frame BPF_PROG_TEST_RUN failed: {err}");
         }

@@ -1,6 +1,7 @@
 //! The AF_XDP selector (`afxdp.bpf.c`): hands the selected traffic to
 //! the AF_XDP socket of its RX queue, leaves the rest to the kernel.
 
+use xnf_core::features::{explain, Feature};
 use std::os::fd::{AsFd, AsRawFd};
 
 use anyhow::{ensure, Context, Result};
@@ -72,7 +73,8 @@ impl Drop for AfxdpProgram {
 impl AfxdpProgram {
     pub fn load() -> Result<Self> {
         let open = AfxdpSkelBuilder::default().open(object_storage()).context("opening the afxdp BPF object")?;
-        Ok(Self { skel: open.load().context("loading the afxdp program")?, queues: Default::default() })
+        let skel = open.load().context("loading the afxdp program").map_err(|e| explain(e, &[Feature::Xskmap]))?;
+        Ok(Self { skel, queues: Default::default() })
     }
 
     pub fn prog(&self) -> &ProgramMut<'static> {

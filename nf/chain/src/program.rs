@@ -3,6 +3,7 @@
 //! counters). The control plane in `xnf chain` keeps them in step with its
 //! registry; the packet tests fill them directly.
 
+use xnf_core::features::{explain, Feature};
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
@@ -200,7 +201,10 @@ impl ChainProgram {
                 map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
             }
         }
-        let skel = open.load().context("loading the chain program into the kernel failed (verifier or missing BPF support; see `dmesg`)")?;
+        let skel = open
+            .load()
+            .context("loading the chain program into the kernel failed (verifier or missing BPF support; see `dmesg`)")
+            .map_err(|e| explain(e, &[Feature::DevmapHash]))?;
         Ok(Self { skel })
     }
 

@@ -1,6 +1,7 @@
 //! The router program (`router.bpf.c`): loading it, and reading and
 //! writing the maps all its instances share.
 
+use xnf_core::features::{explain, Feature};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -75,10 +76,13 @@ impl RouterProgram {
                     .with_context(|| format!("setting pin path for map {name}"))?;
             }
         }
-        let skel = open.load().context(
-            "loading the router into the kernel failed (verifier or missing BPF support; \
-             run with RUST_LOG unset and check `dmesg`)",
-        )?;
+        let skel = open
+            .load()
+            .context(
+                "loading the router into the kernel failed (verifier or missing BPF support; \
+                 run with RUST_LOG unset and check `dmesg`)",
+            )
+            .map_err(|e| explain(e, &[Feature::DevmapHash]))?;
         Ok(Self { skel })
     }
 
