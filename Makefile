@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all deps build demo test fuzz clippy clean
+.PHONY: all deps build demo test test-host test-kernels fuzz clippy clean
 
 all: build
 
@@ -23,10 +23,20 @@ demo: build
 	$(XNF) lab router --load-curve 4 --json results/demo.json --csv results/demo.csv
 	$(XNF) lab report results/demo.json -o results/demo.html
 
-## test: unit tests, BPF packet tests and namespace integration tests.
-test: deps
+## test: every test on this machine's kernel, then again inside each kernel
+## of the matrix (Debian's 6.1, booted under qemu; see README "Kernels").
+## While developing: `make test-host` (this kernel only), `make test-kernels
+## KERNEL=6.1` (one guest kernel), or scripts/kernels.sh test 6.1 router-vlan.
+test: test-host test-kernels
+
+test-host: deps
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace
+
+KERNEL ?= all
+test-kernels: deps
+	@scripts/kernels.sh setup
+	@scripts/kernels.sh test $(KERNEL)
 
 ## fuzz: every program's differential fuzzer with fresh random seeds, round
 ## after round, until stopped (FUZZ_ROUNDS=N rounds, FUZZ_FRAMES per program

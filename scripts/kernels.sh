@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# The kernel matrix: runs xnf's test binaries inside Debian kernels booted
+# under qemu, sharing this machine's root filesystem (virtme-ng).
+#
+#   scripts/kernels.sh setup          install qemu, virtme-ng and the kernels
+#   scripts/kernels.sh list           the kernels the matrix runs
+#   scripts/kernels.sh test [KERNEL] [BINARY...]
+#                                     every test binary (or those named, e.g.
+#                                     router-netns, router-vlan) in every
+#                                     kernel (or KERNEL, e.g. 6.1)
+#
+# Why software emulation: nested KVM does not boot a Debian kernel on the
+# machines this project runs on (see the README's kernel section); TCG does,
+# at roughly a tenth of the speed, which is fine for correctness and
+# meaningless for performance — the lab stays on the host.
+#
+# The kernels are Debian's generic `linux-image-*-amd64-unsigned` (the
+# `cloud` flavour lacks 9p, which the guest's root filesystem needs):
+# the newest 6.1 (the oldest kernel xnf claims), and the newest kernel the
+# package sources offer if that is another series. Each is unpacked under
+# /opt/xnf/kernels/SERIES, not installed: the host's /boot, initramfs and
+# module tree stay as they are, and virtme-ng finds the modules beside the
+# image.
+#
+# Environment:
+#   XNF_GUEST_FUZZ_FRAMES  frames per fuzzer in a guest (default 100000)
+#   XNF_GUEST_MEMORY       guest memory (default 2G)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+opt=/opt/xnf
+venv=$opt/venv
+kdir=$opt/kernels
+vng_version=1.42
+
+die() { echo "xnf kernels: $*" >&2; exit 1; }
+
+# --- setup -----------------------------------------------------------------
+
+install_packages() {
+	# qemu runs the guest; busybox-static builds virtme-ng's initramfs; kmod
+	# loads the guest's modules (8021q, ip_vs, ipip) from the shared root.
+	local pkgs=(qemu-system-x86 busybox-static kmod file python3-venv) missing=()
+	for p in "${pkgs[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return
+	[ "$(id -u)" = 0 ] || die "missing packages: ${missing[*]}; run as root"
+	echo "xnf kernels: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+install_vng() {
+	[ -x "$venv/bin/vng" ] && "$venv/bin/vng" --version 2>/dev/null | grep -q "$vng_version" && return
+	echo "xnf kernels: installing virtme-ng $vng_version in $venv"
+	python3 -m venv "$venv" || die "python3 -m venv failed: apt-get install python3-venv"
+	"$venv/bin/pip" install -q "virtme-ng==$vng_version" || die "pip could not install virtme-ng $vng_version"
+}
+
+# The newest generic amd64 image package of a series ("6.1") or of any series ("").
+newest_package() {
+	apt-cache search --names-only "^linux-image-${1}[0-9.]*-[0-9]+-amd64-unsigned$" 2>/dev/null |
+		awk '{print $1}' | sort -V | tail -1
+}
+
+# Series of a package name: linux-image-6.1.0-50-amd64-unsigned -> 6.1
+series_of() { sed -E 's/^linux-image-([0-9]+\.[0-9]+).*/\1/' <<<"$1"; }
+
+install_kernel() {
+	local pkg=$1 series ver dir
+	series=$(series_of "$pkg")
+	ver=$(sed -E 's/^linux-image-(.*)-unsigned$/\1/' <<<"$pkg")
+	dir=$kdir/$series
+	[ -f "$dir/boot/vmlinuz-$ver" ] && [ -f "$dir/lib/modules/$ver/modules.dep" ] && return
+	echo "xnf kernels: fetching $pkg into $dir"
+	local tmp
+	tmp=$(mktemp -d)
+	(cd "$tmp" && apt-get download -qq "$pkg" >/dev/null 2>&1) || { rm -rf "$tmp"; die "apt-get download $pkg failed"; }
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	dpkg-deb -x "$tmp"/*.deb "$dir"
+	rm -rf "$tmp"
+	depmod -b "$dir" "$ver"
+}
+
+setup() {
+	install_packages
+	install_vng
+	local pkgs=() p newest
+	p=$(newest_package "6.1.")
+	[ -n "$p" ] || { apt-get update -qq; p=$(newest_package "6.1."); }
+	[ -n "$p" ] || die "no linux-image-6.1.*-amd64-unsigned in the package sources (Debian 12 has it)"
+	pkgs+=("$p")
+	newest=$(newest_package "")
+	if [ -n "$newest" ] && [ "$(series_of "$newest")" != "6.1" ]; then pkgs+=("$newest"); fi
+	for p in "${pkgs[@]}"; do install_kernel "$p"; done
+}
+
+kernels() {
+	local d
+	for d in "$kdir"/*/boot/vmlinuz-*; do
+		[ -e "$d" ] || continue
+		d=${d#"$kdir"/}
+		echo "${d%%/*}"
+	done | sort -V
+}
+
+image_of() { ls "$kdir/$1"/boot/vmlinuz-* 2>/dev/null | head -1; }
+
+# --- test ------------------------------------------------------------------
+
+# Test binaries of the workspace: "name<TAB>executable<TAB>package dir".
+# The name is the crate's name for unit tests and package-target for
+# integration tests (router-netns, lab-fuzz_gen, ...).
+test_binaries() {
+	cd "$root"
+	cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    t = m["target"]
+    pkg = os.path.dirname(m["manifest_path"])
+    short = os.path.basename(pkg)
+    name = short if t["kind"] == ["lib"] else short + "-" + t["name"]
+    print(name, m["executable"], pkg, sep="\t")
+' | sort
+}
+
+# Kernel-independent binaries the guest leaves to the host, each with why.
+skip_reason() {
+	case $1 in
+	lab-report_render) echo "renders HTML in Chromium: no kernel code" ;;
+	*) return 1 ;;
+	esac
+}
+
+# Writes the script the guest runs: every binary in its package's folder
+# (as cargo runs it), its output and time into the log, and a summary.
+guest_script() {
+	local series=$1 out=$2 list=$3
+	cat <<EOF
+#!/bin/bash
+set -u
+exec >"$out/test.log" 2>&1
+kernel=\$(uname -r)
+echo "xnf kernels: Linux \$kernel (guest $series), \$(nproc) CPUs"
+[ "\$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" = bpf_fs ] || mount -t bpf bpf /sys/fs/bpf
+[ "\$(stat -f -c %T /sys/kernel/tracing 2>/dev/null)" = tracefs ] || mount -t tracefs nodev /sys/kernel/tracing
+export XNF_FUZZ_FRAMES=\${XNF_FUZZ_FRAMES:-${XNF_GUEST_FUZZ_FRAMES:-100000}}
+export XNF_GUEST=$series
+limit=${XNF_GUEST_TIMEOUT:-600}
+failed=()
+total=0
+start=\$(date +%s)
+while IFS=\$'\t' read -r name exe pkg; do
+	total=\$((total + 1))
+	echo "=== \$name (Linux \$kernel)"
+	t0=\$(date +%s)
+	if (cd "\$pkg" && CARGO_MANIFEST_DIR="\$pkg" timeout -k 10 \$limit "\$exe" --test-threads=2 --include-ignored); then
+		echo "=== \$name passed in \$((\$(date +%s) - t0)) s"
+	else
+		echo "=== \$name FAILED on Linux \$kernel in \$((\$(date +%s) - t0)) s"
+		failed+=("\$name")
+	fi
+done <"$list"
+echo "xnf kernels: Linux \$kernel: \$((total - \${#failed[@]}))/\$total test binaries passed in \$((\$(date +%s) - start)) s"
+if [ \${#failed[@]} -gt 0 ]; then
+	echo "xnf kernels: FAILED on Linux \$kernel: \${failed[*]}"
+	echo 1 >"$out/rc"
+else
+	echo 0 >"$out/rc"
+fi
+EOF
+}
+
+run_kernel() {
+	local series=$1 list=$2 img out
+	img=$(image_of "$series")
+	[ -n "$img" ] || die "kernel $series is not set up: run scripts/kernels.sh setup"
+	out=$root/target/kernels/$series
+	rm -rf "$out"
+	mkdir -p "$out"
+	cp "$list" "$out/binaries"
+	guest_script "$series" "$out" "$out/binaries" >"$out/run.sh"
+	chmod +x "$out/run.sh"
+	: >"$out/test.log"
+	echo "xnf kernels: booting $(basename "$img") under qemu (software emulation)"
+	tail -n +1 -f "$out/test.log" &
+	local tailer=$!
+	# --verbose puts the guest console on our stdout; the script's own
+	# output goes to test.log (streamed above), the console to console.log.
+	# /work-style checkouts are shared read-only except target/, where the
+	# guest writes its log and result.
+	PATH=$venv/bin:$PATH vng --run "$img" --disable-kvm --cpus 2 --memory "${XNF_GUEST_MEMORY:-2G}" \
+		--rwdir "$root/target" --cwd "$root" --verbose --append "loglevel=4" \
+		--exec "$out/run.sh" >"$out/console.log" 2>&1 || true
+	sleep 0.2
+	kill "$tailer" 2>/dev/null || true
+	wait "$tailer" 2>/dev/null || true
+	if [ ! -f "$out/rc" ]; then
+		echo "xnf kernels: the $series guest ended without a result; its console:" >&2
+		tail -40 "$out/console.log" >&2
+		return 1
+	fi
+	[ "$(cat "$out/rc")" = 0 ]
+}
+
+test_kernels() {
+	local want=${1:-} names=("${@:2}") status=0
+	[ -x "$venv/bin/vng" ] || die "virtme-ng is not set up: run scripts/kernels.sh setup"
+	list=$(mktemp)
+	trap 'rm -f "$list"' EXIT
+	cd "$root"
+	cargo build --workspace --all-targets -q
+	while IFS=$'\t' read -r name exe pkg; do
+		if [ ${#names[@]} -gt 0 ]; then
+			printf '%s\n' "${names[@]}" | grep -qx "$name" || continue
+		elif why=$(skip_reason "$name"); then
+			echo "xnf kernels: $name runs on the host only: $why" >&2
+			continue
+		fi
+		printf '%s\t%s\t%s\n' "$name" "$exe" "$pkg"
+	done < <(test_binaries) >"$list"
+	[ -s "$list" ] || die "no test binary matches ${names[*]}"
+	local ks
+	ks=$(kernels)
+	[ -n "$ks" ] || die "no kernel is set up: run scripts/kernels.sh setup"
+	for k in $ks; do
+		[ -z "$want" ] || [ "$want" = all ] || [ "$want" = "$k" ] || continue
+		run_kernel "$k" "$list" || status=1
+	done
+	return $status
+}
+
+case ${1:-} in
+setup) setup ;;
+list) kernels ;;
+test) shift; test_kernels "$@" ;;
+*) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
