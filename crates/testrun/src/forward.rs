@@ -141,7 +141,11 @@ impl Kernel {
                     mtu: l.mtu as usize,
                     rpf,
                     forwarding4: sysctl(&format!("ipv4/conf/{name}/forwarding")) != "0",
-                    forwarding6: sysctl(&format!("ipv6/conf/{name}/forwarding")) != "0",
+                    // A device without IPv6 (tunl0, which the ipip module
+                    // puts in every namespace) has no ipv6/conf entry: the
+                    // kernel has no inet6_dev for it and forwards no IPv6.
+                    forwarding6: std::path::Path::new(&format!("/proc/sys/net/ipv6/conf/{name}")).exists()
+                        && sysctl(&format!("ipv6/conf/{name}/forwarding")) != "0",
                     name,
                 };
                 (l.ifindex, dev)
