@@ -130,7 +130,7 @@ for line in sys.stdin:
 ' | sort
 }
 
-# Kernel-independent binaries the guest leaves to the host, each with why.
+# Binaries the guests leave to the host, each with why.
 skip_reason() {
 	case $1 in
 	lab-report_render) echo "renders HTML in Chromium: no kernel code" ;;
@@ -194,8 +194,8 @@ run_kernel() {
 	local tailer=$!
 	# --verbose puts the guest console on our stdout; the script's own
 	# output goes to test.log (streamed above), the console to console.log.
-	# /work-style checkouts are shared read-only except target/, where the
-	# guest writes its log and result.
+	# The checkout is shared read-only except target/, where the guest
+	# writes its log and result.
 	PATH=$venv/bin:$PATH vng --run "$img" --disable-kvm --cpus 2 --memory "${XNF_GUEST_MEMORY:-2G}" \
 		--rwdir "$root/target" --cwd "$root" --verbose --append "loglevel=4" \
 		--exec "$out/run.sh" >"$out/console.log" 2>&1 || true
