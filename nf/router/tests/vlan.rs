@@ -99,10 +99,8 @@ impl VlanLine {
     fn add_dut_vlans(&self) {
         let l = &self.r.line;
         let dut = l.dut();
-        add_vlan(dut, &l.dut_gen_if, &self.dg200, 200);
+        self.add_dut_vlan200();
         add_vlan(dut, &l.dut_sink_if, &self.ds100, 100);
-        addr(dut, &self.dg200, "198.18.20.2/24");
-        addr(dut, &self.dg200, "2001:db8:20::2/64");
         addr(dut, &self.ds100, "198.18.21.1/24");
         addr(dut, &self.ds100, "2001:db8:21::1/64");
         let mac = l.sink_mac.to_string();
@@ -116,6 +114,14 @@ impl VlanLine {
         ] {
             ip(dut, &["neigh", "replace", a, "lladdr", &mac, "nud", "permanent", "dev", dev]);
         }
+    }
+
+    /// dut's VLAN 200 device, facing gen, with its addresses.
+    fn add_dut_vlan200(&self) {
+        let l = &self.r.line;
+        add_vlan(l.dut(), &l.dut_gen_if, &self.dg200, 200);
+        addr(l.dut(), &self.dg200, "198.18.20.2/24");
+        addr(l.dut(), &self.dg200, "2001:db8:20::2/64");
     }
 
     fn vlan_table(&self) -> Vec<(String, String, u64)> {
@@ -218,17 +224,7 @@ fn the_follower_picks_up_vlan_devices_added_and_removed_while_attached() {
     wait_for("ten frames of the removed VLAN counted as vlan-unknown", || v.r.reason("vlan-unknown") - unknown >= 10);
 
     // Added again (a new ifindex): forwarded in XDP again.
-    v.add_dut_vlans_again();
+    v.add_dut_vlan200();
     wait_for("the follower to add VLAN 200 again", || v.vlan_table().len() == 2);
     v.case("tagged -> tagged after the device came back", "198.18.21.3", true);
-}
-
-impl VlanLine {
-    fn add_dut_vlans_again(&self) {
-        let l = &self.r.line;
-        let dut = l.dut();
-        add_vlan(dut, &l.dut_gen_if, &self.dg200, 200);
-        addr(dut, &self.dg200, "198.18.20.2/24");
-        addr(dut, &self.dg200, "2001:db8:20::2/64");
-    }
 }
