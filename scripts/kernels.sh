@@ -116,7 +116,13 @@ image_of() { ls "$kdir/$1"/boot/vmlinuz-* 2>/dev/null | head -1; }
 # integration tests (router-netns, lab-fuzz_gen, ...).
 test_binaries() {
 	cd "$root"
-	cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+	{
+		cargo test --workspace --no-run --message-format=json 2>/dev/null
+		local t
+		for t in "${guest_only[@]}"; do
+			cargo test -p "${t% *}" --test "${t#* }" --no-run --message-format=json 2>/dev/null
+		done
+	} | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -127,8 +133,12 @@ for line in sys.stdin:
     short = os.path.basename(pkg)
     name = short if t["kind"] == ["lib"] else short + "-" + t["name"]
     print(name, m["executable"], pkg, sep="\t")
-' | sort
+' | sort -u
 }
+
+# Test targets with `test = false` that need what only the guests' kernels
+# have (package and target): built and run here only.
+guest_only=("xnf-router vlan")
 
 # Binaries the guests leave to the host, each with why.
 skip_reason() {
@@ -161,7 +171,7 @@ while IFS=\$'\t' read -r name exe pkg; do
 	total=\$((total + 1))
 	echo "=== \$name (Linux \$kernel)"
 	t0=\$(date +%s)
-	if (cd "\$pkg" && CARGO_MANIFEST_DIR="\$pkg" timeout -k 10 \$limit "\$exe" --test-threads=2 --include-ignored); then
+	if (cd "\$pkg" && CARGO_MANIFEST_DIR="\$pkg" timeout -k 10 \$limit "\$exe" --test-threads=2); then
 		echo "=== \$name passed in \$((\$(date +%s) - t0)) s"
 	else
 		echo "=== \$name FAILED on Linux \$kernel in \$((\$(date +%s) - t0)) s"
