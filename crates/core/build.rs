@@ -1,3 +1,3 @@
 fn main() {
-    xnf_build::skeletons(&["abi"]);
+    xnf_build::skeletons(&["abi", "entry"]);
 }

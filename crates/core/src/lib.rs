@@ -7,6 +7,7 @@
 
 pub mod abi;
 pub mod cenum;
+pub mod entry;
 pub mod features;
 pub mod class;
 pub mod fwd;

@@ -69,7 +69,12 @@ fn forget_if_stale() -> Result<()> {
         Err(_) => {}
     }
     std::fs::create_dir_all(&run).with_context(|| format!("creating {}", run.display()))?;
-    std::fs::write(&marker, cookie.to_string()).with_context(|| format!("writing {}", marker.display()))
+    // Written whole under another name, then renamed: a concurrent command
+    // never reads a half-written marker (an empty one would look stale and
+    // make it remove this namespace's live state).
+    let tmp = run.join(format!(".netns-cookie.{}.{:?}", std::process::id(), std::thread::current().id()));
+    std::fs::write(&tmp, cookie.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &marker).with_context(|| format!("writing {}", marker.display()))
 }
 
 /// The parent of process `pid` (from /proc/PID/stat), if readable.

@@ -6,8 +6,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use xnf_core::entry::{self, Stage};
 use xnf_core::state::{self, StateLock};
-use xnf_core::xdp::{veth_peer_warning, XdpLink, XdpMode};
+use xnf_core::xdp::{veth_peer_warning, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
 use crate::follow;
@@ -47,12 +48,10 @@ pub fn pin_dir() -> Result<PathBuf> {
     state::pin_dir("router")
 }
 
-fn link_pin(dir: &Path, ifindex: u32) -> PathBuf {
-    dir.join(format!("link-{ifindex}"))
-}
-
-fn is_attached(dir: &Path, ifindex: u32) -> bool {
-    link_pin(dir, ifindex).exists()
+/// The router's program in `ifindex`'s forward stage, if it is there.
+fn router_stage(ifindex: u32) -> Option<u32> {
+    let info = entry::info(ifindex)?;
+    info.stages.into_iter().find(|(s, _, name)| *s == Stage::Forward && name == "xnf_router").map(|(_, id, _)| id)
 }
 
 /// Opens the pinned maps, or says that nothing is attached.
@@ -110,6 +109,11 @@ pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
 
     // Refuse before changing anything.
     for link in &targets {
+        if let Some(info) = entry::info(link.ifindex) {
+            if let Some((_, _, name)) = info.stages.iter().find(|(s, _, n)| *s == Stage::Forward && n != "xnf_router") {
+                bail!("{}'s forward stage runs {name}; one forwarding function per interface: detach it first", link.name);
+            }
+        }
         let Some(entry) = existing.as_ref().and_then(|m| find_slot(m, link.ifindex)).map(|(_, e)| e) else {
             continue;
         };
@@ -148,7 +152,7 @@ pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
     }
 
     let maps = RouterMaps::open_pinned(&dir)?;
-    follow::sync(&dir, &maps)?;
+    follow::sync(&maps)?;
     report.warnings = warnings(&targets, &links, opts);
     Ok(report)
 }
@@ -178,21 +182,18 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
     maps.set_locals(&sources.locals())?;
     let rpf = sources.rpf(link.ifindex, &link.name)?;
     let entry = IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags(), rpf };
-    let pin = link_pin(dir, link.ifindex);
+    let install = |prog| entry::install(link.ifindex, &link.name, opts.mode, Stage::Forward, |_| Ok(prog), RouterProgram::prog);
 
-    if current.is_some() && pin.exists() {
-        // Same slot, same counters: only the program changes, atomically.
-        XdpLink::open(&pin)?.update(prog.prog())?;
+    if current.is_some() && router_stage(link.ifindex).is_some() {
+        // Same slot, same counters: only the program changes, in one
+        // update of the forward stage's slot.
+        install(prog)?;
         maps.update_iface(slot, entry)?;
         return Ok(Outcome::Replaced);
     }
     maps.set_iface(slot, entry)?;
     maps.add_port(link.ifindex, opts.mode == XdpMode::Skb)?;
-    let attached = XdpLink::create(prog.prog(), link.ifindex, &link.name, opts.mode).and_then(|l| {
-        l.pin(&pin)?;
-        Ok(l)
-    });
-    if let Err(e) = attached {
+    if let Err(e) = install(prog) {
         maps.del_port(link.ifindex)?;
         maps.clear_iface(slot)?;
         return Err(e);
@@ -236,27 +237,22 @@ pub fn detach(names: &[String]) -> Result<()> {
             .find(|l| &l.name == name)
             .with_context(|| format!("no interface named {name:?} in this network namespace"))?;
         let (slot, _) = find_slot(&maps, link.ifindex)
-            .filter(|_| is_attached(&dir, link.ifindex))
+            .filter(|_| router_stage(link.ifindex).is_some())
             .with_context(|| format!("{name} is not attached to the router (`xnf router status` lists what is)"))?;
         todo.push((slot, link.ifindex));
     }
     for (slot, ifindex) in todo {
-        forget(&dir, &maps, slot, ifindex)?;
+        forget(&maps, slot, ifindex)?;
     }
     cleanup_if_unused(&dir);
     Ok(())
 }
 
 /// Removes one interface from the router: link, devmap entry, slot, VLANs.
-pub(crate) fn forget(dir: &Path, maps: &RouterMaps, slot: u32, ifindex: u32) -> Result<()> {
-    let pin = link_pin(dir, ifindex);
-    if pin.exists() {
-        // Detach explicitly: a process holding the link open must not keep
-        // the program attached after the operator asked for it to go.
-        if let Ok(l) = XdpLink::open(&pin) {
-            let _ = l.detach();
-        }
-        std::fs::remove_file(&pin).with_context(|| format!("removing {}", pin.display()))?;
+pub(crate) fn forget(maps: &RouterMaps, slot: u32, ifindex: u32) -> Result<()> {
+    // Ours, or stale pins of an interface that went away.
+    if router_stage(ifindex).is_some() || entry::info(ifindex).is_none() {
+        entry::remove(ifindex, Stage::Forward)?;
     }
     maps.del_port(ifindex)?;
     maps.clear_iface(slot)?;
@@ -303,14 +299,14 @@ pub struct Attached {
 
 /// The attached interfaces, in slot order.
 pub fn attached() -> Result<Vec<Attached>> {
-    let (dir, maps) = open_maps()?;
+    let (_, maps) = open_maps()?;
     let links = netlink::links()?;
     maps.ifaces()?
         .into_iter()
         .map(|(slot, e)| {
             let opts = AttachOptions::from_flags(e.flags);
             let name = links.iter().find(|l| l.ifindex == e.ifindex).map(|l| l.name.clone());
-            let prog_id = XdpLink::open(&link_pin(&dir, e.ifindex)).ok().and_then(|l| l.info().ok()).map(|(_, p)| p);
+            let prog_id = router_stage(e.ifindex);
             Ok(Attached {
                 name: name.unwrap_or_else(|| format!("(gone, ifindex {})", e.ifindex)),
                 ifindex: e.ifindex,

@@ -6,7 +6,6 @@
 //! addresses and IPv4 device settings, and once a second regardless.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -49,7 +48,7 @@ impl SyncReport {
 }
 
 /// Brings the maps in line with the current links.
-pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
+pub fn sync(maps: &RouterMaps) -> Result<SyncReport> {
     let links = netlink::links()?;
     let sources = Sources::read()?;
     let mut report = SyncReport::default();
@@ -63,7 +62,7 @@ pub fn sync(dir: &Path, maps: &RouterMaps) -> Result<SyncReport> {
         match links.iter().find(|l| l.ifindex == entry.ifindex) {
             None => {
                 // The device is gone (and with it the kernel's link): drop our state.
-                crate::attach::forget(dir, maps, slot, entry.ifindex)?;
+                crate::attach::forget(maps, slot, entry.ifindex)?;
                 report.ifaces_gone.push(entry.ifindex);
             }
             Some(link) => {
@@ -113,7 +112,7 @@ pub fn run() -> Result<()> {
                 eprintln!("xnf router follow: router detached, exiting");
                 return Ok(());
             };
-            let report = sync(&dir, &maps)?;
+            let report = sync(&maps)?;
             if !report.is_empty() {
                 eprintln!("xnf router follow: {report:?}");
             }

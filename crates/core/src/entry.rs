@@ -1,0 +1,243 @@
+//! The entry program and its stages: how network functions share one
+//! interface (`bpf/include/xnf/stage.h` says what each stage may return).
+//!
+//! Per interface, pinned under `/sys/fs/bpf/xnf/<netns>/entry/<ifindex>/`:
+//! `stages` (the PROG_ARRAY) and `link-native` or `link-skb` (the entry
+//! program's XDP link; its name records the mode). A network function
+//! installs its stage with [`install`], which loads the stage program with
+//! the interface's array, fills the slot and, for the first stage, attaches
+//! the entry program; [`remove`] empties the slot and, with the last one,
+//! detaches the entry and removes the pins. Both hold the `entry` state
+//! lock: a network function takes its own lock first, never the reverse.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+
+use crate::state::{self, StateLock};
+use crate::xdp::{XdpLink, XdpMode};
+
+mod skel {
+    #![allow(clippy::all, missing_docs, non_camel_case_types, unused)]
+    include!(concat!(env!("OUT_DIR"), "/entry.skel.rs"));
+}
+
+/// A stage slot, in the order frames meet them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Filter,
+    Lb,
+    /// `xnf router` or `xnf chain` (one of them).
+    Forward,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 3] = [Stage::Filter, Stage::Lb, Stage::Forward];
+
+    fn slot(self) -> u32 {
+        use skel::types::xnf_stage as S;
+        match self {
+            Stage::Filter => S::XNF_STAGE_FILTER.0,
+            Stage::Lb => S::XNF_STAGE_LB.0,
+            Stage::Forward => S::XNF_STAGE_FORWARD.0,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Filter => "filter",
+            Stage::Lb => "lb",
+            Stage::Forward => "forward",
+        }
+    }
+}
+
+const SLOTS: u32 = skel::types::xnf_stage::XNF_STAGES.0;
+const _: () = assert!(SLOTS as usize == Stage::ALL.len());
+const LOCK: &str = "entry";
+
+fn dir(ifindex: u32) -> Result<PathBuf> {
+    Ok(state::pin_dir("entry")?.join(ifindex.to_string()))
+}
+
+fn link_pin(dir: &Path, mode: XdpMode) -> PathBuf {
+    dir.join(format!("link-{}", mode.name()))
+}
+
+/// The mode of the entry attached to the interface whose pins are in `dir`,
+/// when its link is still attached to `ifindex`.
+fn live_mode(dir: &Path, ifindex: u32) -> Option<XdpMode> {
+    [XdpMode::Native, XdpMode::Skb].into_iter().find(|&m| {
+        XdpLink::open(&link_pin(dir, m)).and_then(|l| l.info()).is_ok_and(|(i, _)| i == ifindex)
+    })
+}
+
+/// Pins left by an interface that went away (its ifindex may be reused).
+fn remove_stale(dir: &Path, ifindex: u32) {
+    if dir.exists() && live_mode(dir, ifindex).is_none() {
+        remove_pins(dir);
+    }
+}
+
+fn remove_pins(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    state::remove_empty_dirs(dir);
+}
+
+fn create_stages() -> Result<MapHandle> {
+    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+    MapHandle::create(MapType::ProgArray, Some("xnf_stages"), 4, 4, SLOTS, &opts).context("creating the stage array")
+}
+
+/// A loaded entry program, bound to one stage array.
+struct EntryProgram {
+    skel: skel::EntrySkel<'static>,
+}
+
+impl EntryProgram {
+    fn load(stages: &MapHandle) -> Result<Self> {
+        let mut open = skel::EntrySkelBuilder::default().open(crate::maps::object_storage()).context("opening the entry program")?;
+        open.maps.xnf_stages.reuse_fd(stages.as_fd()).context("giving the entry program its stage array")?;
+        Ok(Self { skel: open.load().context("loading the entry program")? })
+    }
+}
+
+/// Installs stage `stage` on interface `ifindex` (`ifname` for messages):
+/// `load` loads the stage program given the interface's stage array (to
+/// reuse before load; see `reuse_stages`), and its program fills the slot,
+/// replacing what was there in one update. The first stage attaches the
+/// entry program in `mode`; later ones must ask for the same mode. Returns
+/// what `load` returned (the caller keeps its maps).
+pub fn install<P>(ifindex: u32, ifname: &str, mode: XdpMode, stage: Stage, load: impl FnOnce(&MapHandle) -> Result<P>, prog: impl Fn(&P) -> &libbpf_rs::ProgramMut<'static>) -> Result<P> {
+    state::ensure_bpffs()?;
+    let _lock = StateLock::acquire(LOCK)?;
+    let dir = dir(ifindex)?;
+    remove_stale(&dir, ifindex);
+    if let Some(m) = live_mode(&dir, ifindex) {
+        if m != mode {
+            bail!(
+                "{ifname} runs xnf in {} mode ({}); every network function on one interface shares the mode: \
+                 use --mode {} or detach the others first",
+                m.name(),
+                describe(&dir)?,
+                m.name()
+            );
+        }
+        let stages = MapHandle::from_pinned_path(dir.join("stages")).context("opening the stage array")?;
+        let p = load(&stages)?;
+        fill(&stages, stage, prog(&p))?;
+        return Ok(p);
+    }
+    // A fresh interface: stage first, then the entry that runs it.
+    let stages = create_stages()?;
+    let p = load(&stages)?;
+    fill(&stages, stage, prog(&p))?;
+    let entry = EntryProgram::load(&stages)?;
+    let link = XdpLink::create(entry.skel.progs.xnf_entry.as_fd(), ifindex, ifname, mode)?;
+    let pinned = std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating {}", dir.display()))
+        .and_then(|_| crate::xdp::pin_fd(stages.as_fd(), &dir.join("stages")))
+        .and_then(|_| link.pin(&link_pin(&dir, mode)));
+    if let Err(e) = pinned {
+        let _ = link.detach();
+        remove_pins(&dir);
+        return Err(e);
+    }
+    Ok(p)
+}
+
+fn fill(stages: &MapHandle, stage: Stage, prog: &libbpf_rs::ProgramMut<'static>) -> Result<()> {
+    let fd = prog.as_fd();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd) as u32;
+    stages
+        .update(&stage.slot().to_ne_bytes(), &raw.to_ne_bytes(), MapFlags::ANY)
+        .with_context(|| format!("installing the {} stage", stage.name()))
+}
+
+/// Empties `stage`'s slot on `ifindex`; with no stage left, detaches the
+/// entry program and removes its pins. Absent stages are not an error.
+pub fn remove(ifindex: u32, stage: Stage) -> Result<()> {
+    let _lock = StateLock::acquire(LOCK)?;
+    let dir = dir(ifindex)?;
+    let Ok(stages) = MapHandle::from_pinned_path(dir.join("stages")) else {
+        remove_pins(&dir);
+        return Ok(());
+    };
+    crate::maps::delete_if_present(&stages, &stage.slot().to_ne_bytes())?;
+    if Stage::ALL.iter().any(|&s| prog_id(&stages, s).is_some()) {
+        return Ok(());
+    }
+    for mode in [XdpMode::Native, XdpMode::Skb] {
+        if let Ok(l) = XdpLink::open(&link_pin(&dir, mode)) {
+            // Explicitly: a process holding the link open must not keep
+            // the entry attached once the last stage is gone.
+            let _ = l.detach();
+        }
+    }
+    remove_pins(&dir);
+    Ok(())
+}
+
+fn prog_id(stages: &MapHandle, stage: Stage) -> Option<u32> {
+    // A PROG_ARRAY read from user space gives the program's id.
+    let v = stages.lookup(&stage.slot().to_ne_bytes(), MapFlags::ANY).ok()??;
+    Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
+}
+
+/// One interface's entry: its mode and the program id in each slot.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct EntryInfo {
+    pub ifindex: u32,
+    pub mode: XdpMode,
+    /// Id of the entry program attached to the interface.
+    pub entry_prog_id: u32,
+    /// `(stage, program id, program name)` of the stages present, in order.
+    pub stages: Vec<(Stage, u32, String)>,
+}
+
+/// The entry of `ifindex` in this network namespace, if one is attached.
+pub fn info(ifindex: u32) -> Option<EntryInfo> {
+    let dir = dir(ifindex).ok()?;
+    let mode = live_mode(&dir, ifindex)?;
+    let (_, entry_prog_id) = XdpLink::open(&link_pin(&dir, mode)).and_then(|l| l.info()).ok()?;
+    let stages = MapHandle::from_pinned_path(dir.join("stages")).ok()?;
+    let present = Stage::ALL
+        .iter()
+        .filter_map(|&s| prog_id(&stages, s).map(|id| (s, id, prog_name(id).unwrap_or_default())))
+        .collect();
+    Some(EntryInfo { ifindex, mode, entry_prog_id, stages: present })
+}
+
+/// The program id in `stage`'s slot on `ifindex`, if any.
+pub fn installed(ifindex: u32, stage: Stage) -> Option<u32> {
+    info(ifindex)?.stages.into_iter().find(|(s, _, _)| *s == stage).map(|(_, id, _)| id)
+}
+
+fn prog_name(id: u32) -> Option<String> {
+    let fd = libbpf_rs::query::ProgInfoIter::default().find(|p| p.id == id)?;
+    Some(fd.name.to_string_lossy().into_owned())
+}
+
+/// "filter + router"-style summary of the stages in `dir`, for messages.
+fn describe(dir: &Path) -> Result<String> {
+    let stages = MapHandle::from_pinned_path(dir.join("stages")).context("opening the stage array")?;
+    let names: Vec<String> = Stage::ALL
+        .iter()
+        .filter_map(|&s| prog_id(&stages, s).map(|id| prog_name(id).unwrap_or_else(|| s.name().into())))
+        .collect();
+    Ok(if names.is_empty() { "no stages".into() } else { names.join(" + ") })
+}
+
+/// Gives a stage program being opened the interface's stage array, so that
+/// its "continue" tail-calls the stages after it on this interface.
+pub fn reuse_stages(map: &mut libbpf_rs::OpenMapMut<'_>, stages: &MapHandle) -> Result<()> {
+    map.reuse_fd(stages.as_fd()).context("giving a stage its interface's stage array")
+}
