@@ -59,3 +59,27 @@ pub fn on_interrupt(f: impl FnOnce(&str) + Send + 'static) -> Result<()> {
     });
     Ok(())
 }
+
+/// Starts this very binary as `xnf ARGS...`, detached: in a session of its
+/// own (it outlives the terminal that started it), stdin closed, output to
+/// `log`. Returns its pid. Through the kernel's link to the binary rather
+/// than a path: under `ip netns exec`, xnf has joined the host's mount
+/// namespace (state::join_host_mount_ns), where the path the kernel gives
+/// for the binary may lead nowhere (`/debug/xnf` when it lives on a mount
+/// of its own, as target/ does in the kernel matrix's guests).
+pub fn spawn_detached(args: &[&str], log: &std::path::Path) -> Result<u32> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg0("xnf");
+    cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().with_context(|| format!("starting `xnf {}`", args.join(" ")))?;
+    Ok(child.id())
+}

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-/// XDP network functions: a router on the kernel FIB, chains of NFs in
+/// XDP network functions: a router on the kernel FIB, a DDoS filter, chains of NFs in
 /// containers, user-space NFs over AF_XDP, and the lab that measures them.
 #[derive(Parser)]
 #[command(name = "xnf", version, propagate_version = true)]
@@ -26,6 +26,10 @@ enum Command {
     /// Forward IPv4/IPv6 in XDP using the kernel's routes and neighbours.
     #[command(subcommand)]
     Router(xnf_router::cli::RouterCmd),
+    /// A DDoS filter and firewall in XDP: prefixes and lists, ports, TCP
+    /// flags, ICMP types, VLANs, lengths; drop, pass, count, rate-limit.
+    #[command(subcommand)]
+    Filter(xnf_filter::cli::FilterCmd),
     /// Attach a do-nothing XDP program so a veth end receives redirected frames.
     #[command(subcommand)]
     Pass(xnf_pass::cli::PassCmd),
@@ -72,6 +76,7 @@ fn run(cli: Cli) -> Result<()> {
     xnf_core::runtime::raise_memlock();
     match cli.command {
         Command::Router(cmd) => xnf_router::cli::run(cmd),
+        Command::Filter(cmd) => xnf_filter::cli::run(cmd),
         Command::Pass(cmd) => xnf_pass::cli::run(cmd),
         Command::Nf(cmd) => xnf_chain::cli::nf(cmd),
         Command::Chain(cmd) => xnf_chain::cli::chain(cmd),

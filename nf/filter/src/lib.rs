@@ -1,8 +1,31 @@
 //! xnf filter: a DDoS filter and firewall in XDP (seed 003 §5.1).
 //!
-//! This crate holds, so far, the filter's rule language ([`rules`]) and its
-//! prefix lists ([`prefixes`]), checked whole before anything changes. The
-//! data plane, its control plane and `xnf filter` come next (README).
+//! - [`rules`]: the rule file (TOML), checked whole before anything changes;
+//! - [`prefixes`]: prefix lists in the format of public blocklists;
+//! - [`program`]: the BPF program (`filter.bpf.c`) and its shared maps;
+//! - [`compile`]: a checked rule file as the data plane's tables;
+//! - [`attach`]: the filter as the first stage of interfaces' entry programs;
+//! - [`apply`]: converging to a rule file, confirm or roll back;
+//! - [`report`], [`capture`]: status, counters, top sources, pcap of drops;
+//! - [`cli`]: the `xnf filter` commands.
 
+pub mod apply;
+pub mod attach;
+pub mod capture;
+pub mod cli;
+pub mod compile;
 pub mod prefixes;
+pub mod program;
+pub mod report;
 pub mod rules;
+
+mod skel {
+    //! Generated skeleton.
+    #![allow(clippy::all, missing_docs, non_camel_case_types, unused)]
+    pub mod filter {
+        include!(concat!(env!("OUT_DIR"), "/filter.skel.rs"));
+    }
+}
+
+pub use apply::{apply_file, apply_text, confirm, rollback, Outcome};
+pub use attach::{attach, detach};

@@ -48,6 +48,11 @@ impl PrefixList {
         Self::parse(&text, &path.display().to_string())
     }
 
+    /// Every entry, IPv4 first.
+    pub fn nets(&self) -> Vec<IpNet> {
+        self.v4.iter().copied().map(IpNet::V4).chain(self.v6.iter().copied().map(IpNet::V6)).collect()
+    }
+
     pub fn len(&self) -> usize {
         self.v4.len() + self.v6.len()
     }

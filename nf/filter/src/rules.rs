@@ -135,6 +135,10 @@ struct RawRule {
 
 /// Most rules a file may hold (the data plane's table size).
 pub const MAX_RULES: usize = 256;
+/// Largest rate (per second): the data plane's buckets refill per nanosecond.
+pub const MAX_RATE: u64 = 1 << 40;
+/// Largest burst: the data plane counts billionths of a packet or byte.
+pub const MAX_BURST: u64 = u64::MAX / 1_000_000_000 / 4;
 
 const TCP_FLAGS: [(&str, u8); 8] =
     [("FIN", 0x01), ("SYN", 0x02), ("RST", 0x04), ("PSH", 0x08), ("ACK", 0x10), ("URG", 0x20), ("ECE", 0x40), ("CWR", 0x80)];
@@ -241,8 +245,8 @@ fn check(r: &RawRule, name: String, line: usize, lists: &BTreeMap<String, String
     let length = r.length.as_ref().map(range).transpose().map_err(f("length"))?;
     let tcp_flags = r.tcp_flags.as_deref().map(parse_tcp_flags).transpose().map_err(f("tcp_flags"))?;
     let fail = |field: &'static str, msg: String| Err((field, anyhow::anyhow!(msg)));
-    if (sport.is_some() || dport.is_some()) && !matches!(proto, Some(6 | 17 | 132)) {
-        return fail(if sport.is_some() { "sport" } else { "dport" }, "ports need proto = \"tcp\", \"udp\" or \"sctp\"".into());
+    if (sport.is_some() || dport.is_some()) && !matches!(proto, Some(6 | 17)) {
+        return fail(if sport.is_some() { "sport" } else { "dport" }, "ports need proto = \"tcp\" or \"udp\"".into());
     }
     if tcp_flags.is_some() && proto != Some(6) {
         return fail("tcp_flags", "TCP flags need proto = \"tcp\"".into());
@@ -280,6 +284,11 @@ fn check(r: &RawRule, name: String, line: usize, lists: &BTreeMap<String, String
         "rate-limit" => {
             if r.pps.is_none() && r.bps.is_none() {
                 return fail("action", "rate-limit needs pps (packets/s) or bps (bytes/s)".into());
+            }
+            for (field, v, max) in [("pps", r.pps, MAX_RATE), ("bps", r.bps, MAX_RATE), ("burst", r.burst, MAX_BURST)] {
+                if v.is_some_and(|v| v > max) {
+                    return fail(field, format!("{} is beyond {max}", v.unwrap_or_default()));
+                }
             }
             if r.pps == Some(0) || r.bps == Some(0) {
                 return fail(if r.pps == Some(0) { "pps" } else { "bps" }, "a rate of 0 is a drop rule: write action = \"drop\"".into());

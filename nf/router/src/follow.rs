@@ -6,10 +6,9 @@
 //! addresses and IPv4 device settings, and once a second regardless.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use xnf_core::state::{self, StateLock};
 use xnf_netns::netlink::{self, Link, LinkEvents};
 
@@ -158,29 +157,7 @@ pub fn spawn() -> Result<Option<i32>> {
     if running_pid().is_some() {
         return Ok(None);
     }
-    let log = std::fs::File::create(state::run_dir()?.join("router-follow.log"))?;
-    // This very binary, through the kernel's link to it rather than a path:
-    // under `ip netns exec`, xnf has joined the host's mount namespace
-    // (state::join_host_mount_ns), where the path the kernel gives for the
-    // binary may lead nowhere (`/debug/xnf` when it lives on a mount of its
-    // own, as target/ does in the kernel matrix's guests).
-    let mut cmd = Command::new("/proc/self/exe");
-    {
-        use std::os::unix::process::CommandExt;
-        cmd.arg0("xnf");
-    }
-    cmd.args(["router", "follow"]).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
-    // SAFETY: setsid is async-signal-safe; the child leaves our session so
-    // it outlives the terminal that ran `attach`.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let child = cmd.spawn().context("starting `xnf router follow`")?;
-    let pid = child.id() as i32;
+    let pid = xnf_core::runtime::spawn_detached(&["router", "follow"], &state::run_dir()?.join("router-follow.log"))? as i32;
     std::fs::write(pid_file()?, pid.to_string())?;
     Ok(Some(pid))
 }

@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * xnf filter: a DDoS filter and firewall at the XDP hook (seed 003 §5.1).
+ *
+ * The first stage of an interface's entry program (xnf/stage.h). Each IP
+ * frame is matched against the rule set, first match wins, in order; what
+ * no rule takes meets the default policy. A frame that is let through
+ * continues to the next stage (the load balancer, the router) in the same
+ * XDP run, or to the kernel; a dropped frame costs the kernel nothing.
+ *
+ * Decided here, for every frame (README, "What the filter does with..."):
+ * - not IP (ARP, LLDP, ...): not the rules' business; continues;
+ * - an IP header the kernel would drop too (parse.h: "malformed"): dropped;
+ * - stacked VLAN tags (QinQ), which the parser does not look into: the
+ *   default policy, since no rule can be checked;
+ * - a rule with L4 fields (ports, TCP flags, ICMP type) and a frame that
+ *   does not show them (a later fragment, a truncated L4 header, too many
+ *   extension headers): fail-closed. A drop or rate-limit rule takes the
+ *   frame, a pass or count rule does not, so an undeterminable frame never
+ *   gets past a drop rule by accident, nor past the default by a pass rule.
+ *
+ * Everything a change swaps is behind a map-in-map: the rule set (one
+ * value of an inner array) and each prefix list (an LPM trie). An apply
+ * fills new inner maps and then points the outer slot at them in one
+ * update: a frame sees the old rules or the new ones whole. The kernel
+ * frees an old inner map after an RCU grace period, off the data path.
+ */
+#include "xnf/common.h"
+#include "xnf/parse.h"
+#include "xnf/stage.h"
+#include "filter.h"
+
+/* Puts these types into BTF for the Rust mirrors (src/program.rs). The
+ * generator follows members, not pointers; the 24 KiB of read-only data
+ * this costs are never touched. */
+const volatile struct {
+	enum xnf_filter_limits limits;
+	enum xnf_filter_field field;
+	enum xnf_filter_action action;
+	enum xnf_filter_counter counter;
+	struct xnf_filter_set set;
+	struct xnf_filter_record record;
+	struct xnf_filter_lpm_key lpm_key;
+	struct xnf_filter_bucket_key bucket_key;
+	struct xnf_filter_src_key src_key;
+	struct xnf_filter_capture capture;
+	struct xnf_filter_rule_stats rule_stats;
+} xnf_btf_anchor = {};
+
+#define NS_PER_UNIT 1000000000ULL
+#define RULE_DEFAULT XNF_FILTER_MAX_RULES
+#define RULE_MALFORMED (XNF_FILTER_MAX_RULES + 1)
+#define RULE_NONE 0xffffffffU
+
+struct xnf_filter_set_table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct xnf_filter_set));
+};
+
+/* The live rule set, swapped whole by the control plane. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct xnf_filter_set_table);
+} rule_sets SEC(".maps");
+
+/* LPM tries allow no BPF_F_INNER_MAP, so every list has the same limit
+ * (entries are allocated as inserted: the limit costs nothing). */
+struct xnf_filter_list {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1 << 23);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(key_size, sizeof(struct xnf_filter_lpm_key));
+	__uint(value_size, sizeof(__u8));
+};
+
+/* Prefix lists by slot. A rule set only names slots that are filled
+ * before it goes live and emptied only after it is replaced. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XNF_FILTER_MAX_LISTS);
+	__type(key, __u32);
+	__array(values, struct xnf_filter_list);
+} lists SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xnf_filter_stats);
+} stats SEC(".maps");
+
+/* Slot XNF_FILTER_MAX_RULES counts the default policy. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XNF_FILTER_MAX_RULES + 1);
+	__type(key, __u32);
+	__type(value, struct xnf_filter_rule_stats);
+} rule_stats SEC(".maps");
+
+/* Per-source token buckets. An LRU: a flood of new sources evicts the
+ * least recently seen ones, whose next frame starts a full bucket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, XNF_FILTER_BUCKETS);
+	__type(key, struct xnf_filter_bucket_key);
+	__type(value, struct xnf_filter_bucket);
+} buckets SEC(".maps");
+
+/* Sources of sampled drops: one drop in XNF_FILTER_SAMPLE adds one. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, XNF_FILTER_TOP);
+	__type(key, struct xnf_filter_src_key);
+	__type(value, __u64);
+} top_sources SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xnf_filter_capture);
+} capture_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xnf_filter_capture_state);
+} capture_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} capture_ring SEC(".maps");
+
+enum { NO = 0, YES, UNSURE };
+
+/* A frame as the rules see it. */
+struct fctx {
+	struct xnf_pkt pkt;
+	const struct xnf_filter_set *set;
+	__u32 len;        /* frame bytes (no FCS) */
+	__u32 hit;        /* index of the rule that took the frame, or RULE_NONE */
+	__u8 unsure;      /* it took the frame fail-closed */
+	__u8 tcp_flags;
+	__u8 tcp_known;   /* the flags byte lies within the IP packet */
+	__u8 icmp_type;
+	__u8 icmp_known;
+};
+
+static __always_inline void count(__u32 c)
+{
+	__u32 zero = 0;
+	struct xnf_filter_stats *s = bpf_map_lookup_elem(&stats, &zero);
+
+	if (s && c < XNF_FC_MAX)
+		s->counters[c]++;
+}
+
+static __always_inline void count_rule(__u32 rule, __u32 len, int dropped)
+{
+	struct xnf_filter_rule_stats *s = bpf_map_lookup_elem(&rule_stats, &rule);
+
+	if (!s)
+		return;
+	s->packets++;
+	s->bytes += len;
+	s->dropped += dropped;
+}
+
+/* TCP flags and ICMP type, read only from within the IP packet. */
+static __always_inline void read_l4_extras(struct xdp_md *ctx, struct fctx *c)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	const struct xnf_pkt *p = &c->pkt;
+	__u32 off = p->l4_off;
+	__u8 *b;
+
+	if (off > XNF_MAX_OFF)
+		return;
+	b = data + off;
+	if (p->proto == IPPROTO_TCP && p->l4 == XNF_L4_PORTS && off + 14 <= p->ip_end && (void *)(b + 14) <= end) {
+		c->tcp_flags = b[13];
+		c->tcp_known = 1;
+	}
+	if ((p->proto == IPPROTO_ICMP || p->proto == IPPROTO_ICMPV6) && p->l4 == XNF_L4_NO_PORTS &&
+	    off + 1 <= p->ip_end && (void *)(b + 1) <= end) {
+		c->icmp_type = b[0];
+		c->icmp_known = 1;
+	}
+}
+
+static __always_inline int prefix_match(const __u32 *addr, const __u32 *net, const __u32 *mask)
+{
+	return ((addr[0] & mask[0]) == net[0]) & ((addr[1] & mask[1]) == net[1]) &
+	       ((addr[2] & mask[2]) == net[2]) & ((addr[3] & mask[3]) == net[3]);
+}
+
+/* Whether @addr is in the list in slot @slot (an empty slot lists nothing). */
+static __always_inline int in_list(__u32 slot, __u8 family, const __u32 *addr)
+{
+	struct xnf_filter_lpm_key k = {};
+	void *trie = bpf_map_lookup_elem(&lists, &slot);
+
+	if (!trie)
+		return 0;
+	k.family = family == AF_INET ? 4 : 6;
+	k.prefixlen = 8 + (family == AF_INET ? 32 : 128);
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(trie, &k) != 0;
+}
+
+/* NO, YES, or UNSURE: every field that could be read matches, but an L4
+ * field could not be read. */
+static __always_inline int match_rule(const struct xnf_filter_rule *r, const struct fctx *c)
+{
+	const struct xnf_pkt *p = &c->pkt;
+	__u32 f = r->flags;
+	int unsure = 0;
+
+	if (r->family && r->family != p->family)
+		return NO;
+	if ((f & XNF_F_VLAN) && (!p->tagged || p->vid != r->vid))
+		return NO;
+	if ((f & XNF_F_LENGTH) && (c->len < r->len_lo || c->len > r->len_hi))
+		return NO;
+	if ((f & XNF_F_SRC) && !prefix_match(p->src, r->src, r->src_mask))
+		return NO;
+	if ((f & XNF_F_DST) && !prefix_match(p->dst, r->dst, r->dst_mask))
+		return NO;
+	if ((f & XNF_F_SRC_LIST) && !in_list(r->src_list, p->family, p->src))
+		return NO;
+	if ((f & XNF_F_DST_LIST) && !in_list(r->dst_list, p->family, p->dst))
+		return NO;
+	if (f & XNF_F_PROTO) {
+		if (p->l4 == XNF_L4_UNKNOWN)
+			unsure = 1;
+		else if (p->proto != r->proto)
+			return NO;
+	}
+	if (f & (XNF_F_SPORT | XNF_F_DPORT)) {
+		/* The protocol is TCP or UDP (the control plane insists) and
+		 * matched or unknown: the ports may only be unreadable. */
+		if (p->l4 != XNF_L4_PORTS)
+			unsure = 1;
+		else if (((f & XNF_F_SPORT) && (p->sport < r->sport_lo || p->sport > r->sport_hi)) ||
+			 ((f & XNF_F_DPORT) && (p->dport < r->dport_lo || p->dport > r->dport_hi)))
+			return NO;
+	}
+	if (f & XNF_F_TCP_FLAGS) {
+		if (!c->tcp_known)
+			unsure = 1;
+		else if ((c->tcp_flags & r->tcp_set) != r->tcp_set || (c->tcp_flags & r->tcp_clear))
+			return NO;
+	}
+	if (f & XNF_F_ICMP_TYPE) {
+		if (!c->icmp_known)
+			unsure = 1;
+		else if (c->icmp_type != r->icmp_type)
+			return NO;
+	}
+	return unsure ? UNSURE : YES;
+}
+
+/*
+ * Rule @i (< XNF_FILTER_MAX_RULES, checked by the caller). The compiler
+ * would check one copy of i and index with another the verifier knows
+ * nothing of; hiding i from it and masking (256 is a power of two) gives
+ * the verifier a bound on the index it actually uses.
+ */
+static __always_inline const struct xnf_filter_rule *rule_at(const struct xnf_filter_set *set, __u32 i)
+{
+	asm volatile("" : "+r"(i));
+	return &set->rules[i & (XNF_FILTER_MAX_RULES - 1)];
+}
+
+/* bpf_loop body: stops at the first rule that takes the frame. */
+static long rule_step(__u32 i, void *arg)
+{
+	struct fctx *c = arg;
+	const struct xnf_filter_rule *r;
+	int m;
+
+	if (i >= XNF_FILTER_MAX_RULES || !c->set)
+		return 1;
+	r = rule_at(c->set, i);
+	m = match_rule(r, c);
+	if (m == NO)
+		return 0;
+	/* Fail-closed: an undeterminable frame is taken only by rules
+	 * that would stop it. */
+	if (m == UNSURE && (r->action == XNF_FA_PASS || r->action == XNF_FA_COUNT))
+		return 0;
+	c->hit = i;
+	c->unsure = m == UNSURE;
+	return 1;
+}
+
+/* Refills a bucket for the time since its last frame, capped at full. */
+static __always_inline __u64 refill(__u64 tokens, __u64 elapsed, __u64 fill_ns, __u64 rate, __u64 size)
+{
+	if (elapsed > fill_ns)
+		elapsed = fill_ns;
+	tokens += elapsed * rate;
+	return tokens > size ? size : tokens;
+}
+
+/*
+ * Whether the frame fits its source's bucket under rule @idx (and takes
+ * its tokens). No lock: the kernel allows none in an LRU map's values, and
+ * a source's frames mostly arrive on one CPU (one flow hashes to one
+ * queue). Two CPUs updating one bucket at the same instant may each see
+ * the tokens before the other's frame: the error is that frame, not a rate.
+ */
+static __always_inline int rate_admit(const struct xnf_filter_rule *r, __u32 idx, const struct fctx *c)
+{
+	struct xnf_filter_bucket_key k = { .gen = r->bucket_gen, .rule = idx, .family = c->pkt.family };
+	struct xnf_filter_bucket *b;
+	__u64 now = bpf_ktime_get_ns(), elapsed, tp, tb, cost_b;
+	int ok;
+
+	__builtin_memcpy(k.addr, c->pkt.src, sizeof(k.addr));
+	b = bpf_map_lookup_elem(&buckets, &k);
+	if (!b) {
+		struct xnf_filter_bucket fresh = { .last_ns = now, .tokens_p = r->burst_p, .tokens_b = r->burst_b };
+
+		bpf_map_update_elem(&buckets, &k, &fresh, BPF_NOEXIST);
+		b = bpf_map_lookup_elem(&buckets, &k);
+		if (!b)
+			return 0; /* no bucket to be within: fail-closed */
+	}
+	cost_b = (__u64)c->len * NS_PER_UNIT;
+	/* Another CPU may have stamped a later time: no refill, no rewind. */
+	elapsed = (__s64)(now - b->last_ns) > 0 ? now - b->last_ns : 0;
+	if (elapsed)
+		b->last_ns = now;
+	tp = refill(b->tokens_p, elapsed, r->fill_ns_p, r->pps, r->burst_p);
+	tb = refill(b->tokens_b, elapsed, r->fill_ns_b, r->bps, r->burst_b);
+	ok = (!(r->flags & XNF_F_PPS) || tp >= NS_PER_UNIT) && (!(r->flags & XNF_F_BPS) || tb >= cost_b);
+	if (ok) {
+		if (r->flags & XNF_F_PPS)
+			tp -= NS_PER_UNIT;
+		if (r->flags & XNF_F_BPS)
+			tb -= cost_b;
+	}
+	b->tokens_p = tp;
+	b->tokens_b = tb;
+	return ok;
+}
+
+/* Whether the capture wants this drop now (its own token bucket). */
+static __always_inline int capture_admit(__u32 rule)
+{
+	__u32 zero = 0;
+	struct xnf_filter_capture *cfg = bpf_map_lookup_elem(&capture_cfg, &zero);
+	struct xnf_filter_capture_state *st;
+	__u64 now, elapsed, size, tokens;
+	int ok;
+
+	if (!cfg || !cfg->enabled || (cfg->rule != RULE_NONE && cfg->rule != rule))
+		return 0;
+	st = bpf_map_lookup_elem(&capture_state, &zero);
+	if (!st)
+		return 0;
+	now = bpf_ktime_get_ns();
+	size = cfg->max_pps * NS_PER_UNIT;  /* one second's worth */
+	bpf_spin_lock(&st->lock);
+	elapsed = (__s64)(now - st->last_ns) > 0 ? now - st->last_ns : 0;
+	if (elapsed)
+		st->last_ns = now;
+	tokens = refill(st->tokens, elapsed, NS_PER_UNIT, cfg->max_pps, size);
+	ok = tokens >= NS_PER_UNIT;
+	st->tokens = ok ? tokens - NS_PER_UNIT : tokens;
+	bpf_spin_unlock(&st->lock);
+	return ok;
+}
+
+static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
+{
+	struct xnf_filter_record *rec;
+	__u32 caplen = c->len;
+
+	if (!capture_admit(rule))
+		return;
+	rec = bpf_ringbuf_reserve(&capture_ring, sizeof(*rec), 0);
+	if (!rec) {
+		count(XNF_FC_CAPTURE_LOST);
+		return;
+	}
+	if (caplen > XNF_FILTER_SNAPLEN)
+		caplen = XNF_FILTER_SNAPLEN;
+	/* The same value for any frame of 1..SNAPLEN bytes, written so the
+	 * verifier sees it can be neither 0 nor more than the record holds. */
+	caplen = ((caplen - 1) & (XNF_FILTER_SNAPLEN - 1)) + 1;
+	if (bpf_xdp_load_bytes(ctx, 0, rec->data, caplen)) {
+		bpf_ringbuf_discard(rec, 0);
+		count(XNF_FC_CAPTURE_LOST);
+		return;
+	}
+	rec->ts_ns = bpf_ktime_get_ns();
+	rec->ifindex = ctx->ingress_ifindex;
+	rec->rule = rule;
+	rec->len = c->len;
+	rec->caplen = caplen;
+	bpf_ringbuf_submit(rec, 0);
+	count(XNF_FC_CAPTURED);
+}
+
+/* Samples the source of a drop into the top-sources table. */
+static __always_inline void sample_source(const struct fctx *c)
+{
+	struct xnf_filter_src_key k = { .family = c->pkt.family };
+	__u64 one = 1, *n;
+
+	if (!c->pkt.family || bpf_get_prandom_u32() % XNF_FILTER_SAMPLE)
+		return;
+	__builtin_memcpy(k.addr, c->pkt.src, sizeof(k.addr));
+	n = bpf_map_lookup_elem(&top_sources, &k);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		bpf_map_update_elem(&top_sources, &k, &one, BPF_NOEXIST);
+}
+
+static __always_inline int drop(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
+{
+	count(XNF_FC_DROP);
+	sample_source(c);
+	capture(ctx, c, rule);
+	return XDP_DROP;
+}
+
+/* Lets the frame continue: the next stage, or the kernel. */
+static __always_inline int pass(struct xdp_md *ctx)
+{
+	count(XNF_FC_PASS);
+	return xnf_next_stage(ctx, XNF_STAGE_FILTER);
+}
+
+/* What no rule took: the default policy. */
+static __always_inline int by_default(struct xdp_md *ctx, const struct fctx *c, int default_drop)
+{
+	count_rule(RULE_DEFAULT, c->len, default_drop);
+	if (default_drop) {
+		count(XNF_FC_DEFAULT_DROP);
+		return drop(ctx, c, RULE_DEFAULT);
+	}
+	count(XNF_FC_DEFAULT_PASS);
+	return pass(ctx);
+}
+
+/* Carries out what rule @i decided. */
+static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i)
+{
+	const struct xnf_filter_rule *r;
+
+	if (!c->set || i >= XNF_FILTER_MAX_RULES)
+		return pass(ctx);
+	r = rule_at(c->set, i);
+	if (c->unsure)
+		count(XNF_FC_UNSURE);
+	switch (r->action) {
+	case XNF_FA_PASS:
+		count_rule(i, c->len, 0);
+		count(XNF_FC_RULE_PASS);
+		return pass(ctx);
+	case XNF_FA_COUNT:
+		count_rule(i, c->len, 0);
+		count(XNF_FC_COUNTED);
+		return pass(ctx);
+	case XNF_FA_RATE:
+		if (rate_admit(r, i, c)) {
+			count_rule(i, c->len, 0);
+			count(XNF_FC_RATE_PASS);
+			return pass(ctx);
+		}
+		count_rule(i, c->len, 1);
+		count(XNF_FC_RATE_DROP);
+		return drop(ctx, c, i);
+	default:
+		count_rule(i, c->len, 1);
+		count(XNF_FC_RULE_DROP);
+		return drop(ctx, c, i);
+	}
+}
+
+SEC("xdp")
+int xnf_filter(struct xdp_md *ctx)
+{
+	struct fctx c = { .hit = RULE_NONE };
+	__u32 zero = 0;
+	enum xnf_parse_result res;
+	void *table;
+
+	c.len = ctx->data_end - ctx->data;
+	count(XNF_FC_RX);
+	res = xnf_parse(ctx, &c.pkt);
+	if (res == XNF_PARSE_NON_IP) {
+		count(XNF_FC_NON_IP);
+		return pass(ctx);
+	}
+	if (res == XNF_PARSE_MALFORMED) {
+		count(XNF_FC_MALFORMED);
+		return drop(ctx, &c, RULE_MALFORMED);
+	}
+	table = bpf_map_lookup_elem(&rule_sets, &zero);
+	c.set = table ? bpf_map_lookup_elem(table, &zero) : 0;
+	if (!c.set)
+		return by_default(ctx, &c, 0); /* no rules applied yet */
+	if (res == XNF_PARSE_QINQ) {
+		count(XNF_FC_QINQ);
+		return by_default(ctx, &c, c.set->default_drop);
+	}
+	read_l4_extras(ctx, &c);
+	bpf_loop(c.set->nrules, rule_step, &c, 0);
+	if (c.hit == RULE_NONE)
+		return by_default(ctx, &c, c.set->default_drop);
+	return act(ctx, &c, c.hit);
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";

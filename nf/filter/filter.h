@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Types shared between filter.bpf.c and its control plane (src/program.rs).
+ */
+#pragma once
+
+#include "xnf/common.h"
+
+enum xnf_filter_limits {
+	XNF_FILTER_MAX_RULES = 256,   /* rules in one rule set (rules.rs: MAX_RULES) */
+	XNF_FILTER_MAX_LISTS = 16,    /* list slots: 8 lists live + 8 being replaced */
+	XNF_FILTER_BUCKETS = 65536,   /* per-source token buckets (LRU) */
+	XNF_FILTER_TOP = 4096,        /* sampled dropped sources (LRU) */
+	XNF_FILTER_SAMPLE = 16,       /* one drop in this many updates the top sources */
+	XNF_FILTER_SNAPLEN = 256,     /* bytes of a dropped frame a capture keeps */
+};
+
+/* Fields a rule looks at (xnf_filter_rule.flags). */
+enum xnf_filter_field {
+	XNF_F_VLAN = 1 << 0,
+	XNF_F_LENGTH = 1 << 1,
+	XNF_F_SRC = 1 << 2,       /* src/src_mask */
+	XNF_F_DST = 1 << 3,
+	XNF_F_SRC_LIST = 1 << 4,  /* src_list: a list slot */
+	XNF_F_DST_LIST = 1 << 5,
+	XNF_F_PROTO = 1 << 6,
+	XNF_F_SPORT = 1 << 7,
+	XNF_F_DPORT = 1 << 8,
+	XNF_F_TCP_FLAGS = 1 << 9,
+	XNF_F_ICMP_TYPE = 1 << 10,
+	XNF_F_PPS = 1 << 11,      /* rate-limit by packets */
+	XNF_F_BPS = 1 << 12,      /* rate-limit by bytes */
+};
+
+enum xnf_filter_action {
+	XNF_FA_DROP = 0,
+	XNF_FA_PASS,
+	XNF_FA_COUNT,  /* counted as a drop would be, and passed */
+	XNF_FA_RATE,   /* per-source token buckets */
+};
+
+/* Reasons and outcomes, one counter each (struct xnf_filter_stats). */
+enum xnf_filter_counter {
+	XNF_FC_RX = 0,         /* every frame the stage saw */
+	XNF_FC_PASS,           /* continued to the next stage (or the kernel) */
+	XNF_FC_DROP,           /* dropped */
+	XNF_FC_RULE_PASS,      /* a pass rule took it */
+	XNF_FC_RULE_DROP,      /* a drop rule took it */
+	XNF_FC_COUNTED,        /* a count rule took it (passed) */
+	XNF_FC_RATE_PASS,      /* within a rate-limit rule's bucket */
+	XNF_FC_RATE_DROP,      /* over it */
+	XNF_FC_DEFAULT_PASS,   /* no rule took it; default pass */
+	XNF_FC_DEFAULT_DROP,   /* no rule took it; default drop */
+	XNF_FC_UNSURE,         /* taken by a drop/rate rule whose L4 fields it could not show */
+	XNF_FC_NON_IP,         /* ARP, LLDP, ...: not the rules' business, passed */
+	XNF_FC_MALFORMED,      /* broken IP header: dropped (the kernel would drop it too) */
+	XNF_FC_QINQ,           /* stacked tags: the default policy decides */
+	XNF_FC_CAPTURED,       /* dropped frames written to the capture ring */
+	XNF_FC_CAPTURE_LOST,   /* sampled for capture but the ring was full */
+	XNF_FC_MAX,
+};
+
+struct xnf_filter_stats {
+	__u64 counters[XNF_FC_MAX];
+};
+
+/* Per rule (index in the rule set; XNF_FILTER_MAX_RULES: the default). */
+struct xnf_filter_rule_stats {
+	__u64 packets;  /* frames the rule took */
+	__u64 bytes;
+	__u64 dropped;  /* of those, dropped (a rate-limit rule's excess) */
+};
+
+struct xnf_filter_rule {
+	__u32 flags;          /* enum xnf_filter_field */
+	__u8 action;          /* enum xnf_filter_action */
+	__u8 family;          /* 0 (any), AF_INET, AF_INET6 */
+	__u8 proto;
+	__u8 icmp_type;
+	__u8 tcp_set, tcp_clear;
+	__u8 src_list, dst_list;
+	__u16 vid;
+	__u16 len_lo, len_hi;
+	__u16 sport_lo, sport_hi;
+	__u16 dport_lo, dport_hi;
+	__u16 pad;
+	__u32 src[4], src_mask[4]; /* network order; IPv4 in word 0 */
+	__u32 dst[4], dst_mask[4];
+	/* Token buckets, in billionths of a packet or byte: a frame costs
+	 * 1e9 (or 1e9 per byte); a nanosecond refills pps (or bps). */
+	__u64 pps, bps;
+	__u64 burst_p, burst_b;   /* bucket sizes, scaled */
+	__u64 fill_ns_p, fill_ns_b; /* time to fill an empty bucket */
+	__u32 bucket_gen;          /* changes when the rule does: fresh buckets */
+	__u32 pad2;
+};
+
+/* The rule set: what an apply swaps in one update. */
+struct xnf_filter_set {
+	__u32 nrules;
+	__u8 default_drop;
+	__u8 pad[3];
+	struct xnf_filter_rule rules[XNF_FILTER_MAX_RULES];
+};
+
+/* An address in a list (LPM trie key): family byte, then the address. */
+struct xnf_filter_lpm_key {
+	__u32 prefixlen;  /* 8 (the family byte) + prefix length */
+	__u8 family;      /* 4 or 6 */
+	__u8 addr[16];
+	__u8 pad[3];
+};
+
+struct xnf_filter_bucket_key {
+	__u32 gen;
+	__u16 rule;
+	__u8 family;
+	__u8 pad;
+	__u32 addr[4];
+};
+
+struct xnf_filter_bucket {
+	__u64 last_ns;
+	__u64 tokens_p, tokens_b;
+};
+
+struct xnf_filter_src_key {
+	__u8 family;
+	__u8 pad[3];
+	__u32 addr[4];
+};
+
+/* What a capture wants; written by `xnf filter capture`. */
+struct xnf_filter_capture {
+	__u32 enabled;
+	__u32 rule;        /* rule index, or XNF_FILTER_MAX_RULES + 1 for any */
+	__u64 max_pps;
+};
+
+struct xnf_filter_capture_state {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 last_ns;
+	__u64 tokens;      /* scaled like the rule buckets */
+};
+
+/* One record in the capture ring. */
+struct xnf_filter_record {
+	__u64 ts_ns;       /* CLOCK_MONOTONIC */
+	__u32 ifindex;
+	__u32 rule;
+	__u32 len;         /* the frame's length */
+	__u32 caplen;      /* bytes in data */
+	__u8 data[XNF_FILTER_SNAPLEN];
+};

@@ -1,0 +1,135 @@
+//! Attaching the filter to interfaces (as their first stage) and detaching
+//! it. The rules and lists live in maps pinned under
+//! `/sys/fs/bpf/xnf/<netns>/filter/`, shared by every interface's instance;
+//! they outlive the command and go with the last interface.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use xnf_core::entry::{self, Stage};
+use xnf_core::state::{self, StateLock};
+use xnf_core::xdp::XdpMode;
+use xnf_netns::netlink::{self, Link};
+
+use crate::program::{FilterMaps, FilterProgram, MAP_NAMES};
+
+/// The filter's state lock: attach, detach, apply, confirm and rollback
+/// each hold it (before the entry's lock, never after).
+pub(crate) const LOCK: &str = "filter";
+/// The program's name as the kernel reports it.
+pub(crate) const PROG_NAME: &str = "xnf_filter";
+
+/// The filter's pin folder in this network namespace.
+pub fn pin_dir() -> Result<PathBuf> {
+    state::pin_dir("filter")
+}
+
+/// The pinned maps, creating them (by loading an instance) when absent.
+pub(crate) fn maps_or_create() -> Result<FilterMaps> {
+    state::ensure_bpffs()?;
+    let dir = pin_dir()?;
+    if !dir.join(MAP_NAMES[0]).exists() {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        FilterProgram::load(Some(&dir), None)?;
+    }
+    FilterMaps::open_pinned(&dir)
+}
+
+/// The pinned maps, or a message that the filter has no state here.
+pub fn open_maps() -> Result<FilterMaps> {
+    let dir = pin_dir()?;
+    if !dir.join(MAP_NAMES[0]).exists() {
+        bail!("the filter has no rules and no interfaces in this network namespace (`xnf filter apply FILE`, `xnf filter attach IFACE`)");
+    }
+    FilterMaps::open_pinned(&dir)
+}
+
+/// Whether the filter is `ifindex`'s filter stage.
+pub(crate) fn filter_stage(ifindex: u32) -> Option<u32> {
+    let info = entry::info(ifindex)?;
+    info.stages.into_iter().find(|(s, _, n)| *s == Stage::Filter && n == PROG_NAME).map(|(_, id, _)| id)
+}
+
+/// The interfaces of this namespace with the filter attached.
+pub fn attached_links() -> Result<Vec<Link>> {
+    Ok(netlink::links()?.into_iter().filter(|l| filter_stage(l.ifindex).is_some()).collect())
+}
+
+fn resolve(names: &[String]) -> Result<Vec<Link>> {
+    let links = netlink::links()?;
+    let mut out: Vec<Link> = Vec::new();
+    for name in names {
+        let link = links
+            .iter()
+            .find(|l| &l.name == name)
+            .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
+        if out.iter().any(|l| &l.name == name) {
+            bail!("{name} is named twice");
+        }
+        if !link.ethernet || link.loopback {
+            bail!("{name} is not an Ethernet interface: the filter parses Ethernet frames");
+        }
+        out.push(link.clone());
+    }
+    Ok(out)
+}
+
+/// Attaches the filter in front of whatever else runs on `names`. All or
+/// nothing: on error, interfaces attached by this call are detached again.
+pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
+    let _lock = StateLock::acquire(LOCK)?;
+    let targets = resolve(names)?;
+    for l in &targets {
+        if filter_stage(l.ifindex).is_some() {
+            bail!("the filter is already attached to {} (`xnf filter status`)", l.name);
+        }
+    }
+    maps_or_create()?;
+    let dir = pin_dir()?;
+    let mut done: Vec<&Link> = Vec::new();
+    for l in &targets {
+        let load = |stages: &libbpf_rs::MapHandle| FilterProgram::load(Some(&dir), Some(stages));
+        if let Err(e) = entry::install(l.ifindex, &l.name, mode, Stage::Filter, load, FilterProgram::prog) {
+            for d in &done {
+                let _ = entry::remove(d.ifindex, Stage::Filter);
+            }
+            return Err(e.context(format!("attaching the filter to {}", l.name)));
+        }
+        done.push(l);
+    }
+    Ok(targets.into_iter().map(|l| l.name).collect())
+}
+
+/// Detaches the filter from `names`; with no interface left, its rules,
+/// lists and counters go too.
+pub fn detach(names: &[String]) -> Result<()> {
+    let _lock = StateLock::acquire(LOCK)?;
+    let links = netlink::links()?;
+    let mut todo = Vec::new();
+    for name in names {
+        let link = links.iter().find(|l| &l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace"))?;
+        if filter_stage(link.ifindex).is_none() {
+            bail!("the filter is not attached to {name} (`xnf filter status` lists where it is)");
+        }
+        todo.push(link.ifindex);
+    }
+    for ifindex in todo {
+        entry::remove(ifindex, Stage::Filter)?;
+    }
+    if attached_links()?.is_empty() {
+        remove_state()?;
+    }
+    Ok(())
+}
+
+/// Removes the pinned maps and the run files (rules, pending change).
+fn remove_state() -> Result<()> {
+    let dir = pin_dir()?;
+    for name in MAP_NAMES {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    state::remove_empty_dirs(&dir);
+    let run = crate::apply::run_dir()?;
+    let _ = std::fs::remove_dir_all(run);
+    Ok(())
+}

@@ -1,0 +1,209 @@
+//! A checked rule file as the data plane's tables: the rule set
+//! (`struct xnf_filter_set`), with each `@list` named by the list slot the
+//! control plane gave it.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+
+use anyhow::{ensure, Context, Result};
+use ipnet::IpNet;
+
+use crate::program::{RawRule, RawSet};
+use crate::rules::{Action, Addr, Rule, RuleSet};
+use crate::skel::filter::types::xnf_filter_field as F;
+
+/// Token buckets count billionths of a packet or byte.
+const SCALE: u64 = 1_000_000_000;
+use crate::rules::{MAX_BURST, MAX_RATE};
+
+const AF_INET: u8 = 2;
+const AF_INET6: u8 = 10;
+
+/// `(network, mask)` of a prefix as four network-order words (IPv4 in word 0).
+pub fn words(net: &IpNet) -> ([u32; 4], [u32; 4]) {
+    let (addr, mask): (Vec<u8>, Vec<u8>) = match net {
+        IpNet::V4(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
+        IpNet::V6(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
+    };
+    let mut a = [0u32; 4];
+    let mut m = [0u32; 4];
+    for i in 0..addr.len() / 4 {
+        a[i] = u32::from_ne_bytes(addr[i * 4..i * 4 + 4].try_into().unwrap_or_default());
+        m[i] = u32::from_ne_bytes(mask[i * 4..i * 4 + 4].try_into().unwrap_or_default());
+    }
+    (a, m)
+}
+
+/// A 32-bit digest of a rule's meaning at its place: the same rule at the
+/// same index keeps its token buckets across applies, any change gets
+/// fresh ones (`bucket_gen`).
+fn bucket_gen(index: usize, r: &Rule) -> u32 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    index.hash(&mut h);
+    format!("{:?}", Rule { line: 0, ..r.clone() }).hash(&mut h);
+    h.finish() as u32
+}
+
+/// Bucket size and fill time of one rate, scaled.
+fn bucket(rate: u64, burst: u64) -> Result<(u64, u64)> {
+    ensure!(rate <= MAX_RATE, "a rate of {rate} per second is beyond {MAX_RATE}");
+    ensure!(burst <= MAX_BURST, "a burst of {burst} is beyond {MAX_BURST}");
+    let size = burst * SCALE;
+    Ok((size, size.div_ceil(rate)))
+}
+
+fn rule(index: usize, r: &Rule, slots: &BTreeMap<String, u32>) -> Result<RawRule> {
+    let mut raw = RawRule { family: r.ipv6.map_or(0, |v6| if v6 { AF_INET6 } else { AF_INET }), ..Default::default() };
+    let mut flags = 0u32;
+    let slot = |name: &str| slots.get(name).copied().with_context(|| format!("list @{name} has no slot"));
+    match &r.src {
+        Some(Addr::Prefix(p)) => {
+            (raw.src, raw.src_mask) = words(p);
+            flags |= F::XNF_F_SRC.0;
+        }
+        Some(Addr::List(name)) => {
+            raw.src_list = slot(name)? as u8;
+            flags |= F::XNF_F_SRC_LIST.0;
+        }
+        None => {}
+    }
+    match &r.dst {
+        Some(Addr::Prefix(p)) => {
+            (raw.dst, raw.dst_mask) = words(p);
+            flags |= F::XNF_F_DST.0;
+        }
+        Some(Addr::List(name)) => {
+            raw.dst_list = slot(name)? as u8;
+            flags |= F::XNF_F_DST_LIST.0;
+        }
+        None => {}
+    }
+    if let Some(p) = r.proto {
+        raw.proto = p;
+        flags |= F::XNF_F_PROTO.0;
+    }
+    if let Some((lo, hi)) = r.sport {
+        (raw.sport_lo, raw.sport_hi) = (lo, hi);
+        flags |= F::XNF_F_SPORT.0;
+    }
+    if let Some((lo, hi)) = r.dport {
+        (raw.dport_lo, raw.dport_hi) = (lo, hi);
+        flags |= F::XNF_F_DPORT.0;
+    }
+    if let Some(t) = r.tcp_flags {
+        (raw.tcp_set, raw.tcp_clear) = (t.set, t.clear);
+        flags |= F::XNF_F_TCP_FLAGS.0;
+    }
+    if let Some(t) = r.icmp_type {
+        raw.icmp_type = t;
+        flags |= F::XNF_F_ICMP_TYPE.0;
+    }
+    if let Some(v) = r.vlan {
+        raw.vid = v;
+        flags |= F::XNF_F_VLAN.0;
+    }
+    if let Some((lo, hi)) = r.length {
+        (raw.len_lo, raw.len_hi) = (lo, hi);
+        flags |= F::XNF_F_LENGTH.0;
+    }
+    raw.action = match r.action {
+        Action::Drop => 0,
+        Action::Pass => 1,
+        Action::Count => 2,
+        Action::RateLimit { pps, bps, burst } => {
+            if let Some(pps) = pps {
+                raw.pps = pps;
+                (raw.burst_p, raw.fill_ns_p) = bucket(pps, burst)?;
+                flags |= F::XNF_F_PPS.0;
+            }
+            if let Some(bps) = bps {
+                // The burst is in packets when pps is given; the byte
+                // bucket then holds one second's worth.
+                let bytes = if pps.is_some() { bps } else { burst };
+                raw.bps = bps;
+                (raw.burst_b, raw.fill_ns_b) = bucket(bps, bytes)?;
+                flags |= F::XNF_F_BPS.0;
+            }
+            raw.bucket_gen = bucket_gen(index, r);
+            3
+        }
+    };
+    raw.flags = flags;
+    Ok(raw)
+}
+
+/// The data plane's rule set for `rs`, each list named by its slot.
+pub fn rule_set(rs: &RuleSet, slots: &BTreeMap<String, u32>) -> Result<Box<RawSet>> {
+    let mut set = Box::<RawSet>::default();
+    set.nrules = rs.rules.len() as u32;
+    set.default_drop = rs.default_drop as u8;
+    for (i, r) in rs.rules.iter().enumerate() {
+        set.rules[i] = rule(i, r, slots).with_context(|| format!("line {}: {}", r.line, r.name))?;
+    }
+    Ok(set)
+}
+
+/// The list slots a live rule set refers to.
+pub fn slots_used(set: &RawSet) -> Vec<u32> {
+    let mut v: Vec<u32> = set.rules[..(set.nrules as usize).min(set.rules.len())]
+        .iter()
+        .flat_map(|r| {
+            let src = (r.flags & F::XNF_F_SRC_LIST.0 != 0).then_some(r.src_list as u32);
+            let dst = (r.flags & F::XNF_F_DST_LIST.0 != 0).then_some(r.dst_list as u32);
+            src.into_iter().chain(dst)
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_become_network_order_words() {
+        let (a, m) = words(&"198.18.0.0/15".parse().unwrap());
+        assert_eq!(a[0].to_ne_bytes(), [198, 18, 0, 0]);
+        assert_eq!(m[0].to_ne_bytes(), [255, 254, 0, 0]);
+        assert_eq!(&a[1..], &[0, 0, 0]);
+        let (a, m) = words(&"2001:db8::/33".parse().unwrap());
+        assert_eq!(a[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(m[1].to_ne_bytes(), [0x80, 0, 0, 0]);
+    }
+
+    #[test]
+    fn rate_rules_get_scaled_buckets_and_stable_generations() {
+        let text = "[[rule]]\nproto = \"tcp\"\ntcp_flags = \"SYN,!ACK\"\naction = \"rate-limit\"\npps = 100\nburst = 10\n\
+                    [[rule]]\naction = \"rate-limit\"\nbps = 1000\n";
+        let rs = RuleSet::parse(text, "t.toml").unwrap();
+        let set = rule_set(&rs, &BTreeMap::new()).unwrap();
+        let r = &set.rules[0];
+        assert_eq!((r.pps, r.burst_p, r.fill_ns_p), (100, 10 * SCALE, 100_000_000));
+        assert_eq!(r.flags & (F::XNF_F_PPS.0 | F::XNF_F_BPS.0), F::XNF_F_PPS.0);
+        let r1 = &set.rules[1];
+        assert_eq!((r1.bps, r1.burst_b, r1.fill_ns_b), (1000, 1000 * SCALE, SCALE));
+        // The same file again keeps the buckets; a changed rate does not.
+        assert_eq!(rule_set(&rs, &BTreeMap::new()).unwrap().rules[0].bucket_gen, r.bucket_gen);
+        let rs2 = RuleSet::parse(&text.replace("pps = 100", "pps = 101"), "t.toml").unwrap();
+        assert_ne!(rule_set(&rs2, &BTreeMap::new()).unwrap().rules[0].bucket_gen, r.bucket_gen);
+    }
+
+    #[test]
+    fn lists_are_named_by_slot_and_reported_as_used() {
+        let text = "[lists]\nbad = \"/x\"\n[[rule]]\nsrc = \"@bad\"\naction = \"drop\"\n[[rule]]\ndst = \"@bad\"\naction = \"drop\"\n";
+        let rs = RuleSet::parse(text, "t.toml").unwrap();
+        assert!(rule_set(&rs, &BTreeMap::new()).is_err());
+        let set = rule_set(&rs, &BTreeMap::from([("bad".to_string(), 5)])).unwrap();
+        assert_eq!(slots_used(&set), vec![5]);
+        assert_eq!(set.nrules, 2);
+    }
+
+    #[test]
+    fn absurd_rates_are_refused() {
+        let text = "[[rule]]\naction = \"rate-limit\"\npps = 1\nburst = 100000000000\n";
+        let err = RuleSet::parse(text, "t.toml").unwrap_err().to_string();
+        assert!(err.contains("line 1: rule 1: burst: 100000000000 is beyond"), "{err}");
+    }
+}

@@ -1,0 +1,262 @@
+//! The filter program (`filter.bpf.c`): loading it, and reading and writing
+//! the maps all its instances share.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
+
+use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
+
+use crate::skel::filter::{types, FilterSkel, FilterSkelBuilder};
+
+pub use types::xnf_filter_record as RawRecord;
+pub use types::xnf_filter_rule as RawRule;
+pub use types::xnf_filter_set as RawSet;
+
+pub const MAX_RULES: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_RULES.0;
+pub const MAX_LISTS: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_LISTS.0;
+pub const SAMPLE: u32 = types::xnf_filter_limits::XNF_FILTER_SAMPLE.0;
+/// The per-rule counter slot of the default policy.
+pub const RULE_DEFAULT: u32 = MAX_RULES;
+/// The rule a capture record names for a malformed frame.
+pub const RULE_MALFORMED: u32 = MAX_RULES + 1;
+/// A capture of every rule's drops.
+pub const RULE_ANY: u32 = u32::MAX;
+/// Entries one list may hold (the LPM trie template's limit).
+pub const LIST_MAX: u32 = 1 << 23;
+
+const _: () = assert!(MAX_RULES as usize == crate::rules::MAX_RULES);
+
+/// Names of the maps shared by every filter instance, as pinned.
+pub const MAP_NAMES: [&str; 9] = ["rule_sets", "lists", "stats", "rule_stats", "buckets", "top_sources", "capture_cfg", "capture_state", "capture_ring"];
+
+xnf_core::c_enum! {
+    /// The filter's counters (`enum xnf_filter_counter`).
+    pub enum Counter: types::xnf_filter_counter, max XNF_FC_MAX {
+        Rx = XNF_FC_RX => "rx",
+        Pass = XNF_FC_PASS => "pass",
+        Drop = XNF_FC_DROP => "drop",
+        RulePass = XNF_FC_RULE_PASS => "rule-pass",
+        RuleDrop = XNF_FC_RULE_DROP => "rule-drop",
+        Counted = XNF_FC_COUNTED => "counted",
+        RatePass = XNF_FC_RATE_PASS => "rate-pass",
+        RateDrop = XNF_FC_RATE_DROP => "rate-drop",
+        DefaultPass = XNF_FC_DEFAULT_PASS => "default-pass",
+        DefaultDrop = XNF_FC_DEFAULT_DROP => "default-drop",
+        Unsure = XNF_FC_UNSURE => "unsure",
+        NonIp = XNF_FC_NON_IP => "non-ip",
+        Malformed = XNF_FC_MALFORMED => "malformed",
+        Qinq = XNF_FC_QINQ => "qinq",
+        Captured = XNF_FC_CAPTURED => "captured",
+        CaptureLost = XNF_FC_CAPTURE_LOST => "capture-lost",
+    }
+}
+
+/// The filter's counters summed over CPUs, indexed by [`Counter`].
+pub type Counters = [u64; Counter::ALL.len()];
+const _: () = assert!(std::mem::size_of::<types::xnf_filter_stats>() == 8 * Counter::ALL.len());
+
+/// A rule's counters summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuleCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    pub dropped: u64,
+}
+
+/// One loaded filter instance (one per interface: its "continue" reaches
+/// that interface's later stages).
+pub struct FilterProgram {
+    skel: FilterSkel<'static>,
+}
+
+impl FilterProgram {
+    /// Loads an instance. With `pin_dir`, its maps are shared with every
+    /// other instance through pins there; with `stages`, it continues to
+    /// that interface's later stages (else it passes to the kernel).
+    pub fn load(pin_dir: Option<&Path>, stages: Option<&MapHandle>) -> Result<Self> {
+        let mut open = FilterSkelBuilder::default().open(object_storage()).context("opening the filter BPF object")?;
+        if let Some(dir) = pin_dir {
+            let m = &mut open.maps;
+            let maps = [
+                &mut m.rule_sets,
+                &mut m.lists,
+                &mut m.stats,
+                &mut m.rule_stats,
+                &mut m.buckets,
+                &mut m.top_sources,
+                &mut m.capture_cfg,
+                &mut m.capture_state,
+                &mut m.capture_ring,
+            ];
+            for (map, name) in maps.into_iter().zip(MAP_NAMES) {
+                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
+            }
+        }
+        if let Some(s) = stages {
+            xnf_core::entry::reuse_stages(&mut open.maps.xnf_stages, s)?;
+        }
+        let skel = open.load().context(
+            "loading the filter into the kernel failed (verifier or missing BPF support: bpf_loop needs Linux 5.17; see `dmesg`)",
+        )?;
+        Ok(Self { skel })
+    }
+
+    pub fn prog(&self) -> &ProgramMut<'static> {
+        &self.skel.progs.xnf_filter
+    }
+
+    pub fn maps(&self) -> Result<FilterMaps> {
+        let m = &self.skel.maps;
+        Ok(FilterMaps {
+            rule_sets: MapHandle::try_from(&m.rule_sets)?,
+            lists: MapHandle::try_from(&m.lists)?,
+            stats: MapHandle::try_from(&m.stats)?,
+            rule_stats: MapHandle::try_from(&m.rule_stats)?,
+            top_sources: MapHandle::try_from(&m.top_sources)?,
+            capture_cfg: MapHandle::try_from(&m.capture_cfg)?,
+            capture_ring: MapHandle::try_from(&m.capture_ring)?,
+        })
+    }
+}
+
+/// The filter's shared maps.
+pub struct FilterMaps {
+    rule_sets: MapHandle,
+    lists: MapHandle,
+    stats: MapHandle,
+    rule_stats: MapHandle,
+    top_sources: MapHandle,
+    capture_cfg: MapHandle,
+    pub capture_ring: MapHandle,
+}
+
+/// Whether two rule sets are the same (their bytes are).
+pub fn same_set(a: &RawSet, b: &RawSet) -> bool {
+    as_bytes(a) == as_bytes(b)
+}
+
+/// A list's entries as the LPM trie keys them.
+pub fn lpm_key(net: &ipnet::IpNet) -> Vec<u8> {
+    let mut k = types::xnf_filter_lpm_key::default();
+    match net {
+        ipnet::IpNet::V4(n) => {
+            k.family = 4;
+            k.prefixlen = 8 + u32::from(n.prefix_len());
+            k.addr[..4].copy_from_slice(&n.network().octets());
+        }
+        ipnet::IpNet::V6(n) => {
+            k.family = 6;
+            k.prefixlen = 8 + u32::from(n.prefix_len());
+            k.addr.copy_from_slice(&n.network().octets());
+        }
+    }
+    as_bytes(&k).to_vec()
+}
+
+impl FilterMaps {
+    pub fn open_pinned(dir: &Path) -> Result<Self> {
+        let [rule_sets, lists, stats, rule_stats, _buckets, top_sources, capture_cfg, _state, capture_ring] =
+            xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { rule_sets, lists, stats, rule_stats, top_sources, capture_cfg, capture_ring })
+    }
+
+    /// Makes `set` the live rule set, in one update.
+    pub fn set_rules(&self, set: &RawSet) -> Result<()> {
+        xnf_core::maps::swap::replace(&self.rule_sets, std::mem::size_of::<RawSet>() as u32, 1, &[as_bytes(set).to_vec()])
+    }
+
+    /// The live rule set, if one was applied.
+    pub fn rules(&self) -> Result<Option<Box<RawSet>>> {
+        let Some(table) = xnf_core::maps::swap::current(&self.rule_sets)? else { return Ok(None) };
+        Ok(table.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.map(|v| Box::new(from_bytes::<RawSet>(&v))))
+    }
+
+    /// Removes the rule set: every frame meets the default, pass.
+    pub fn clear_rules(&self) -> Result<()> {
+        xnf_core::maps::swap::clear(&self.rule_sets)
+    }
+
+    /// Fills list slot `slot` with a new trie holding `nets` (the slot
+    /// must be unused by the live rules).
+    pub fn set_list(&self, slot: u32, nets: &[ipnet::IpNet]) -> Result<()> {
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
+            ..Default::default()
+        };
+        let key_size = std::mem::size_of::<types::xnf_filter_lpm_key>() as u32;
+        let trie = MapHandle::create(MapType::LpmTrie, Some("xnf_filter_list"), key_size, 1, LIST_MAX, &opts)
+            .context("creating a prefix list for the data plane")?;
+        let keys: Vec<u8> = nets.iter().flat_map(lpm_key).collect();
+        let values = vec![1u8; nets.len()];
+        for (k, v) in keys.chunks(key_size as usize * 4096).zip(values.chunks(4096)) {
+            let n = v.len() as u32;
+            trie.update_batch(k, v, n, MapFlags::ANY, MapFlags::ANY).or_else(|_| {
+                // Kernels without batched LPM updates: one at a time.
+                k.chunks(key_size as usize).try_for_each(|kk| trie.update(kk, &[1], MapFlags::ANY))
+            })
+            .context("filling a prefix list")?;
+        }
+        let fd = trie.as_fd().as_raw_fd() as u32;
+        self.lists.update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("switching a prefix list slot")
+    }
+
+    pub fn clear_list(&self, slot: u32) -> Result<()> {
+        delete_if_present(&self.lists, &slot.to_ne_bytes())
+    }
+
+    /// Whether list slot `slot` holds a list.
+    pub fn list_used(&self, slot: u32) -> bool {
+        self.lists.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok().flatten().is_some()
+    }
+
+    pub fn counters(&self) -> Result<Counters> {
+        xnf_core::maps::sum_percpu(&self.stats, 0)
+    }
+
+    pub fn rule_counters(&self, rule: u32) -> Result<RuleCounters> {
+        let [packets, bytes, dropped] = xnf_core::maps::sum_percpu::<3>(&self.rule_stats, rule)?;
+        Ok(RuleCounters { packets, bytes, dropped })
+    }
+
+    /// Zeroes the counters of rules `0..n` and of the default.
+    pub fn reset_rule_counters(&self, n: u32) -> Result<()> {
+        for r in (0..n).chain([RULE_DEFAULT]) {
+            xnf_core::maps::zero_percpu::<types::xnf_filter_rule_stats>(&self.rule_stats, r)?;
+        }
+        Ok(())
+    }
+
+    /// Sampled drop counts per source, largest first (each sample stands
+    /// for about [`SAMPLE`] drops).
+    pub fn top_sources(&self, n: usize) -> Vec<(std::net::IpAddr, u64)> {
+        let mut v: Vec<(std::net::IpAddr, u64)> = self
+            .top_sources
+            .keys()
+            .filter_map(|k| {
+                let key: types::xnf_filter_src_key = from_bytes(&k);
+                let count = u64::from_ne_bytes(self.top_sources.lookup(&k, MapFlags::ANY).ok()??.get(..8)?.try_into().ok()?);
+                let mut b = [0u8; 16];
+                for (i, w) in key.addr.iter().enumerate() {
+                    b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+                }
+                let ip = if key.family == 2 { std::net::IpAddr::from([b[0], b[1], b[2], b[3]]) } else { std::net::IpAddr::from(b) };
+                Some((ip, count))
+            })
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
+    /// Starts capturing the drops of `rule` ([`RULE_ANY`]: all), at most
+    /// `max_pps` frames per second; `max_pps == 0` stops.
+    pub fn set_capture(&self, rule: u32, max_pps: u64) -> Result<()> {
+        let cfg = types::xnf_filter_capture { enabled: (max_pps > 0) as u32, rule, max_pps };
+        self.capture_cfg.update(&0u32.to_ne_bytes(), as_bytes(&cfg), MapFlags::ANY).context("configuring the capture")
+    }
+}

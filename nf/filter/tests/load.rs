@@ -1,0 +1,5 @@
+use xnf_filter::program::FilterProgram;
+#[test]
+fn loads() {
+    FilterProgram::load(None, None).unwrap();
+}
