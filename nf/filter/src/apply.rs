@@ -195,7 +195,8 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         }
         return Err(e);
     }
-    maps.reset_rule_counters(set.nrules)?;
+    let old = current.as_ref().and_then(|a| RuleSet::parse(&a.text, &a.origin).ok());
+    reset_changed_counters(&maps, old.as_ref(), &rs)?;
     write_json("applied.json", &next)?;
     match confirm_within {
         Some(d) => {
@@ -204,6 +205,15 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         None => clear_unused_slots(&maps, &next)?,
     }
     Ok(Outcome::Applied { rules: rs.rules.len(), lists_loaded: to_fill.into_iter().map(|(n, _)| n).collect() })
+}
+
+/// Zeroes the counters of rules that are not what they were at their
+/// index (a list reload keeps them: the rule is the same, its list grew).
+fn reset_changed_counters(maps: &FilterMaps, old: Option<&RuleSet>, new: &RuleSet) -> Result<()> {
+    let same = |a: &crate::rules::Rule, b: &crate::rules::Rule| crate::rules::Rule { line: 0, ..a.clone() } == crate::rules::Rule { line: 0, ..b.clone() };
+    let changed = (0..new.rules.len()).filter(|&i| !old.and_then(|o| o.rules.get(i)).is_some_and(|o| same(o, &new.rules[i])));
+    let default_changed = old.is_none_or(|o| o.default_drop != new.default_drop);
+    maps.reset_rule_counters(changed.map(|i| i as u32).chain(default_changed.then_some(crate::program::RULE_DEFAULT)))
 }
 
 /// Empties the list slots the live rules do not name.
@@ -245,7 +255,8 @@ fn roll_back_locked() -> Result<bool> {
             let slots = prev.lists.iter().map(|(n, l)| (n.clone(), l.slot)).collect();
             let set = rule_set(&rs, &slots)?;
             maps.set_rules(&set)?;
-            maps.reset_rule_counters(set.nrules)?;
+            let now = applied()?.and_then(|a| RuleSet::parse(&a.text, &a.origin).ok());
+            reset_changed_counters(&maps, now.as_ref(), &rs)?;
             write_json("applied.json", prev)?;
             clear_unused_slots(&maps, prev)?;
         }

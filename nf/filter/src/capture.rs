@@ -74,11 +74,15 @@ pub fn capture(mut out: impl Write, o: &CaptureOptions, stop: Arc<AtomicBool>) -
     let w = written.clone();
     let out = Rc::new(RefCell::new(out));
     let o2 = out.clone();
+    let limit = o.count;
     builder.add(&maps.capture_ring, move |bytes: &[u8]| {
         let rec: RawRecord = xnf_core::maps::from_bytes(bytes);
         let n = (rec.caplen as usize).min(rec.data.len());
         let r = pcap_record(offset + Duration::from_nanos(rec.ts_ns), &rec.data[..n], rec.len);
         let mut st = w.borrow_mut();
+        if limit.is_some_and(|c| st.0 >= c) {
+            return 0; // beyond --count: read and let go
+        }
         match o2.borrow_mut().write_all(&r) {
             Ok(()) => st.0 += 1,
             Err(e) => st.1 = Some(e),

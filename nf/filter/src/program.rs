@@ -223,9 +223,9 @@ impl FilterMaps {
         Ok(RuleCounters { packets, bytes, dropped })
     }
 
-    /// Zeroes the counters of rules `0..n` and of the default.
-    pub fn reset_rule_counters(&self, n: u32) -> Result<()> {
-        for r in (0..n).chain([RULE_DEFAULT]) {
+    /// Zeroes the counters of `rules` (indexes, [`RULE_DEFAULT`] for the default).
+    pub fn reset_rule_counters(&self, rules: impl IntoIterator<Item = u32>) -> Result<()> {
+        for r in rules {
             xnf_core::maps::zero_percpu::<types::xnf_filter_rule_stats>(&self.rule_stats, r)?;
         }
         Ok(())

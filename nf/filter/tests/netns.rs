@@ -1,0 +1,323 @@
+//! `xnf filter` on real veths (gen -> dut -> sink), with real traffic,
+//! counted on both sides: at the filter's counters on dut and at sockets in
+//! sink. The filter sits on dut's gen-facing interface, in front of the
+//! router where a test attaches it.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use xnf_testrun::cli::{count_received, send_paced, udp_receiver, wait_for, xnf, xnf_err, xnf_ip_netns_exec_ok, xnf_ok, RoutedLine};
+
+/// A rule file in a folder of its own, removed when dropped.
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn new(tag: &str) -> Files {
+        let dir = std::env::temp_dir().join(format!("xnf-filter-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Files { dir }
+    }
+    fn write(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The line with the filter on dut's ingress; detached on drop.
+struct Filtered {
+    r: RoutedLine,
+}
+
+impl Filtered {
+    fn new(router: bool) -> Filtered {
+        let mut r = RoutedLine::new(&[]);
+        if router {
+            r.attach(&[]);
+        }
+        r.resolve_sink();
+        xnf_ok(r.dut(), &["filter", "attach", &r.line.dut_gen_if]);
+        Filtered { r }
+    }
+    fn filter(&self, args: &[&str]) -> String {
+        let mut a = vec!["filter"];
+        a.extend(args);
+        xnf_ok(self.r.dut(), &a)
+    }
+    fn stats(&self) -> Value {
+        serde_json::from_str(&self.filter(&["stats", "--json"])).unwrap()
+    }
+    fn status(&self) -> Value {
+        serde_json::from_str(&self.filter(&["status", "--json"])).unwrap()
+    }
+    fn counter(&self, name: &str) -> u64 {
+        self.stats()["counters"][name].as_u64().unwrap()
+    }
+    /// `(packets, dropped)` of the rule named `name`.
+    fn rule(&self, name: &str) -> (u64, u64) {
+        let s = self.stats();
+        let r = s["rules"].as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or_else(|| panic!("rule {name} in {s}"));
+        (r["packets"].as_u64().unwrap(), r["dropped"].as_u64().unwrap())
+    }
+    /// Sends `n` datagrams from gen to sink's `port` and counts arrivals.
+    fn send(&self, v6: bool, port: u16, n: usize) -> usize {
+        let rx = self.r.sink_socket(v6, port);
+        let tx = self.r.gen_socket(v6);
+        let to = self.r.sink_addr(v6, port);
+        std::thread::scope(|s| {
+            let receiver = s.spawn(|| count_received(&rx, n));
+            send_paced(&tx, to, n);
+            receiver.join().unwrap()
+        })
+    }
+}
+
+impl Drop for Filtered {
+    fn drop(&mut self) {
+        let _ = xnf(self.r.dut(), &["filter", "detach", &self.r.line.dut_gen_if]);
+    }
+}
+
+const PORT_RULES: &str = "default = \"pass\"\n\n[[rule]]\nname = \"udp-9100\"\nproto = \"udp\"\ndport = 9100\naction = \"drop\"\n";
+
+#[test]
+fn a_rule_drops_exactly_its_traffic_and_the_router_forwards_the_rest_in_the_same_xdp_run() {
+    let f = Filtered::new(true);
+    let files = Files::new("exact");
+    f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
+    let redirected = f.r.redirected();
+    let fw4 = f.r.forw_v4();
+
+    assert_eq!(f.send(false, 9100, 300), 0, "datagrams to the dropped port arrived");
+    assert_eq!(f.send(false, 9101, 300), 300, "datagrams to another port were lost");
+    // A rule without a family or prefix holds for both.
+    assert_eq!(f.send(true, 9100, 300), 0, "IPv6 datagrams to the dropped port arrived");
+    let (packets, dropped) = f.rule("udp-9100");
+    assert_eq!((packets, dropped), (600, 600), "the rule took other traffic, or missed some");
+    assert_eq!(f.r.redirected() - redirected, 300, "what the filter passed did not continue to the router in XDP");
+    assert_eq!(f.r.forw_v4(), fw4, "the kernel forwarded what XDP should have");
+}
+
+#[test]
+fn rate_limit_admits_the_configured_rate_within_ten_percent_over_two_seconds() {
+    const PPS: u64 = 500;
+    const BURST: u64 = 50;
+    let f = Filtered::new(true);
+    let files = Files::new("rate");
+    let rules = format!("[[rule]]\nname = \"limited\"\nproto = \"udp\"\ndport = 9200\naction = \"rate-limit\"\npps = {PPS}\nburst = {BURST}\n");
+    f.filter(&["apply", &files.write("rules.toml", &rules)]);
+    let tx = f.r.gen_socket(false);
+    let to = f.r.sink_addr(false, 9200);
+    // Offer well above the rate for two seconds (paced so the veth ring
+    // never overflows: the filter must see every frame).
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(2) {
+        send_paced(&tx, to, 8);
+        sent += 8;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    wait_for("the filter to count every datagram", || f.rule("limited").0 == sent);
+    let (packets, dropped) = f.rule("limited");
+    let admitted = (packets - dropped) as f64;
+    let want = BURST as f64 + PPS as f64 * secs;
+    assert!(packets as f64 > 1.5 * want, "offered only {packets} datagrams in {secs:.2} s: too few to test a {PPS} pps limit");
+    assert!((admitted - want).abs() <= 0.1 * want, "admitted {admitted} of {packets} in {secs:.2} s; want {want:.0} ± 10 %");
+}
+
+/// Adds `n` more IPv4 addresses to gen's interface (198.18.0.100 + i).
+fn gen_sources(f: &Filtered, n: u8) -> Vec<Ipv4Addr> {
+    (0..n)
+        .map(|i| {
+            let a = Ipv4Addr::new(198, 18, 0, 100 + i);
+            f.r.line.gen().addr_add(&f.r.line.gen_if, &format!("{a}/24")).unwrap();
+            a
+        })
+        .collect()
+}
+
+#[test]
+fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_unlisted_one() {
+    let f = Filtered::new(true);
+    let [listed, unlisted]: [Ipv4Addr; 2] = gen_sources(&f, 2).try_into().unwrap();
+    let files = Files::new("reload");
+    // Two lists that differ (so each reload fills a new trie) but both
+    // hold `listed` and neither `unlisted`; padding makes a reload take time.
+    let pad = |third: u8| (0..=255u8).map(|i| format!("203.0.{third}.{i}\n")).collect::<String>();
+    let list_a = format!("{listed}\n{}", pad(113));
+    let list_b = format!("{listed}/32\n{}", pad(114));
+    let rules = "[lists]\nbad = \"list.txt\"\n[[rule]]\nname = \"listed\"\nsrc = \"@bad\"\naction = \"drop\"\n";
+    files.write("list.txt", &list_a);
+    let path = files.write("rules.toml", rules);
+    f.filter(&["apply", &path]);
+
+    let rx = udp_receiver(f.r.line.sink(), f.r.sink_addr(false, 9300));
+    let socket = |src: Ipv4Addr| f.r.line.gen().run(move || UdpSocket::bind(SocketAddr::new(src.into(), 0))).unwrap().unwrap();
+    let (tx_listed, tx_unlisted) = (socket(listed), socket(unlisted));
+    let to = f.r.sink_addr(false, 9300);
+    const RELOADS: usize = 6;
+    let reloads = AtomicUsize::new(0);
+    // How many the unlisted source sent, once it is done.
+    let total = AtomicUsize::new(usize::MAX);
+    let (from_listed, from_unlisted) = std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            let mut buf = [0u8; 64];
+            let (mut l, mut u) = (0, 0);
+            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            while u < total.load(Ordering::SeqCst) {
+                let Ok((_, from)) = rx.recv_from(&mut buf) else { break };
+                if from.ip() == IpAddr::V4(listed) {
+                    l += 1;
+                } else if from.ip() == IpAddr::V4(unlisted) {
+                    u += 1;
+                }
+            }
+            (l, u)
+        });
+        let sender = s.spawn(|| {
+            let mut sent = 0;
+            while reloads.load(Ordering::SeqCst) < RELOADS {
+                send_paced(&tx_listed, to, 8);
+                send_paced(&tx_unlisted, to, 8);
+                sent += 8;
+            }
+            total.store(sent, Ordering::SeqCst);
+            sent
+        });
+        // Reload, alternating the lists, while the traffic flows.
+        for i in 0..RELOADS {
+            files.write("list.txt", if i % 2 == 0 { &list_b } else { &list_a });
+            f.filter(&["apply", &path]);
+            reloads.fetch_add(1, Ordering::SeqCst);
+        }
+        let sent = sender.join().unwrap();
+        let (l, u) = receiver.join().unwrap();
+        assert_eq!(u, sent, "an unlisted source's datagrams were lost");
+        assert_eq!(f.rule("listed"), (sent as u64, sent as u64), "the list rule counted other traffic or missed some");
+        (l, u)
+    });
+    assert!(from_unlisted > 0);
+    assert_eq!(from_listed, 0, "a listed source got through during a reload");
+}
+
+#[test]
+fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
+    let f = Filtered::new(true);
+    let files = Files::new("stage");
+    f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
+    let dut_gen = f.r.line.dut_gen_if.clone();
+    let (redirected, fw4) = (f.r.redirected(), f.r.forw_v4());
+    const N: usize = 6000;
+    let arrived = std::thread::scope(|s| {
+        let traffic = s.spawn(|| f.send(false, 9101, N));
+        let mut toggles = 0;
+        while !traffic.is_finished() {
+            xnf_ok(f.r.dut(), &["filter", "detach", &dut_gen]);
+            xnf_ok(f.r.dut(), &["filter", "attach", &dut_gen]);
+            toggles += 1;
+        }
+        assert!(toggles >= 2, "only {toggles} detach/attach rounds during the traffic");
+        traffic.join().unwrap()
+    });
+    assert_eq!(arrived, N, "datagrams were lost while the filter came and went");
+    assert_eq!(f.r.redirected() - redirected, N as u64, "frames left XDP while the filter came and went");
+    assert_eq!(f.r.forw_v4(), fw4, "the kernel forwarded frames: a moment without the router");
+}
+
+#[test]
+fn confirm_within_rolls_back_unless_confirmed() {
+    let f = Filtered::new(false);
+    let files = Files::new("confirm");
+    let strict = files.write("strict.toml", PORT_RULES);
+    let open = files.write("open.toml", "default = \"pass\"\n");
+    f.filter(&["apply", &strict]);
+    assert_eq!(f.send(false, 9100, 50), 0);
+
+    let out = f.filter(&["apply", &open, "--confirm-within", "1"]);
+    assert!(out.contains("unless `xnf filter confirm`"), "{out}");
+    assert!(f.status()["pending_rollback_s"].is_u64(), "no pending change in status");
+    wait_for("the unconfirmed change to be rolled back", || f.status()["rules_from"] == strict.as_str());
+    assert!(f.status()["pending_rollback_s"].is_null());
+    assert_eq!(f.send(false, 9100, 50), 0, "the rolled-back rule does not drop again");
+
+    f.filter(&["apply", &open, "--confirm-within", "60"]);
+    let err = xnf_err(f.r.dut(), &["filter", "apply", &strict]);
+    assert!(err.contains("awaits confirmation"), "{err}");
+    f.filter(&["confirm"]);
+    assert!(f.status()["pending_rollback_s"].is_null());
+    assert_eq!(f.status()["rules_from"], open.as_str());
+    assert_eq!(f.send(false, 9100, 50), 50, "the confirmed rules are not live");
+    let err = xnf_err(f.r.dut(), &["filter", "confirm"]);
+    assert!(err.contains("no change awaits confirmation"), "{err}");
+}
+
+#[test]
+fn bad_rule_files_give_one_clear_error_and_change_nothing() {
+    let f = Filtered::new(false);
+    let files = Files::new("bad");
+    let good = files.write("good.toml", PORT_RULES);
+    f.filter(&["apply", &good]);
+    files.write("list.txt", "192.0.2.0/24\n198.51.100.300\n");
+    let cases: &[(&str, &str, &str)] = &[
+        ("field.toml", "[[rule]]\nproto = \"udp\"\ndport = 9100\naction = \"drop\"\n\n[[rule]]\nname = \"x\"\ndport = 7\naction = \"drop\"\n", "line 6: x: dport: ports need proto"),
+        ("action.toml", "[[rule]]\naction = \"reject\"\n", "line 1: rule 1: action: \"reject\" is not"),
+        ("list.toml", "[lists]\nl = \"list.txt\"\n[[rule]]\nsrc = \"@l\"\naction = \"drop\"\n", "list.txt: line 2"),
+        ("missing.toml", "[lists]\nl = \"nope.txt\"\n[[rule]]\nsrc = \"@l\"\naction = \"drop\"\n", "nope.txt"),
+        ("syntax.toml", "[[rule]\naction = \"drop\"\n", "syntax.toml"),
+        ("unknown.toml", "[[rule]]\nport = 1\naction = \"drop\"\n", "unknown field"),
+    ];
+    let before = f.status();
+    for (name, text, want) in cases {
+        let path = files.write(name, text);
+        let err = xnf_err(f.r.dut(), &["filter", "apply", &path]);
+        assert!(err.contains(want), "{name}: {err:?} does not say {want:?}");
+        assert!(err.contains(name) || err.contains("list.txt") || err.contains("nope.txt"), "{name}: the error names no file: {err}");
+        assert_eq!(f.status().to_string(), before.to_string(), "{name} changed the filter's state");
+    }
+    assert_eq!(f.send(false, 9100, 50), 0, "the good rules stopped dropping after a bad file");
+}
+
+#[test]
+fn capture_writes_sampled_drops_as_pcap_and_status_works_under_ip_netns_exec() {
+    let f = Filtered::new(false);
+    let files = Files::new("capture");
+    f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
+    let pcap = files.dir.join("drops.pcap").display().to_string();
+    let dut = f.r.dut();
+    let capture = std::thread::scope(|s| {
+        let c = s.spawn(|| xnf_ok(dut, &["filter", "capture", "-w", &pcap, "--rule", "1", "--count", "5", "--max-pps", "1000"]));
+        // Sends until the capture has its five frames.
+        while !c.is_finished() {
+            f.send(false, 9100, 8);
+        }
+        c.join().unwrap()
+    });
+    let _ = capture;
+    let data = std::fs::read(&pcap).unwrap();
+    assert_eq!(u32::from_ne_bytes(data[0..4].try_into().unwrap()), 0xa1b2c3d4, "not a pcap file");
+    let mut off = 24;
+    let mut records = 0;
+    while off + 16 <= data.len() {
+        let caplen = u32::from_ne_bytes(data[off + 8..off + 12].try_into().unwrap()) as usize;
+        let frame = &data[off + 16..off + 16 + caplen];
+        // Ethernet + IPv4 (no options) + UDP: destination port at 36.
+        assert_eq!(u16::from_be_bytes([frame[36], frame[37]]), 9100, "a captured frame is not a dropped one");
+        off += 16 + caplen;
+        records += 1;
+    }
+    assert_eq!(records, 5);
+    assert!(f.counter("captured") >= 5);
+    let status = xnf_ip_netns_exec_ok(dut, &["filter", "status", "--json"]);
+    assert!(status.contains(&f.r.line.dut_gen_if), "status under ip netns exec does not see the filter: {status}");
+}
