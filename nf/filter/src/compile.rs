@@ -205,5 +205,7 @@ mod tests {
         let text = "[[rule]]\naction = \"rate-limit\"\npps = 1\nburst = 100000000000\n";
         let err = RuleSet::parse(text, "t.toml").unwrap_err().to_string();
         assert!(err.contains("line 1: rule 1: burst: 100000000000 is beyond"), "{err}");
+        let err = RuleSet::parse("[[rule]]\naction = \"rate-limit\"\npps = 100\nbps = 10000000000\n", "t.toml").unwrap_err().to_string();
+        assert!(err.contains("line 1: rule 1: bps: with pps"), "{err}");
     }
 }

@@ -290,6 +290,9 @@ fn check(r: &RawRule, name: String, line: usize, lists: &BTreeMap<String, String
                     return fail(field, format!("{} is beyond {max}", v.unwrap_or_default()));
                 }
             }
+            if r.pps.is_some() && r.bps.is_some_and(|b| b > MAX_BURST) {
+                return fail("bps", format!("with pps, the byte bucket holds one second's worth: at most {MAX_BURST}"));
+            }
             if r.pps == Some(0) || r.bps == Some(0) {
                 return fail(if r.pps == Some(0) { "pps" } else { "bps" }, "a rate of 0 is a drop rule: write action = \"drop\"".into());
             }
