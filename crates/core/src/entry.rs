@@ -10,7 +10,7 @@
 //! detaches the entry and removes the pins. Both hold the `entry` state
 //! lock: a network function takes its own lock first, never the reverse.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -116,7 +116,14 @@ impl EntryProgram {
 /// replacing what was there in one update. The first stage attaches the
 /// entry program in `mode`; later ones must ask for the same mode. Returns
 /// what `load` returned (the caller keeps its maps).
-pub fn install<P>(ifindex: u32, ifname: &str, mode: XdpMode, stage: Stage, load: impl FnOnce(&MapHandle) -> Result<P>, prog: impl Fn(&P) -> &libbpf_rs::ProgramMut<'static>) -> Result<P> {
+pub fn install<P>(
+    ifindex: u32,
+    ifname: &str,
+    mode: XdpMode,
+    stage: Stage,
+    load: impl FnOnce(&MapHandle) -> Result<P>,
+    prog: impl Fn(&P) -> BorrowedFd<'_>,
+) -> Result<P> {
     state::ensure_bpffs()?;
     let _lock = StateLock::acquire(LOCK)?;
     let dir = dir(ifindex)?;
@@ -154,9 +161,8 @@ pub fn install<P>(ifindex: u32, ifname: &str, mode: XdpMode, stage: Stage, load:
     Ok(p)
 }
 
-fn fill(stages: &MapHandle, stage: Stage, prog: &libbpf_rs::ProgramMut<'static>) -> Result<()> {
-    let fd = prog.as_fd();
-    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd) as u32;
+fn fill(stages: &MapHandle, stage: Stage, prog: BorrowedFd<'_>) -> Result<()> {
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&prog) as u32;
     stages
         .update(&stage.slot().to_ne_bytes(), &raw.to_ne_bytes(), MapFlags::ANY)
         .with_context(|| format!("installing the {} stage", stage.name()))
@@ -216,9 +222,9 @@ pub fn info(ifindex: u32) -> Option<EntryInfo> {
     Some(EntryInfo { ifindex, mode, entry_prog_id, stages: present })
 }
 
-/// The program id in `stage`'s slot on `ifindex`, if any.
-pub fn installed(ifindex: u32, stage: Stage) -> Option<u32> {
-    info(ifindex)?.stages.into_iter().find(|(s, _, _)| *s == stage).map(|(_, id, _)| id)
+/// The id of program `name` if it is in `stage`'s slot on `ifindex`.
+pub fn installed(ifindex: u32, stage: Stage, name: &str) -> Option<u32> {
+    info(ifindex)?.stages.into_iter().find(|(s, _, n)| *s == stage && n == name).map(|(_, id, _)| id)
 }
 
 fn prog_name(id: u32) -> Option<String> {

@@ -1,7 +1,8 @@
 //! Makes the kernel match the registry: one chain program, pinned under
-//! `/sys/fs/bpf/xnf/net-<inode>/chain/`, attached to every ingress and to
-//! the host end of every NF's veth, and its tables (ports, NFs, devmap,
-//! rules) rewritten from the registry on every change. Reconciling the
+//! `/sys/fs/bpf/xnf/net-<inode>/chain/`, the forward stage of every
+//! ingress and of the host end of every NF's veth (behind the entry
+//! program, so `xnf filter` can sit in front of it), and its tables
+//! (ports, NFs, devmap, rules) rewritten from the registry on every change. Reconciling the
 //! whole state each time keeps every command idempotent and lets a later
 //! command repair what an interrupted one left.
 
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use xnf_core::sources::Sources;
 use xnf_core::state;
+use xnf_core::entry::{self, Stage};
 use xnf_core::xdp::{open_pinned, pin_fd, veth_peer_warning, XdpLink, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
@@ -24,9 +26,8 @@ pub fn pin_dir() -> Result<PathBuf> {
     state::pin_dir("chain")
 }
 
-fn link_pin(dir: &Path, ifindex: u32) -> PathBuf {
-    dir.join(format!("link-{ifindex}"))
-}
+/// The program's name as the kernel reports it.
+const PROG_NAME: &str = "xnf_chain";
 
 /// Pin of the program xnf attached to an NF's own end.
 fn function_pin(dir: &Path, nf: &str) -> PathBuf {
@@ -194,18 +195,18 @@ pub fn sync(reg: &Registry) -> Result<Vec<String>> {
     }
     maps.set_rules(&plan.rules)?;
 
-    let attached: BTreeSet<u32> = attached_ports(&dir);
+    let attached: BTreeSet<u32> = attached_ports(&maps)?;
     for ifindex in plan.ports.keys() {
         if attached.contains(ifindex) {
             continue;
         }
         let name = links.iter().find(|l| l.ifindex == *ifindex).map(|l| l.name.clone()).unwrap_or_default();
-        let link = XdpLink::create(prog.as_fd(), *ifindex, &name, XdpMode::Native)?;
-        link.pin(&link_pin(&dir, *ifindex))?;
+        let load = |_: &libbpf_rs::MapHandle| prog.try_clone().context("duplicating the chain program's fd");
+        entry::install(*ifindex, &name, XdpMode::Native, Stage::Forward, load, |p: &OwnedFd| p.as_fd())?;
     }
     for ifindex in attached {
         if !plan.ports.contains_key(&ifindex) {
-            detach_pin(&link_pin(&dir, ifindex));
+            entry::remove(ifindex, Stage::Forward)?;
         }
     }
     for (ifindex, _) in maps.ports()? {
@@ -216,23 +217,9 @@ pub fn sync(reg: &Registry) -> Result<Vec<String>> {
     Ok(plan.warnings)
 }
 
-/// Ports whose pinned link is attached to them; pins of links that went
-/// defunct (their device was deleted) are removed.
-fn attached_ports(dir: &Path) -> BTreeSet<u32> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return BTreeSet::new() };
-    let mut out = BTreeSet::new();
-    for e in rd.flatten() {
-        let Some(ifindex) = e.file_name().to_str().and_then(|n| n.strip_prefix("link-")).and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        match XdpLink::open(&e.path()).and_then(|l| l.info()) {
-            Ok((i, _)) if i == ifindex => {
-                out.insert(ifindex);
-            }
-            _ => detach_pin(&e.path()),
-        }
-    }
-    out
+/// Ports in the tables whose forward stage is the chain program.
+fn attached_ports(maps: &ChainMaps) -> Result<BTreeSet<u32>> {
+    Ok(maps.ports()?.into_iter().map(|(i, _)| i).filter(|i| port_attached(*i)).collect())
 }
 
 fn detach_pin(pin: &Path) {
@@ -244,12 +231,17 @@ fn detach_pin(pin: &Path) {
 
 /// Detaches everything and removes the pins: nothing of the chain is left.
 pub fn teardown(dir: &Path) {
+    if let Ok(maps) = ChainMaps::open_pinned(dir) {
+        for (ifindex, _) in maps.ports().unwrap_or_default() {
+            if port_attached(ifindex) {
+                let _ = entry::remove(ifindex, Stage::Forward);
+            }
+        }
+    }
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
-        let p = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with("link-") || name.starts_with("fn-") {
-            detach_pin(&p);
+        if e.file_name().to_string_lossy().starts_with("fn-") {
+            detach_pin(&e.path());
         }
     }
     for name in MAP_NAMES.iter().chain([&PROG_PIN]) {
@@ -290,9 +282,9 @@ pub fn function_attached(name: &str) -> bool {
     pin_dir().ok().map(|d| function_pin(&d, name)).and_then(|p| XdpLink::open(&p).ok()).and_then(|l| l.info().ok()).is_some_and(|(i, _)| i != 0)
 }
 
-/// True if the chain program is attached to `ifindex` through its pin.
+/// True if the chain program is `ifindex`'s forward stage.
 pub fn port_attached(ifindex: u32) -> bool {
-    pin_dir().ok().and_then(|d| XdpLink::open(&link_pin(&d, ifindex)).ok()).and_then(|l| l.info().ok()).is_some_and(|(i, _)| i == ifindex)
+    entry::installed(ifindex, Stage::Forward, PROG_NAME).is_some()
 }
 
 /// The shared maps, if the chain program is loaded in this namespace.

@@ -121,6 +121,33 @@ fn three_nf_chain_forwards_ipv4_and_ipv6_end_to_end() {
 }
 
 #[test]
+fn a_filter_in_front_of_the_chain_drops_its_traffic_and_the_chain_steers_the_rest() {
+    let lab = Lab::new(1);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("a", 0, &["--forward"]);
+    lab.chain("all", &["dst=198.18.1.0/24"], &["a"]);
+    let ingress = lab.line.line.dut_gen_if.clone();
+    let rules = std::env::temp_dir().join(format!("xnf-chain-filter-{}.toml", std::process::id()));
+    // send_udp uses port 9000 for IPv4 and 9001 for IPv6.
+    std::fs::write(&rules, "[[rule]]\nname = \"v6\"\nproto = \"udp\"\ndport = 9001\naction = \"drop\"\n").unwrap();
+    xnf_ok(lab.dut(), &["filter", "attach", &ingress]);
+    xnf_ok(lab.dut(), &["filter", "apply", &rules.display().to_string()]);
+    let _ = std::fs::remove_file(&rules);
+    let status = xnf_ok(lab.dut(), &["filter", "status"]);
+    assert!(status.contains("filter:xnf_filter") && status.contains("forward:xnf_chain"), "stages: {status}");
+    let before = lab.stats();
+    assert_eq!(lab.line.send_udp(true, N), 0, "the filtered IPv6 datagrams arrived");
+    assert_eq!(lab.line.send_udp(false, N), N, "what the filter passed did not get through the chain");
+    let after = lab.stats();
+    let (b, a) = (chain_of(&before, "all"), chain_of(&after, "all"));
+    assert_eq!(num(&a["matched"]) - num(&b["matched"]), N as i64, "the chain saw other traffic than what the filter passed");
+    xnf_ok(lab.dut(), &["filter", "detach", &ingress]);
+    let status = xnf_ok(lab.dut(), &["chain", "list"]);
+    assert!(status.contains("all"), "the chain went with the filter: {status}");
+    assert_eq!(lab.line.send_udp(false, N), N, "the chain stopped when the filter left");
+}
+
+#[test]
 fn unmatched_traffic_is_untouched() {
     let lab = Lab::new(1);
     let _g = ChainGuard { dut: lab.dut() };

@@ -3,6 +3,7 @@
 //! `/sys/fs/bpf/xnf/<netns>/filter/`, shared by every interface's instance;
 //! they outlive the command and go with the last interface.
 
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -46,8 +47,7 @@ pub fn open_maps() -> Result<FilterMaps> {
 
 /// Whether the filter is `ifindex`'s filter stage.
 pub(crate) fn filter_stage(ifindex: u32) -> Option<u32> {
-    let info = entry::info(ifindex)?;
-    info.stages.into_iter().find(|(s, _, n)| *s == Stage::Filter && n == PROG_NAME).map(|(_, id, _)| id)
+    entry::installed(ifindex, Stage::Filter, PROG_NAME)
 }
 
 /// The interfaces of this namespace with the filter attached.
@@ -89,7 +89,7 @@ pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
     let mut done: Vec<&Link> = Vec::new();
     for l in &targets {
         let load = |stages: &libbpf_rs::MapHandle| FilterProgram::load(Some(&dir), Some(stages));
-        if let Err(e) = entry::install(l.ifindex, &l.name, mode, Stage::Filter, load, FilterProgram::prog) {
+        if let Err(e) = entry::install(l.ifindex, &l.name, mode, Stage::Filter, load, |p| p.prog().as_fd()) {
             for d in &done {
                 let _ = entry::remove(d.ifindex, Stage::Filter);
             }

@@ -3,6 +3,7 @@
 //! works from a fresh process.
 
 use std::collections::HashSet;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -50,8 +51,7 @@ pub fn pin_dir() -> Result<PathBuf> {
 
 /// The router's program in `ifindex`'s forward stage, if it is there.
 fn router_stage(ifindex: u32) -> Option<u32> {
-    let info = entry::info(ifindex)?;
-    info.stages.into_iter().find(|(s, _, name)| *s == Stage::Forward && name == "xnf_router").map(|(_, id, _)| id)
+    entry::installed(ifindex, Stage::Forward, "xnf_router")
 }
 
 /// Opens the pinned maps, or says that nothing is attached.
@@ -182,7 +182,7 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
     maps.set_locals(&sources.locals())?;
     let rpf = sources.rpf(link.ifindex, &link.name)?;
     let entry = IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags(), rpf };
-    let install = |prog| entry::install(link.ifindex, &link.name, opts.mode, Stage::Forward, |_| Ok(prog), RouterProgram::prog);
+    let install = |prog: RouterProgram| entry::install(link.ifindex, &link.name, opts.mode, Stage::Forward, |_| Ok(prog), |p| p.prog().as_fd());
 
     if current.is_some() && router_stage(link.ifindex).is_some() {
         // Same slot, same counters: only the program changes, in one
