@@ -86,10 +86,15 @@ struct {
 
 /* ctl[GEN_CTL_RATE]: frames per second per generator CPU, 0 = as fast as
  * possible. ctl[GEN_CTL_LIMIT]: frames this CPU may send in all, 0 = no
- * limit. A map, so another thread can change them while a run is going. */
+ * limit. ctl[GEN_CTL_BURST]: with a rate, frames sent back to back each
+ * time the schedule allows (0 or 1: one, evenly spaced); the average rate
+ * is the same, but a receiver on the sending CPU (veth) then polls whole
+ * bursts, as it does behind a NIC, instead of a frame per poll. A map, so
+ * another thread can change them while a run is going. */
 enum gen_ctl {
 	GEN_CTL_RATE,
 	GEN_CTL_LIMIT,
+	GEN_CTL_BURST,
 	GEN_CTL_MAX,
 };
 
@@ -113,6 +118,8 @@ const volatile struct {
  * than twice the rate, so the average holds without back-to-back bursts. */
 #define GEN_MAX_LAG_NS 100000000ULL
 #define GEN_BURST 32
+/* Largest burst of GEN_CTL_BURST: a live-frame batch. */
+#define GEN_BURST_MAX 64
 
 struct gen_state {
 	__u64 sent;     /* frames returned XDP_TX; first: user space sums it */
@@ -124,7 +131,7 @@ struct gen_state {
 	__u32 dport_i;
 	__u32 src_i;
 	__u32 dst_i;
-	__u32 pad;
+	__u32 left;     /* frames of the current burst still to go */
 };
 
 struct {
@@ -141,21 +148,30 @@ static __always_inline __u64 ctl_get(__u32 key)
 	return v ? *v : 0;
 }
 
-/* True if a frame may go now; advances the schedule. */
+/* True if a frame may go now; advances the schedule, a burst at a time. */
 static __always_inline int paced(struct gen_state *st)
 {
-	__u64 now, gap, lag, rate = ctl_get(GEN_CTL_RATE);
+	__u64 now, gap, lag, burst, rate = ctl_get(GEN_CTL_RATE);
 
 	if (!rate)
 		return 1;
-	now = bpf_ktime_get_ns();
-	gap = 1000000000ULL / rate;
+	burst = ctl_get(GEN_CTL_BURST);
+	if (!burst || burst > GEN_BURST_MAX)
+		burst = 1;
 	/* A new rate starts a new schedule now: no catching up with the old one. */
 	if (st->rate != rate) {
 		st->rate = rate;
-		st->next_ns = now;
+		st->next_ns = bpf_ktime_get_ns();
 		st->last_ns = 0;
+		st->left = 0;
 	}
+	/* The rest of a burst goes back to back. */
+	if (st->left) {
+		st->left--;
+		return 1;
+	}
+	now = bpf_ktime_get_ns();
+	gap = 1000000000ULL * burst / rate;
 	if (now < st->next_ns)
 		return 0;
 	/* Behind schedule: catch up at twice the rate at most... */
@@ -167,6 +183,7 @@ static __always_inline int paced(struct gen_state *st)
 		st->next_ns = now - lag;
 	st->next_ns += gap;
 	st->last_ns = now;
+	st->left = burst - 1;
 	return 1;
 }
 

@@ -44,6 +44,17 @@ pub enum LabCmd {
     /// the kernel delivering the same frames to a UDP socket and to an
     /// AF_PACKET l2fwd, the application on the CPU the generator leaves free.
     Afxdp(Box<Run<Afxdp>>),
+    /// Seed 003 §5.1 (Fig. 5): a victim's TCP request/response
+    /// transactions per second under a UDP flood of rising rate, with no
+    /// filter and with each filter on dut's ingress dropping the flood —
+    /// `xnf filter` (XDP), nftables at the netdev ingress hook and at raw
+    /// prerouting, xdp-tools' xdp-filter — by port, or by a blocklist of
+    /// up to millions of prefixes (`--blocklist`).
+    ///
+    /// Reports transactions/s against the flood rate actually sent (the
+    /// figure), the rate that halves them, drops per second and CPU per
+    /// dropped frame, and the ratios of the drop rates at the maximum.
+    Filter(Box<crate::experiments::filter::FilterArgs>),
     /// AF_XDP latency (seed 002): ping-pong between two namespaces over
     /// every combination of busy poll, need_wakeup, poll/spin on each side
     /// and batch size, repeated; every RTT recorded; runs grouped by
@@ -91,6 +102,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Actions(a) => experiment(*a),
         LabCmd::Chain(a) => experiment(*a),
         LabCmd::Afxdp(a) => experiment(*a),
+        LabCmd::Filter(a) => crate::experiments::filter::main(*a),
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Up(a) => up(a),

@@ -42,7 +42,7 @@ const volatile struct {
 	struct xnf_filter_record record;
 	struct xnf_filter_lpm_key lpm_key;
 	struct xnf_filter_bucket_key bucket_key;
-	struct xnf_filter_src_key src_key;
+	struct xnf_filter_top top;
 	struct xnf_filter_capture capture;
 	struct xnf_filter_rule_stats rule_stats;
 } xnf_btf_anchor = {};
@@ -110,12 +110,17 @@ struct {
 	__type(value, struct xnf_filter_bucket);
 } buckets SEC(".maps");
 
-/* Sources of sampled drops: one drop in XNF_FILTER_SAMPLE adds one. */
+/*
+ * Dropped sources, per CPU: a slot per hash of the source address. A
+ * table, not an LRU hash: under a flood from many sources an LRU insert
+ * (a lock, an eviction) on each new source cost several times the filter
+ * itself; this costs one per-CPU array write per drop.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, XNF_FILTER_TOP);
-	__type(key, struct xnf_filter_src_key);
-	__type(value, __u64);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1 << XNF_FILTER_TOP_BITS);
+	__type(key, __u32);
+	__type(value, struct xnf_filter_top);
 } top_sources SEC(".maps");
 
 struct {
@@ -143,6 +148,7 @@ enum { NO = 0, YES, UNSURE };
 struct fctx {
 	struct xnf_pkt pkt;
 	const struct xnf_filter_set *set;
+	struct xnf_filter_stats *stats; /* this CPU's counters, looked up once */
 	__u32 len;        /* frame bytes (no FCS) */
 	__u32 hit;        /* index of the rule that took the frame, or RULE_NONE */
 	__u8 unsure;      /* it took the frame fail-closed */
@@ -152,13 +158,10 @@ struct fctx {
 	__u8 icmp_known;
 };
 
-static __always_inline void count(__u32 c)
+static __always_inline void count(const struct fctx *c, __u32 k)
 {
-	__u32 zero = 0;
-	struct xnf_filter_stats *s = bpf_map_lookup_elem(&stats, &zero);
-
-	if (s && c < XNF_FC_MAX)
-		s->counters[c]++;
+	if (c->stats && k < XNF_FC_MAX)
+		c->stats->counters[k]++;
 }
 
 static __always_inline void count_rule(__u32 rule, __u32 len, int dropped)
@@ -389,7 +392,7 @@ static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __
 		return;
 	rec = bpf_ringbuf_reserve(&capture_ring, sizeof(*rec), 0);
 	if (!rec) {
-		count(XNF_FC_CAPTURE_LOST);
+		count(c, XNF_FC_CAPTURE_LOST);
 		return;
 	}
 	if (caplen > XNF_FILTER_SNAPLEN)
@@ -399,7 +402,7 @@ static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __
 	caplen = ((caplen - 1) & (XNF_FILTER_SNAPLEN - 1)) + 1;
 	if (bpf_xdp_load_bytes(ctx, 0, rec->data, caplen)) {
 		bpf_ringbuf_discard(rec, 0);
-		count(XNF_FC_CAPTURE_LOST);
+		count(c, XNF_FC_CAPTURE_LOST);
 		return;
 	}
 	rec->ts_ns = bpf_ktime_get_ns();
@@ -408,37 +411,50 @@ static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __
 	rec->len = c->len;
 	rec->caplen = caplen;
 	bpf_ringbuf_submit(rec, 0);
-	count(XNF_FC_CAPTURED);
+	count(c, XNF_FC_CAPTURED);
 }
 
-/* Samples the source of a drop into the top-sources table. */
+/*
+ * Counts a drop against its source. A slot holds one source; a source
+ * hashing to a slot another holds wears that one's count down by one and
+ * takes the slot when it reaches zero (the majority vote of each slot): a
+ * heavy source keeps its slot and its count, sources that share a slot
+ * with a heavier one go uncounted, so counts are lower bounds.
+ */
 static __always_inline void sample_source(const struct fctx *c)
 {
-	struct xnf_filter_src_key k = { .family = c->pkt.family };
-	__u64 one = 1, *n;
+	const __u32 *a = c->pkt.src;
+	__u32 h = (a[0] ^ a[1] ^ a[2] ^ a[3]) * 2654435761U, slot = h >> (32 - XNF_FILTER_TOP_BITS);
+	struct xnf_filter_top *t;
 
-	if (!c->pkt.family || bpf_get_prandom_u32() % XNF_FILTER_SAMPLE)
+	if (!c->pkt.family)
 		return;
-	__builtin_memcpy(k.addr, c->pkt.src, sizeof(k.addr));
-	n = bpf_map_lookup_elem(&top_sources, &k);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		bpf_map_update_elem(&top_sources, &k, &one, BPF_NOEXIST);
+	t = bpf_map_lookup_elem(&top_sources, &slot);
+	if (!t)
+		return;
+	if (t->family == c->pkt.family && t->addr[0] == a[0] && t->addr[1] == a[1] && t->addr[2] == a[2] && t->addr[3] == a[3]) {
+		t->count++;
+	} else if (t->count > 1) {
+		t->count--;
+	} else {
+		t->family = c->pkt.family;
+		__builtin_memcpy(t->addr, a, sizeof(t->addr));
+		t->count = 1;
+	}
 }
 
 static __always_inline int drop(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
 {
-	count(XNF_FC_DROP);
+	count(c, XNF_FC_DROP);
 	sample_source(c);
 	capture(ctx, c, rule);
 	return XDP_DROP;
 }
 
 /* Lets the frame continue: the next stage, or the kernel. */
-static __always_inline int pass(struct xdp_md *ctx)
+static __always_inline int pass(struct xdp_md *ctx, const struct fctx *c)
 {
-	count(XNF_FC_PASS);
+	count(c, XNF_FC_PASS);
 	return xnf_next_stage(ctx, XNF_STAGE_FILTER);
 }
 
@@ -447,11 +463,11 @@ static __always_inline int by_default(struct xdp_md *ctx, const struct fctx *c, 
 {
 	count_rule(RULE_DEFAULT, c->len, default_drop);
 	if (default_drop) {
-		count(XNF_FC_DEFAULT_DROP);
+		count(c, XNF_FC_DEFAULT_DROP);
 		return drop(ctx, c, RULE_DEFAULT);
 	}
-	count(XNF_FC_DEFAULT_PASS);
-	return pass(ctx);
+	count(c, XNF_FC_DEFAULT_PASS);
+	return pass(ctx, c);
 }
 
 /* Carries out what rule @i decided. */
@@ -460,31 +476,31 @@ static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i
 	const struct xnf_filter_rule *r;
 
 	if (!c->set || i >= XNF_FILTER_MAX_RULES)
-		return pass(ctx);
+		return pass(ctx, c);
 	r = rule_at(c->set, i);
 	if (c->unsure)
-		count(XNF_FC_UNSURE);
+		count(c, XNF_FC_UNSURE);
 	switch (r->action) {
 	case XNF_FA_PASS:
 		count_rule(i, c->len, 0);
-		count(XNF_FC_RULE_PASS);
-		return pass(ctx);
+		count(c, XNF_FC_RULE_PASS);
+		return pass(ctx, c);
 	case XNF_FA_COUNT:
 		count_rule(i, c->len, 0);
-		count(XNF_FC_COUNTED);
-		return pass(ctx);
+		count(c, XNF_FC_COUNTED);
+		return pass(ctx, c);
 	case XNF_FA_RATE:
 		if (rate_admit(r, i, c)) {
 			count_rule(i, c->len, 0);
-			count(XNF_FC_RATE_PASS);
-			return pass(ctx);
+			count(c, XNF_FC_RATE_PASS);
+			return pass(ctx, c);
 		}
 		count_rule(i, c->len, 1);
-		count(XNF_FC_RATE_DROP);
+		count(c, XNF_FC_RATE_DROP);
 		return drop(ctx, c, i);
 	default:
 		count_rule(i, c->len, 1);
-		count(XNF_FC_RULE_DROP);
+		count(c, XNF_FC_RULE_DROP);
 		return drop(ctx, c, i);
 	}
 }
@@ -498,14 +514,15 @@ int xnf_filter(struct xdp_md *ctx)
 	void *table;
 
 	c.len = ctx->data_end - ctx->data;
-	count(XNF_FC_RX);
+	c.stats = bpf_map_lookup_elem(&stats, &zero);
+	count(&c, XNF_FC_RX);
 	res = xnf_parse(ctx, &c.pkt);
 	if (res == XNF_PARSE_NON_IP) {
-		count(XNF_FC_NON_IP);
-		return pass(ctx);
+		count(&c, XNF_FC_NON_IP);
+		return pass(ctx, &c);
 	}
 	if (res == XNF_PARSE_MALFORMED) {
-		count(XNF_FC_MALFORMED);
+		count(&c, XNF_FC_MALFORMED);
 		return drop(ctx, &c, RULE_MALFORMED);
 	}
 	table = bpf_map_lookup_elem(&rule_sets, &zero);
@@ -513,7 +530,7 @@ int xnf_filter(struct xdp_md *ctx)
 	if (!c.set)
 		return by_default(ctx, &c, 0); /* no rules applied yet */
 	if (res == XNF_PARSE_QINQ) {
-		count(XNF_FC_QINQ);
+		count(&c, XNF_FC_QINQ);
 		return by_default(ctx, &c, c.set->default_drop);
 	}
 	read_l4_extras(ctx, &c);

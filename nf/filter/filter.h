@@ -10,8 +10,7 @@ enum xnf_filter_limits {
 	XNF_FILTER_MAX_RULES = 256,   /* rules in one rule set (rules.rs: MAX_RULES) */
 	XNF_FILTER_MAX_LISTS = 16,    /* list slots: 8 lists live + 8 being replaced */
 	XNF_FILTER_BUCKETS = 65536,   /* per-source token buckets (LRU) */
-	XNF_FILTER_TOP = 4096,        /* sampled dropped sources (LRU) */
-	XNF_FILTER_SAMPLE = 16,       /* one drop in this many updates the top sources */
+	XNF_FILTER_TOP_BITS = 12,     /* 4096 slots of dropped sources per CPU */
 	XNF_FILTER_SNAPLEN = 256,     /* bytes of a dropped frame a capture keeps */
 };
 
@@ -124,7 +123,9 @@ struct xnf_filter_bucket {
 	__u64 tokens_p, tokens_b;
 };
 
-struct xnf_filter_src_key {
+/* A slot of the dropped-sources table (see sample_source). */
+struct xnf_filter_top {
+	__u64 count;
 	__u8 family;
 	__u8 pad[3];
 	__u32 addr[4];

@@ -119,3 +119,37 @@ impl Drop for RouterGuard {
         }
     }
 }
+
+/// `xnf filter` attached to interfaces in a lab namespace through its
+/// library, with its rules converged to a rule file's text, all from a
+/// thread inside that namespace (as the CLI would run there); detached
+/// when dropped.
+pub struct FilterGuard {
+    ns: std::path::PathBuf,
+    ifaces: Vec<String>,
+}
+
+impl FilterGuard {
+    /// Attaches the filter to `ifaces` in `ns` and applies `rules` (a rule
+    /// file's text; `origin` names it in errors). If the rules fail, the
+    /// filter is detached again before the error is returned.
+    pub fn attach(ns: &Netns, ifaces: &[String], rules: &str, origin: &str) -> Result<Self> {
+        let names = ifaces.to_vec();
+        ns.run(move || xnf_filter::attach(&names, XdpMode::Native))?.with_context(|| format!("attaching the filter in {}", ns.name()))?;
+        // The guard exists from here on, so a failing apply detaches.
+        let guard = FilterGuard { ns: ns.path(), ifaces: ifaces.to_vec() };
+        let (text, origin2) = (rules.to_string(), origin.to_string());
+        ns.run(move || xnf_filter::apply_text(&text, &origin2))?.with_context(|| format!("applying {origin} to the filter in {}", ns.name()))?;
+        Ok(guard)
+    }
+}
+
+impl Drop for FilterGuard {
+    fn drop(&mut self) {
+        let names = std::mem::take(&mut self.ifaces);
+        match xnf_netns::run_in(&self.ns, move || xnf_filter::detach(&names)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) | Err(e) => eprintln!("xnf lab: detaching the filter in {}: {e:#}", self.ns.display()),
+        }
+    }
+}

@@ -95,6 +95,12 @@ impl Generator {
         Ok(())
     }
 
+    /// Sends paced frames in bursts of `frames` (1: evenly spaced); see
+    /// [`GenControl::set_burst`].
+    pub fn set_burst(&self, frames: u64) -> Result<()> {
+        self.threads.iter().try_for_each(|t| t.control.set_burst(frames))
+    }
+
     /// True when every thread has ended: its count sent, or failed.
     pub fn done(&self) -> bool {
         self.threads.iter().all(|t| t.thread.as_ref().is_none_or(|h| h.is_finished()))
@@ -270,6 +276,29 @@ mod tests {
         let (sent, received) = burst(&line, 1, 10_000);
         assert!((1..=33).contains(&sent), "sent {sent}");
         assert_all_arrived(sent, received);
+    }
+
+    #[test]
+    fn a_burst_goes_back_to_back_and_then_waits_for_its_schedule() {
+        let line = LineTopology::new(&LineConfig::default()).unwrap();
+        let sink = LabAttachment::sink(line.dut(), &line.dut_gen_if).unwrap();
+        let (cfg, dev) = (template(&line), line.gen_if.clone());
+        let sent = line
+            .gen()
+            .run(move || -> Result<u64> {
+                let prog = GenProgram::load(&cfg)?;
+                let ctl = prog.control()?;
+                // 1 frame per second in bursts of 32: the first burst is due
+                // at once, the next one 32 s later.
+                ctl.set_burst(32)?;
+                ctl.set_rate(1)?;
+                prog.send(xnf_netns::netlink::link_by_name(&dev)?.ifindex, 10_000)?;
+                ctl.sent()
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(sent, 32, "one whole burst, then nothing until it is due");
+        assert_all_arrived(sent, sink.packets().unwrap());
     }
 
     #[test]

@@ -107,6 +107,11 @@ pub struct Sample {
     /// receive side's cost (dut + sink), without the generator (system time).
     #[serde(default)]
     pub softirq_ns_per_packet: f64,
+    /// Request/response transactions per second of an application running
+    /// beside the traffic during the interval (`xnf lab filter`'s victim);
+    /// absent in the other experiments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transactions_per_s: Option<f64>,
 }
 
 /// What a sample is of.
@@ -138,6 +143,7 @@ impl Sample {
             cpus: cpu::shares(cpus),
             ns_per_packet: per_packet(cpu::busy_ns(cpus)),
             softirq_ns_per_packet: per_packet(cpu::softirq_ns(cpus)),
+            transactions_per_s: None,
         }
     }
 
@@ -345,7 +351,7 @@ impl Results {
         head.extend(
             [
                 "run", "kind", "step", "offered_pps", "seconds", "sent", "received", "sent_mpps", "mpps", "loss_pct", "loss_gen_to_dut", "loss_in_dut",
-                "loss_dut_to_sink", "ns_per_packet", "softirq_ns_per_packet",
+                "loss_dut_to_sink", "ns_per_packet", "softirq_ns_per_packet", "transactions_per_s",
             ]
             .map(String::from),
         );
@@ -380,6 +386,7 @@ impl Results {
                 s.loss.dut_to_sink.to_string(),
                 format!("{:.1}", s.ns_per_packet),
                 format!("{:.1}", s.softirq_ns_per_packet),
+                s.transactions_per_s.map_or(String::new(), |t| format!("{t:.0}")),
             ]);
             for c in 0..ncpu {
                 let share = s.cpus.get(c).copied().unwrap_or_default();
@@ -437,6 +444,7 @@ mod tests {
             cpus: vec![CpuShare { cpu: 0, user_pct: 1.0, system_pct: 2.0, softirq_pct: 50.0, busy_pct: 53.0 }],
             ns_per_packet: 100.0,
             softirq_ns_per_packet: 90.0,
+            transactions_per_s: None,
         }
     }
 

@@ -439,6 +439,13 @@ impl GenControl {
         self.ctl.update(&gen_ctl::GEN_CTL_RATE.0.to_ne_bytes(), &pps.to_ne_bytes(), MapFlags::ANY).context("setting the generator's rate")
     }
 
+    /// Sets how many frames go back to back each time a rate's schedule
+    /// lets one go (0 or 1: evenly spaced; at most 64, a live-frame batch):
+    /// the same average rate, in bursts a receiver polls together.
+    pub fn set_burst(&self, frames: u64) -> Result<()> {
+        self.ctl.update(&gen_ctl::GEN_CTL_BURST.0.to_ne_bytes(), &frames.to_ne_bytes(), MapFlags::ANY).context("setting the generator's burst")
+    }
+
     /// Sets how many frames each CPU may send in all (0: no limit); frames
     /// beyond are dropped by the program, before any device sees them.
     pub fn set_limit(&self, frames: u64) -> Result<()> {

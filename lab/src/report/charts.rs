@@ -3,7 +3,7 @@
 //! nothing was swept), CPU against offered load, loss against offered rate.
 
 use crate::engine::params::{Axis, Point, Value};
-use crate::engine::results::{Results, Sample, Summary};
+use crate::engine::results::{median, Results, Sample, SampleKind, Summary};
 
 use super::data::{self, is_load, is_search, offered_pps, samples_at, softirq_pct, Palette, Sweep};
 use super::svg::{Chart, Layer, Pt, Scale, Series, Slot, Style};
@@ -22,6 +22,7 @@ pub fn sections(r: &Results) -> Vec<Section> {
         throughput.extend(variant_bars(r, &palette));
     }
     let sections = [
+        Section { heading: "Application under load", charts: transaction_charts(r, &palette) },
         Section { heading: "Throughput", charts: throughput },
         Section { heading: "CPU vs offered load", charts: cpu_charts(r, &palette) },
         Section { heading: "Loss vs offered rate", charts: loss_charts(r, &palette) },
@@ -109,6 +110,57 @@ fn variant_bars(r: &Results, palette: &Palette) -> Option<Chart> {
         }
     }
     Some(chart)
+}
+
+/// Samples that carry an application's transactions (`xnf lab filter`).
+fn has_transactions(s: &Sample) -> bool {
+    s.transactions_per_s.is_some()
+}
+
+/// One variant's transactions per second against the load as sent: the
+/// load steps (median per step over the runs, min–max), then the
+/// full-speed samples as one more point; sorted by load.
+pub fn transaction_curve(r: &Results, point: &Point, variant: &str) -> Vec<Pt> {
+    let tps = |s: &Sample| s.transactions_per_s.unwrap_or(0.0);
+    let mut pts = data::per_step(&samples_at(r, point, variant, is_load), tps);
+    let max: Vec<&Sample> = samples_at(r, point, variant, |s| matches!(s.kind, SampleKind::Max));
+    if !max.is_empty() {
+        let mut ys: Vec<f64> = max.iter().map(|s| tps(s)).collect();
+        let mut xs: Vec<f64> = max.iter().map(|s| s.sent_mpps).collect();
+        let (lo, hi) = (ys.iter().copied().fold(f64::INFINITY, f64::min), ys.iter().copied().fold(0.0, f64::max));
+        pts.push(Pt::range(median(&mut xs), median(&mut ys), lo, hi));
+    }
+    pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+    pts
+}
+
+/// Per point with an application's transactions: transactions per second
+/// (thousands) against the load actually sent, a line per variant, and a
+/// dashed line where each falls to half of its rate at the first step
+/// (seed 003's Fig. 5).
+fn transaction_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
+    let mut charts = Vec::new();
+    for point in data::points_with(r, has_transactions) {
+        let variants: Vec<&str> = palette.variants(|v| r.samples.iter().any(|s| has_transactions(s) && s.variant == v && &s.point == point)).collect();
+        let curves: Vec<(&str, Vec<Pt>)> = variants.iter().map(|v| (*v, transaction_curve(r, point, v))).collect();
+        let xmax = curves.iter().flat_map(|(_, c)| c.iter().map(|p| p.x)).fold(0.001, f64::max);
+        let ymax = curves.iter().flat_map(|(_, c)| c.iter().map(|p| p.hi / 1e3)).fold(0.001, f64::max);
+        let y = Scale::linear(0.0, ymax);
+        let title = "Application transactions vs load";
+        let mut chart = Chart::new(title, &r.label(point), Scale::linear(0.0, xmax), "load as sent (Mpps; median per rate)", y, "transactions/s (thousands)");
+        for (variant, pts) in curves {
+            let colour = palette.colour(variant);
+            let curve: Vec<crate::experiments::filter::flood::CurvePoint> =
+                pts.iter().map(|p| crate::experiments::filter::flood::CurvePoint { flood_pps: p.x, tps: p.y }).collect();
+            let points = pts.iter().map(|p| Pt::range(p.x, p.y / 1e3, p.lo / 1e3, p.hi / 1e3)).collect();
+            chart.series(&Series { label: variant.to_string(), variant, colour, style: Style::Line, points }, 0.0);
+            if let Some(half) = crate::experiments::filter::flood::half_rate(&curve) {
+                chart.vline(half, colour, &format!("{variant}: half the transactions"), variant);
+            }
+        }
+        charts.push(chart);
+    }
+    charts
 }
 
 fn offered_axis(samples: &[&Sample]) -> Scale {

@@ -172,6 +172,32 @@ mod tests {
     }
 
     #[test]
+    fn application_transactions_are_drawn_against_the_load_with_their_half_rate() {
+        let mut r = results();
+        r.experiment = "filter".into();
+        let p = Point::default().with("blocklist", 0u64);
+        // none halves between 1 and 2 Mpps; xnf never does.
+        for (variant, tps) in [("none", [20e3, 15e3, 5e3]), ("xnf", [20e3, 19e3, 18e3])] {
+            for (step, (rate, t)) in [0.0, 1e6].into_iter().zip(tps).enumerate() {
+                let mut s = sample(variant, p.clone(), SampleKind::Load { offered_pps: rate, step: step as u32 + 1 }, rate / 1e6);
+                s.transactions_per_s = Some(t);
+                r.samples.push(s);
+            }
+            let mut s = sample(variant, p.clone(), SampleKind::Max, 2.0);
+            s.transactions_per_s = Some(tps[2]);
+            r.samples.push(s);
+        }
+        let charts = sections(&r).remove(0).charts;
+        assert_eq!(charts.len(), 1);
+        assert_eq!(charts[0].title(), "Application transactions vs load");
+        let svg = charts[0].render().into_string();
+        assert!(svg.contains(r#"class="vline" data-variant="none""#), "none's half rate");
+        assert!(!svg.contains(r#"class="vline" data-variant="xnf""#), "xnf never halves");
+        let none = charts::transaction_curve(&r, &p, "none");
+        assert_eq!(none.iter().map(|p| (p.x, p.y)).collect::<Vec<_>>(), [(0.0, 20e3), (1.0, 15e3), (2.0, 5e3)], "steps, then the maximum");
+    }
+
+    #[test]
     fn one_point_gets_a_bar_chart_and_nothing_else() {
         let mut r = results();
         r.summary = vec![summary("kernel", point(64), 1.0), summary("xnf", point(64), 2.0)];

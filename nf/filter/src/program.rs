@@ -18,7 +18,7 @@ pub use types::xnf_filter_set as RawSet;
 
 pub const MAX_RULES: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_RULES.0;
 pub const MAX_LISTS: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_LISTS.0;
-pub const SAMPLE: u32 = types::xnf_filter_limits::XNF_FILTER_SAMPLE.0;
+const TOP_SLOTS: u32 = 1 << types::xnf_filter_limits::XNF_FILTER_TOP_BITS.0;
 /// The per-rule counter slot of the default policy.
 pub const RULE_DEFAULT: u32 = MAX_RULES;
 /// The rule a capture record names for a malformed frame.
@@ -231,26 +231,25 @@ impl FilterMaps {
         Ok(())
     }
 
-    /// Sampled drop counts per source, largest first (each sample stands
-    /// for about [`SAMPLE`] drops).
-    pub fn top_sources(&self, n: usize) -> Vec<(std::net::IpAddr, u64)> {
-        let mut v: Vec<(std::net::IpAddr, u64)> = self
-            .top_sources
-            .keys()
-            .filter_map(|k| {
-                let key: types::xnf_filter_src_key = from_bytes(&k);
-                let count = u64::from_ne_bytes(self.top_sources.lookup(&k, MapFlags::ANY).ok()??.get(..8)?.try_into().ok()?);
+    /// Drops per source, largest first: each CPU's table read and summed
+    /// by address (the counts are lower bounds; see `sample_source`).
+    pub fn top_sources(&self, n: usize) -> Result<Vec<(std::net::IpAddr, u64)>> {
+        let mut sums: std::collections::HashMap<std::net::IpAddr, u64> = std::collections::HashMap::new();
+        for slot in 0..TOP_SLOTS {
+            let per_cpu = self.top_sources.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default();
+            for t in per_cpu.iter().map(|v| from_bytes::<types::xnf_filter_top>(v)).filter(|t| t.count > 0 && t.family != 0) {
                 let mut b = [0u8; 16];
-                for (i, w) in key.addr.iter().enumerate() {
+                for (i, w) in t.addr.iter().enumerate() {
                     b[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
                 }
-                let ip = if key.family == 2 { std::net::IpAddr::from([b[0], b[1], b[2], b[3]]) } else { std::net::IpAddr::from(b) };
-                Some((ip, count))
-            })
-            .collect();
+                let ip = if t.family == 2 { std::net::IpAddr::from([b[0], b[1], b[2], b[3]]) } else { std::net::IpAddr::from(b) };
+                *sums.entry(ip).or_default() += t.count;
+            }
+        }
+        let mut v: Vec<_> = sums.into_iter().collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         v.truncate(n);
-        v
+        Ok(v)
     }
 
     /// Starts capturing the drops of `rule` ([`RULE_ANY`]: all), at most

@@ -11,7 +11,7 @@ use xnf_core::features::Feature;
 
 use crate::apply::{applied, pending_seconds, Applied};
 use crate::attach::{attached_links, open_maps};
-use crate::program::{Counter, Counters, FilterMaps, RuleCounters, RULE_DEFAULT, SAMPLE};
+use crate::program::{Counter, Counters, FilterMaps, RuleCounters, RULE_DEFAULT};
 use crate::rules::{Action, RuleSet};
 
 #[derive(Serialize)]
@@ -94,9 +94,8 @@ struct RuleRow {
 #[derive(Serialize)]
 struct TopRow {
     source: String,
-    /// Sampled drops; each stands for about `sample` drops.
-    sampled: u64,
-    estimated_drops: u64,
+    /// Drops counted against it (a lower bound: see the README).
+    drops: u64,
 }
 
 #[derive(Serialize)]
@@ -104,7 +103,6 @@ struct StatsOut {
     counters: BTreeMap<&'static str, u64>,
     rules: Vec<RuleRow>,
     top_sources: Vec<TopRow>,
-    sample: u32,
 }
 
 fn action_name(a: &Action) -> String {
@@ -146,12 +144,8 @@ pub fn stats(json: bool, top: usize, watch: Option<Duration>) -> Result<()> {
     let rs = rule_set(&applied()?);
     let Some(interval) = watch else {
         let (c, rules) = snapshot(&maps, &rs)?;
-        let top_sources = maps
-            .top_sources(top)
-            .into_iter()
-            .map(|(ip, n)| TopRow { source: ip.to_string(), sampled: n, estimated_drops: n * SAMPLE as u64 })
-            .collect();
-        let out = StatsOut { counters: named(&c), rules, top_sources, sample: SAMPLE };
+        let top_sources = maps.top_sources(top)?.into_iter().map(|(ip, n)| TopRow { source: ip.to_string(), drops: n }).collect();
+        let out = StatsOut { counters: named(&c), rules, top_sources };
         if json {
             println!("{}", serde_json::to_string_pretty(&out)?);
         } else {
@@ -206,9 +200,9 @@ fn print_stats(s: &StatsOut) {
         println!("{k:<14} {v:>14}");
     }
     if !s.top_sources.is_empty() {
-        println!("\ntop dropped sources (sampled 1 in {}):", s.sample);
+        println!("\ntop dropped sources (at least this many drops):");
         for t in &s.top_sources {
-            println!("  {:<40} ~{}", t.source, t.estimated_drops);
+            println!("  {:<40} {}", t.source, t.drops);
         }
     }
 }

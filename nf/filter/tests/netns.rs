@@ -105,6 +105,11 @@ fn a_rule_drops_exactly_its_traffic_and_the_router_forwards_the_rest_in_the_same
     assert_eq!(f.send(true, 9100, 300), 0, "IPv6 datagrams to the dropped port arrived");
     let (packets, dropped) = f.rule("udp-9100");
     assert_eq!((packets, dropped), (600, 600), "the rule took other traffic, or missed some");
+    let top = f.stats()["top_sources"].clone();
+    for (src, n) in [(f.r.line.gen_v4.to_string(), 300), (f.r.line.gen_v6.to_string(), 300)] {
+        let row = top.as_array().unwrap().iter().find(|t| t["source"] == src.as_str()).unwrap_or_else(|| panic!("{src} not among the top dropped sources: {top}"));
+        assert_eq!(row["drops"], n, "drops counted against {src}");
+    }
     assert_eq!(f.r.redirected() - redirected, 300, "what the filter passed did not continue to the router in XDP");
     assert_eq!(f.r.forw_v4(), fw4, "the kernel forwarded what XDP should have");
 }

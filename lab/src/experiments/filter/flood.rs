@@ -1,0 +1,188 @@
+//! The flood and what recognises it: the generator's UDP frames from many
+//! sources in the lab range to a port the victim does not serve, the
+//! blocklist of the second scenario, and the same match written for each
+//! filter (an xnf rule file, nftables, xdp-filter's port list).
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Context, Result};
+use xnf_netns::RouteSet;
+use xnf_packet::PacketBuilder;
+
+use crate::engine::topology::BuiltTopology;
+use crate::programs::gen::GenConfig;
+
+/// Where flood sources start without a blocklist: 198.19.0.0/16 is in the
+/// lab range and holds no link of any topology (they use 198.18.0.0/20).
+const SOURCE_BASE: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 0);
+
+/// Seed of the synthetic blocklist: the same size gives the same list.
+const SEED: u64 = 0x0066_6c6f_6f64; // "flood" in ASCII
+
+/// What the flood is and how filters recognise it.
+pub struct Flood {
+    /// The destination port the victim does not serve.
+    pub port: u16,
+    /// Source addresses, one flow each.
+    pub sources: Vec<IpAddr>,
+    /// The second scenario: the list every filter drops by, written to a
+    /// file (one prefix per line) for xnf; None: the filters drop by port.
+    pub blocklist: Option<Blocklist>,
+}
+
+/// A blocklist of prefixes in a file of its own (removed when dropped).
+pub struct Blocklist {
+    pub prefixes: RouteSet,
+    pub path: PathBuf,
+}
+
+impl Drop for Blocklist {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl Flood {
+    /// `sources` addresses counting up from 198.19.0.1, dropped by port.
+    pub fn by_port(port: u16, sources: u32) -> Result<Flood> {
+        ensure!((1..=65_000).contains(&sources), "--sources {sources}: use 1..=65000 (they count up from {SOURCE_BASE}, inside 198.19.0.0/16)");
+        let base = u32::from(SOURCE_BASE);
+        let sources = (1..=sources).map(|i| IpAddr::V4(Ipv4Addr::from(base + i))).collect();
+        Ok(Flood { port, sources, blocklist: None })
+    }
+
+    /// A list of `size` prefixes shaped like the public BGP table (see
+    /// `xnf_netns::RouteSet`: it spans unicast space, with a slice inside
+    /// the lab range), the flood's `sources` spread over distinct prefixes
+    /// of that slice; filters drop by the list. The list file goes to `dir`.
+    pub fn by_blocklist(port: u16, size: u64, sources: u32, dir: &Path) -> Result<Flood> {
+        let n = usize::try_from(size).context("--blocklist too large")?;
+        let prefixes = RouteSet::synthetic_v4(n, SEED).with_context(|| format!("--blocklist {size}"))?;
+        let sources = prefixes
+            .lookup_targets(sources as usize)
+            .with_context(|| format!("--sources {sources}: not that many prefixes of the list lie in the lab range; use fewer sources"))?;
+        let path = dir.join(format!("blocklist-{size}.txt"));
+        let mut text = String::with_capacity(n * 18);
+        for p in prefixes.prefixes() {
+            let _ = writeln!(text, "{p}");
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing the blocklist {}", path.display()))?;
+        Ok(Flood { port, sources, blocklist: Some(Blocklist { prefixes, path }) })
+    }
+
+    /// The generator's frames: 64-byte UDP from every source to `victim`'s
+    /// port, addressed to dut's ingress MAC.
+    pub fn traffic(&self, t: &BuiltTopology, victim: IpAddr) -> Result<GenConfig> {
+        let roles = t.roles()?;
+        let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(self.sources[0], victim).udp(1024, self.port).frame_len(60).try_build()?;
+        Ok(GenConfig { template: frame, ipv6: false, flows: 1, base_sport: 1024, src_addrs: self.sources.clone(), ..Default::default() })
+    }
+
+    /// The xnf filter's rule file: drop the flood, pass the rest.
+    pub fn xnf_rules(&self) -> String {
+        match &self.blocklist {
+            None => format!("default = \"pass\"\n\n[[rule]]\nname = \"flood\"\nproto = \"udp\"\ndport = {}\naction = \"drop\"\n", self.port),
+            Some(b) => format!(
+                "default = \"pass\"\n\n[lists]\nflood = \"{}\"\n\n[[rule]]\nname = \"blocklist\"\nsrc = \"@flood\"\naction = \"drop\"\n",
+                b.path.display()
+            ),
+        }
+    }
+
+    /// An nftables table `family name` with a chain on `hook` (e.g.
+    /// `ingress device "xnfin" priority -500`) that counts in counter
+    /// `dropped` and drops the flood.
+    pub fn nft_table(&self, family: &str, name: &str, hook: &str) -> String {
+        let mut t = format!("table {family} {name} {{\n\tcounter dropped {{ }}\n");
+        let rule = match &self.blocklist {
+            None => format!("meta l4proto udp udp dport {}", self.port),
+            Some(b) => {
+                // Nested prefixes (half of a BGP-like table) merge into
+                // their covering ones: an interval set holds no overlaps.
+                t.push_str("\tset flood {\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\tauto-merge\n\t\telements = {\n");
+                for p in b.prefixes.prefixes() {
+                    let _ = writeln!(t, "\t\t\t{p},");
+                }
+                t.push_str("\t\t}\n\t}\n");
+                "ip saddr @flood".to_string()
+            }
+        };
+        let _ = write!(t, "\tchain c {{\n\t\ttype filter hook {hook}; policy accept;\n\t\t{rule} counter name \"dropped\" drop\n\t}}\n}}\n");
+        t
+    }
+}
+
+/// One point of a variant's curve: the flood rate it was sent at and the
+/// victim's transactions per second (medians over the runs).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CurvePoint {
+    pub flood_pps: f64,
+    pub tps: f64,
+}
+
+/// The flood rate at which the transactions fall to half of those without
+/// a flood (the first point, at rate 0): linear between the two measured
+/// rates around the crossing; None if they never fall that far.
+pub fn half_rate(curve: &[CurvePoint]) -> Option<f64> {
+    let base = curve.first()?.tps;
+    let half = base / 2.0;
+    curve.windows(2).find(|w| w[1].tps <= half).map(|w| {
+        let (a, b) = (w[0], w[1]);
+        if a.tps <= b.tps {
+            return b.flood_pps;
+        }
+        a.flood_pps + (b.flood_pps - a.flood_pps) * (a.tps - half) / (a.tps - b.tps)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(flood_pps: f64, tps: f64) -> CurvePoint {
+        CurvePoint { flood_pps, tps }
+    }
+
+    #[test]
+    fn half_rate_interpolates_between_the_rates_around_the_crossing() {
+        let c = [pt(0.0, 20000.0), pt(1e6, 15000.0), pt(2e6, 5000.0)];
+        // 10,000 is half way from 15,000 to 5,000.
+        assert_eq!(half_rate(&c), Some(1.5e6));
+        assert_eq!(half_rate(&[pt(0.0, 20000.0), pt(3e6, 19000.0)]), None, "never halved");
+        assert_eq!(half_rate(&[pt(0.0, 20000.0), pt(1e6, 10000.0)]), Some(1e6), "exactly half");
+        assert_eq!(half_rate(&[]), None);
+    }
+
+    #[test]
+    fn rules_drop_the_flood_by_port_or_by_list() {
+        let f = Flood::by_port(9, 4).unwrap();
+        assert_eq!(f.sources.len(), 4);
+        assert_eq!(f.sources[0], "198.19.0.1".parse::<IpAddr>().unwrap());
+        let rules = f.xnf_rules();
+        assert!(rules.contains("proto = \"udp\"\ndport = 9\naction = \"drop\""), "{rules}");
+        let nft = f.nft_table("netdev", "xnffilter", "ingress device \"xnfin\" priority -500");
+        assert!(nft.contains("udp dport 9 counter name \"dropped\" drop") && nft.contains("hook ingress device"), "{nft}");
+        assert!(Flood::by_port(9, 0).is_err());
+    }
+
+    #[test]
+    fn a_blocklist_holds_the_sources_and_is_written_for_every_filter() {
+        let dir = std::env::temp_dir().join(format!("xnf-filter-flood-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = Flood::by_blocklist(9, 5000, 64, &dir).unwrap();
+        let b = f.blocklist.as_ref().unwrap();
+        assert_eq!(std::fs::read_to_string(&b.path).unwrap().lines().count(), 5000);
+        for s in &f.sources {
+            assert!(b.prefixes.prefixes().iter().any(|p| p.contains(s)), "{s} not in the list");
+            assert!(xnf_netns::is_test_ip(*s), "{s} outside the lab range");
+        }
+        assert!(f.xnf_rules().contains(&format!("flood = \"{}\"", b.path.display())));
+        assert!(f.nft_table("ip", "t", "prerouting priority raw").contains("ip saddr @flood counter"));
+        let path = b.path.clone();
+        drop(f);
+        assert!(!path.exists(), "the list file goes with the flood");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

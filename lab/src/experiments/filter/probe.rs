@@ -1,0 +1,163 @@
+//! One variant measured along the flood rates: the generator is started at
+//! the first non-zero rate and re-paced for each next one; every interval
+//! is read between two readings of the counters while the flood keeps
+//! going (the victim lives under a steady flood, so nothing is paused).
+//!
+//! A sample of this experiment is one interval at one flood rate:
+//! `sent` the flood frames the generator sent, `received` those discarded
+//! anywhere (dropped in dut by the filter, or, having reached the victim,
+//! by its UDP stack: no socket on the port), `loss` where they ended
+//! (`gen_to_dut`: lost before dut's ingress; `in_dut`: dropped in dut;
+//! `dut_to_sink`: reached the victim), `ns_per_packet` and
+//! `softirq_ns_per_packet` CPU time per discarded frame, and
+//! `transactions_per_s` the victim's TCP transactions per second.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use xnf_netns::Netns;
+
+use super::rr::RrService;
+use super::variants::Setup;
+use super::Rate;
+use crate::engine::cpu::{self, CpuTimes};
+use crate::engine::measure::{self, Labels, PAUSED};
+use crate::engine::results::{Loss, Sample, SampleKind};
+use crate::engine::Generator;
+use crate::programs::gen::GenConfig;
+
+/// Where the flood comes from and where it is counted.
+pub struct Path<'a> {
+    pub gen: (&'a Netns, String),
+    pub gen_cpu: usize,
+    /// Paced frames per burst (see `Generator::set_burst`).
+    pub burst: u64,
+    /// dut's ingress (rx) and egress (tx).
+    pub dut: (&'a Netns, String, String),
+    pub victim: &'a Netns,
+    pub rr: &'a RrService,
+    pub traffic: &'a GenConfig,
+}
+
+/// The counters at one instant.
+struct Reading {
+    at: Instant,
+    sent: u64,
+    dut_rx: u64,
+    dut_tx: u64,
+    victim_noports: u64,
+    transactions: u64,
+    /// The filter's own count and when it was read: a command that may
+    /// take tens of milliseconds on a busy machine, so its interval is its own.
+    own_drops: Option<(u64, Instant)>,
+    cpus: Vec<CpuTimes>,
+}
+
+/// What an interval found besides its sample: for the results' details.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Extra {
+    pub dropped_in_dut: i64,
+    pub reached_victim: u64,
+    /// The filter's own drop count (nftables, xdp-filter), when it has one.
+    pub own_drops: Option<u64>,
+    /// The same per second, over the interval between its own readings.
+    pub own_drops_per_s: Option<f64>,
+}
+
+impl Path<'_> {
+    fn read(&self, gens: Option<&Generator>, setup: &Setup) -> Result<Reading> {
+        let (dut, din, dout) = &self.dut;
+        Ok(Reading {
+            at: Instant::now(),
+            sent: gens.map_or(Ok(0), Generator::sent)?,
+            dut_rx: dut.link_stats(din)?.rx_packets,
+            dut_tx: dut.link_stats(dout)?.tx_packets,
+            victim_noports: self.victim.snmp()?.value("Udp", "NoPorts")?,
+            transactions: self.rr.transactions(),
+            own_drops: setup.own_drops()?.map(|n| (n, Instant::now())),
+            cpus: cpu::sample()?,
+        })
+    }
+
+    /// Paces (or starts) the flood at `rate`.
+    fn pace(&self, gens: &mut Option<Generator>, rate: Rate) -> Result<()> {
+        let pps = match rate {
+            Rate::Pps(0) => {
+                // No flood: nothing started yet, or held back.
+                return gens.as_ref().map_or(Ok(()), |g| g.set_rate(PAUSED));
+            }
+            Rate::Pps(r) => r,
+            Rate::Max => 0,
+        };
+        match gens {
+            Some(g) => g.set_rate(pps),
+            None => {
+                let g = measure::start_generators(self.gen.0, &self.gen.1, self.traffic, &[self.gen_cpu], pps)?;
+                g.set_burst(self.burst)?;
+                *gens = Some(g);
+                Ok(())
+            }
+        }
+    }
+
+    /// Every rate of `rates` in turn under `setup`: `warmup` seconds, then
+    /// an interval of `seconds`; `each` is told which step is measured.
+    pub fn measure(&self, l: &Labels, setup: &Setup, rates: &[Rate], warmup: f64, seconds: f64, each: &mut dyn FnMut(usize)) -> Result<Vec<(Sample, Extra)>> {
+        let mut gens: Option<Generator> = None;
+        let mut out = Vec::new();
+        for (i, &rate) in rates.iter().enumerate() {
+            each(i);
+            self.pace(&mut gens, rate)?;
+            std::thread::sleep(Duration::from_secs_f64(warmup));
+            let a = self.read(gens.as_ref(), setup)?;
+            std::thread::sleep(Duration::from_secs_f64(seconds));
+            let b = self.read(gens.as_ref(), setup)?;
+            anyhow::ensure!(self.rr.alive(), "the victim's request/response service stopped (its error follows when it is stopped)");
+            out.push(sample(l, kind(rate, i), &a, &b));
+        }
+        if let Some(g) = gens {
+            // Paused first: a stop waits for the live-frame call in progress.
+            g.set_rate(PAUSED)?;
+            g.stop()?;
+        }
+        Ok(out)
+    }
+}
+
+/// Paced rates (and no flood) are steps of a load curve, step i+1;
+/// the generator's maximum is the experiment's `Max` sample, the one the
+/// summary and the ratios are made of.
+fn kind(rate: Rate, i: usize) -> SampleKind {
+    match rate {
+        Rate::Pps(r) => SampleKind::Load { offered_pps: r as f64, step: i as u32 + 1 },
+        Rate::Max => SampleKind::Max,
+    }
+}
+
+fn sample(l: &Labels, kind: SampleKind, a: &Reading, b: &Reading) -> (Sample, Extra) {
+    let secs = b.at.duration_since(a.at).as_secs_f64();
+    let sent = b.sent - a.sent;
+    let transactions = b.transactions - a.transactions;
+    let reached = b.victim_noports - a.victim_noports;
+    // Frames that entered dut and did not leave towards the victim: the
+    // filter's drops (dut's own traffic, ARP and ND, is a handful).
+    let in_dut = (b.dut_rx - a.dut_rx) as i64 - (b.dut_tx - a.dut_tx) as i64;
+    // Only flood frames count: without a flood, what dut kept of its own
+    // traffic (a few ARP or ND frames) is no drop.
+    let dropped = (in_dut.max(0) as u64 + reached).min(sent);
+    // Each transaction puts one request into dut's ingress.
+    let flood_in = (b.dut_rx - a.dut_rx) as i64 - transactions as i64;
+    let loss = Loss { gen_to_dut: sent as i64 - flood_in, in_dut, dut_to_sink: reached as i64 };
+    let mut s = Sample::of(l, kind, secs, (sent, dropped), loss, &cpu::delta(&b.cpus, &a.cpus));
+    // Without a flood nothing is dropped: no cost per frame (JSON has no NaN).
+    for v in [&mut s.ns_per_packet, &mut s.softirq_ns_per_packet] {
+        if !v.is_finite() {
+            *v = 0.0;
+        }
+    }
+    s.loss_pct = if sent > 0 { s.loss_pct.max(0.0) } else { 0.0 };
+    s.transactions_per_s = Some(transactions as f64 / secs);
+    let own = a.own_drops.zip(b.own_drops);
+    let own_drops_per_s = own.map(|((x, t0), (y, t1))| (y - x) as f64 / t1.duration_since(t0).as_secs_f64());
+    (s, Extra { dropped_in_dut: in_dut, reached_victim: reached, own_drops: own.map(|((x, _), (y, _))| y - x), own_drops_per_s })
+}

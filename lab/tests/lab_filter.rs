@@ -1,0 +1,144 @@
+//! `xnf lab filter` as a user runs it: bad options are refused with one
+//! line before anything is built; short runs measure every variant at every
+//! flood rate, the victim's transactions go on without a flood, the
+//! filtering variants drop the flood in dut (the victim never sees it) and
+//! their own counters agree, the report draws the figure, and nothing is
+//! left behind.
+
+use std::path::Path;
+
+use serde_json::Value;
+use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of, xnf_bin};
+
+/// Where scripts/peers.sh builds xdp-filter.
+const XDP_FILTER: &str = "/opt/xnf/peers/sbin/xdp-filter";
+
+#[test]
+fn bad_options_are_refused_with_one_line_naming_the_flag() {
+    assert_lab_refuses(
+        "filter",
+        &[
+            (&["--rates", "fast"][..], "not a rate", 2),
+            (&["--variants", "iptables"][..], "--variants", 2),
+            (&["--runs", "0"][..], "--runs", 1),
+            (&["--burst", "0"][..], "--burst 0", 1),
+            (&["--port", "5001"][..], "--port 5001", 1),
+            (&["--sources", "0"][..], "--sources 0", 1),
+            (&["--cpu", "999"][..], "--cpu 999", 1),
+            (&["--variants", "xdp-filter", "--blocklist", "1000"][..], "not prefixes", 1),
+            (&["--variants", "xdp-filter", "--xdp-filter", "/nonexistent/xdp-filter"][..], "scripts/peers.sh", 1),
+        ],
+    );
+}
+
+/// Runs `xnf lab filter ARGS` for one run at no flood and at the maximum,
+/// briefly; returns the results file read back.
+fn short_run(tag: &str, args: &[&str]) -> Value {
+    let json = std::env::temp_dir().join(format!("xnf-lab-filter-{tag}-{}.json", std::process::id()));
+    let mut all = vec!["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--rates", "0,max", "--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let (out, pid) = lab("filter", &all);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    report_draws_the_figure(&json);
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(r["experiment"], "filter");
+    r
+}
+
+fn report_draws_the_figure(json: &Path) {
+    let html = json.with_extension("html");
+    let out = std::process::Command::new(xnf_bin()).args(["lab", "report"]).arg(json).arg("-o").arg(&html).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(&html).unwrap();
+    std::fs::remove_file(&html).unwrap();
+    assert!(page.contains("Application transactions vs load"), "no transactions chart");
+}
+
+/// The samples of `variant`: (no flood, maximum flood).
+fn samples<'a>(r: &'a Value, variant: &str) -> (&'a Value, &'a Value) {
+    let of: Vec<&Value> = r["samples"].as_array().unwrap().iter().filter(|s| s["variant"] == variant).collect();
+    assert_eq!(of.len(), 2, "{variant}: one sample per rate");
+    let idle = of.iter().find(|s| s["kind"] == "load" && s["step"] == 1).unwrap_or_else(|| panic!("{variant}: no sample without flood"));
+    let max = of.iter().find(|s| s["kind"] == "max").unwrap_or_else(|| panic!("{variant}: no sample at the maximum"));
+    (idle, max)
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// The victim's service works without a flood; under the maximum flood the
+/// flood is discarded, and by a filter in dut unless `filtered` is false.
+fn check_variant(r: &Value, variant: &str, filtered: bool) {
+    let (idle, max) = samples(r, variant);
+    assert_eq!(idle["sent"], 0, "{variant}: flood without a rate: {idle}");
+    assert!(num(&idle["transactions_per_s"]) > 0.0, "{variant}: no transactions without a flood: {idle}");
+    let (sent, dropped) = (num(&max["sent"]), num(&max["received"]));
+    assert!(sent > 0.0 && dropped > 0.0, "{variant}: flood not sent or not discarded: {max}");
+    let reached = num(&max["loss"]["dut_to_sink"]);
+    if filtered {
+        assert_eq!(reached, 0.0, "{variant}: flood frames reached the victim: {max}");
+        assert!(num(&max["loss"]["in_dut"]) > 0.0, "{variant}: nothing dropped in dut: {max}");
+    } else {
+        assert!(reached > 0.0, "{variant}: the flood never reached the victim's stack: {max}");
+    }
+}
+
+/// The filter's own drop rate agrees with the lab's, from the interfaces
+/// (each over the interval between its own readings: the filter's counter
+/// is read by a command, tens of milliseconds later on a busy machine).
+fn check_own_counter(r: &Value, variant: &str) {
+    let i = r["details"]["intervals"].as_array().unwrap().iter().find(|i| i["variant"] == variant && i["rate"] == "max").unwrap();
+    let own = num(&i["own_drops_per_s"]);
+    let lab = num(&i["drops_per_s"]);
+    assert!((own - lab).abs() <= lab * 0.1, "{variant}: its counter says {own:.0} dropped per second, the interfaces {lab:.0}: {i}");
+}
+
+fn check_curves(r: &Value, variants: &[&str]) {
+    let curves = r["details"]["curves"].as_array().unwrap();
+    for v in variants {
+        let c = curves.iter().find(|c| c["variant"] == *v).unwrap_or_else(|| panic!("{v}: no curve"));
+        assert_eq!(c["steps"].as_array().unwrap().len(), 2, "{v}: a step per rate");
+        assert!(num(&c["unflooded_tps"]) > 0.0);
+    }
+}
+
+#[test]
+fn nftables_drop_the_flood_in_dut_and_without_a_filter_the_victim_gets_it() {
+    let r = short_run("nft", &["--variants", "none,nft-ingress,nft-raw"]);
+    check_variant(&r, "none", false);
+    for v in ["nft-ingress", "nft-raw"] {
+        check_variant(&r, v, true);
+        check_own_counter(&r, v);
+    }
+    check_curves(&r, &["none", "nft-ingress", "nft-raw"]);
+    assert_eq!(r["summary"].as_array().unwrap().len(), 3, "a summary per variant (its maximum)");
+}
+
+#[test]
+fn xnf_drops_the_flood_by_port_and_by_a_blocklist() {
+    let r = short_run("xnf", &["--variants", "xnf,nft-raw", "--blocklist", "0,20000", "--sources", "256"]);
+    for blocklist in [0, 20000] {
+        for v in ["xnf", "nft-raw"] {
+            let at: Vec<&Value> = r["samples"].as_array().unwrap().iter().filter(|s| s["variant"] == v && s["point"]["blocklist"] == blocklist).collect();
+            assert_eq!(at.len(), 2, "{v} at blocklist {blocklist}: one sample per rate");
+            let max = at.iter().find(|s| s["kind"] == "max").unwrap();
+            assert_eq!(num(&max["loss"]["dut_to_sink"]), 0.0, "{v} at blocklist {blocklist}: flood reached the victim: {max}");
+            assert!(num(&max["received"]) > 0.0, "{v} at blocklist {blocklist}: nothing dropped: {max}");
+        }
+    }
+    assert!(r["ratios"].as_array().unwrap().iter().any(|q| q["numerator"] == "xnf" && q["denominator"] == "nft-raw"), "no xnf : nft-raw ratio");
+}
+
+#[test]
+fn xdp_filter_runs_where_built_and_is_refused_with_the_way_to_build_it_otherwise() {
+    if !Path::new(XDP_FILTER).is_file() {
+        assert_lab_refuses("filter", &[(&["--variants", "none,xdp-filter"][..], "run scripts/peers.sh", 1)]);
+        return;
+    }
+    let r = short_run("xdp-filter", &["--variants", "xdp-filter"]);
+    check_variant(&r, "xdp-filter", true);
+    check_own_counter(&r, "xdp-filter");
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Builds the peer tools `xnf lab` compares xnf against, into /opt/xnf/peers
+# (or $XNF_PEERS), and prints where each binary is. Idempotent: a tool that
+# is already built is only reported. Needs root (apt-get).
+#
+#   scripts/peers.sh            # builds what is missing
+#   scripts/peers.sh --rebuild  # builds again from a fresh source tree
+#
+# Today that is xdp-filter (xdp-tools), the `xdp-filter` variant of
+# `xnf lab filter`.
+#
+# Which source, and why:
+# * Debian 12's packaged xdp-tools 1.3.1 does not run on current kernels
+#   (machine facts: a renamed tracepoint), and its source package cannot be
+#   fetched from this machine's Debian mirror (the .dsc is there, its orig
+#   tarball answers 404). So this takes the source package of Debian
+#   unstable, xdp-tools 1.6.3, through `apt-get source` with a deb-src entry
+#   added for it (source only: no binary package comes from unstable).
+# * Debian's orig tarball lacks xdp-tools' libbpf submodule, and Debian 12's
+#   libbpf 1.1 is too old for it; Debian trixie's libbpf source package
+#   (1.5.0) is put where the submodule goes and built with it
+#   (FORCE_SUBDIR_LIBBPF=1), linked statically, as upstream builds it.
+# * 1.6.3 builds with Debian 12's gcc 12 and clang 14 unchanged (it still
+#   uses -std=gnu11; the gnu2x change the machine facts warn about is later),
+#   so no patch is applied. The build checks this anyway: it fails loudly.
+# * Only libxdp and xdp-filter are built; PREFIX is this folder, so the
+#   binary finds its BPF objects and libxdp's dispatcher in $PEERS/lib/bpf.
+#
+# Running it: xdp-filter keeps its maps pinned in bpffs between commands.
+# Under `ip netns exec` /sys is private to each command, so the pins vanish;
+# the lab therefore runs it with only the network namespace switched.
+set -euo pipefail
+
+PEERS=${XNF_PEERS:-/opt/xnf/peers}
+XDP_TOOLS=xdp-tools/unstable   # 1.6.3-1 when written
+LIBBPF=libbpf/trixie           # 1.5.0-3 when written
+SOURCES=/etc/apt/sources.list.d/xnf-deb-src.sources
+
+say() { echo "peers.sh: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (it installs build dependencies with apt-get)"
+
+rebuild=0
+case "${1:-}" in
+    --rebuild) rebuild=1 ;;
+    "") ;;
+    *) die "unknown argument $1 (usage: scripts/peers.sh [--rebuild])" ;;
+esac
+
+bin="$PEERS/sbin/xdp-filter"
+if [ -x "$bin" ] && [ "$rebuild" -eq 0 ]; then
+    echo "xdp-filter: $bin"
+    exit 0
+fi
+
+# Build dependencies (Debian 12 names); apt-get skips what is installed.
+need=(clang llvm gcc make m4 pkg-config libelf-dev zlib1g-dev libpcap-dev dpkg-dev)
+missing=()
+for p in "${need[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Source entries for trixie and unstable (deb-src only), once.
+if ! [ -f "$SOURCES" ]; then
+    say "adding $SOURCES (deb-src of bookworm, trixie, unstable)"
+    cat >"$SOURCES" <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm trixie unstable
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    apt-get update -qq
+elif ! apt-cache showsrc "${XDP_TOOLS%/*}" 2>/dev/null | grep -q '^Version: 1\.6'; then
+    apt-get update -qq
+fi
+
+src="$PEERS/src"
+mkdir -p "$src"
+cd "$src"
+if [ "$rebuild" -eq 1 ]; then
+    rm -rf xdp-tools-* libbpf-*
+fi
+if ! ls -d xdp-tools-*/ >/dev/null 2>&1; then
+    say "fetching $XDP_TOOLS"
+    apt-get source -qq "$XDP_TOOLS" >/dev/null 2>&1 || die "apt-get source $XDP_TOOLS failed: check the deb-src entry in $SOURCES and the network"
+fi
+if ! ls -d libbpf-*/ >/dev/null 2>&1; then
+    say "fetching $LIBBPF"
+    apt-get source -qq "$LIBBPF" >/dev/null 2>&1 || die "apt-get source $LIBBPF failed: check the deb-src entry in $SOURCES and the network"
+fi
+tools=$(ls -d "$src"/xdp-tools-*/ | head -n1)
+libbpf=$(ls -d "$src"/libbpf-*/ | head -n1)
+
+# libbpf where the submodule would be.
+if ! [ -f "$tools/lib/libbpf/src/libbpf.c" ]; then
+    mkdir -p "$tools/lib/libbpf"
+    cp -a "$libbpf"/. "$tools/lib/libbpf/"
+fi
+
+cd "$tools"
+export PREFIX="$PEERS" FORCE_SUBDIR_LIBBPF=1
+# clang -target bpf does not search the multiarch include dir (asm/types.h).
+export BPF_CFLAGS="-I/usr/include/$(gcc -print-multiarch)"
+log="$PEERS/build.log"
+say "building libxdp and xdp-filter (log: $log)"
+{
+    ./configure
+    make -j"$(nproc)" -C lib
+    make -j"$(nproc)" -C xdp-filter
+    make -C lib/libxdp install
+    make -C xdp-filter install
+} >"$log" 2>&1 || die "build failed: see the end of $log"
+
+[ -x "$bin" ] || die "built, but $bin is missing: see $log"
+echo "xdp-filter: $bin"
