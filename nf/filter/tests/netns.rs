@@ -225,20 +225,43 @@ fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
     f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
     let dut_gen = f.r.line.dut_gen_if.clone();
     let (redirected, fw4) = (f.r.redirected(), f.r.forw_v4());
-    const N: usize = 6000;
-    let arrived = std::thread::scope(|s| {
-        let traffic = s.spawn(|| f.send(false, 9101, N));
-        let mut toggles = 0;
-        while !traffic.is_finished() {
+    // The traffic flows until the filter has come and gone a few times
+    // (a round takes longer in the kernel matrix's emulated guests).
+    const ROUNDS: usize = 4;
+    let rounds = AtomicUsize::new(0);
+    let total = AtomicUsize::new(usize::MAX);
+    let rx = f.r.sink_socket(false, 9101);
+    let tx = f.r.gen_socket(false);
+    let to = f.r.sink_addr(false, 9101);
+    let (sent, arrived) = std::thread::scope(|s| {
+        let receiver = s.spawn(|| {
+            let mut buf = [0u8; 64];
+            let mut n = 0;
+            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            while n < total.load(Ordering::SeqCst) && rx.recv(&mut buf).is_ok() {
+                n += 1;
+            }
+            n
+        });
+        let sender = s.spawn(|| {
+            let mut sent = 0;
+            while rounds.load(Ordering::SeqCst) < ROUNDS {
+                send_paced(&tx, to, 8);
+                sent += 8;
+            }
+            total.store(sent, Ordering::SeqCst);
+            sent
+        });
+        for _ in 0..ROUNDS {
             xnf_ok(f.r.dut(), &["filter", "detach", &dut_gen]);
             xnf_ok(f.r.dut(), &["filter", "attach", &dut_gen]);
-            toggles += 1;
+            rounds.fetch_add(1, Ordering::SeqCst);
         }
-        assert!(toggles >= 2, "only {toggles} detach/attach rounds during the traffic");
-        traffic.join().unwrap()
+        (sender.join().unwrap(), receiver.join().unwrap())
     });
-    assert_eq!(arrived, N, "datagrams were lost while the filter came and went");
-    assert_eq!(f.r.redirected() - redirected, N as u64, "frames left XDP while the filter came and went");
+    assert!(sent > 0);
+    assert_eq!(arrived, sent, "datagrams were lost while the filter came and went");
+    assert_eq!(f.r.redirected() - redirected, sent as u64, "frames left XDP while the filter came and went");
     assert_eq!(f.r.forw_v4(), fw4, "the kernel forwarded frames: a moment without the router");
 }
 
