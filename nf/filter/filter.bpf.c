@@ -27,12 +27,13 @@
  */
 #include "xnf/common.h"
 #include "xnf/parse.h"
+#include "xnf/classify.h" /* prefix_match, enum xnf_class_match */
 #include "xnf/stage.h"
 #include "filter.h"
 
 /* Puts these types into BTF for the Rust mirrors (src/program.rs). The
- * generator follows members, not pointers; the 24 KiB of read-only data
- * this costs are never touched. */
+ * generator follows members, not pointers; the 39 KiB of read-only data
+ * this costs (a whole rule set) are never touched. */
 const volatile struct {
 	enum xnf_filter_limits limits;
 	enum xnf_filter_field field;
@@ -142,8 +143,6 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } capture_ring SEC(".maps");
 
-enum { NO = 0, YES, UNSURE };
-
 /* A frame as the rules see it. */
 struct fctx {
 	struct xnf_pkt pkt;
@@ -198,12 +197,6 @@ static __always_inline void read_l4_extras(struct xdp_md *ctx, struct fctx *c)
 	}
 }
 
-static __always_inline int prefix_match(const __u32 *addr, const __u32 *net, const __u32 *mask)
-{
-	return ((addr[0] & mask[0]) == net[0]) & ((addr[1] & mask[1]) == net[1]) &
-	       ((addr[2] & mask[2]) == net[2]) & ((addr[3] & mask[3]) == net[3]);
-}
-
 /* Whether @addr is in the list in slot @slot (an empty slot lists nothing). */
 static __always_inline int in_list(__u32 slot, __u8 family, const __u32 *addr)
 {
@@ -218,8 +211,8 @@ static __always_inline int in_list(__u32 slot, __u8 family, const __u32 *addr)
 	return bpf_map_lookup_elem(trie, &k) != 0;
 }
 
-/* NO, YES, or UNSURE: every field that could be read matches, but an L4
- * field could not be read. */
+/* XNF_CLASS_NO, _YES, or _UNSURE (every field that could be read
+ * matches, but an L4 field could not be read). */
 static __always_inline int match_rule(const struct xnf_filter_rule *r, const struct fctx *c)
 {
 	const struct xnf_pkt *p = &c->pkt;
@@ -227,24 +220,24 @@ static __always_inline int match_rule(const struct xnf_filter_rule *r, const str
 	int unsure = 0;
 
 	if (r->family && r->family != p->family)
-		return NO;
+		return XNF_CLASS_NO;
 	if ((f & XNF_F_VLAN) && (!p->tagged || p->vid != r->vid))
-		return NO;
+		return XNF_CLASS_NO;
 	if ((f & XNF_F_LENGTH) && (c->len < r->len_lo || c->len > r->len_hi))
-		return NO;
+		return XNF_CLASS_NO;
 	if ((f & XNF_F_SRC) && !prefix_match(p->src, r->src, r->src_mask))
-		return NO;
+		return XNF_CLASS_NO;
 	if ((f & XNF_F_DST) && !prefix_match(p->dst, r->dst, r->dst_mask))
-		return NO;
+		return XNF_CLASS_NO;
 	if ((f & XNF_F_SRC_LIST) && !in_list(r->src_list, p->family, p->src))
-		return NO;
+		return XNF_CLASS_NO;
 	if ((f & XNF_F_DST_LIST) && !in_list(r->dst_list, p->family, p->dst))
-		return NO;
+		return XNF_CLASS_NO;
 	if (f & XNF_F_PROTO) {
 		if (p->l4 == XNF_L4_UNKNOWN)
 			unsure = 1;
 		else if (p->proto != r->proto)
-			return NO;
+			return XNF_CLASS_NO;
 	}
 	if (f & (XNF_F_SPORT | XNF_F_DPORT)) {
 		/* The protocol is TCP or UDP (the control plane insists) and
@@ -253,21 +246,21 @@ static __always_inline int match_rule(const struct xnf_filter_rule *r, const str
 			unsure = 1;
 		else if (((f & XNF_F_SPORT) && (p->sport < r->sport_lo || p->sport > r->sport_hi)) ||
 			 ((f & XNF_F_DPORT) && (p->dport < r->dport_lo || p->dport > r->dport_hi)))
-			return NO;
+			return XNF_CLASS_NO;
 	}
 	if (f & XNF_F_TCP_FLAGS) {
 		if (!c->tcp_known)
 			unsure = 1;
 		else if ((c->tcp_flags & r->tcp_set) != r->tcp_set || (c->tcp_flags & r->tcp_clear))
-			return NO;
+			return XNF_CLASS_NO;
 	}
 	if (f & XNF_F_ICMP_TYPE) {
 		if (!c->icmp_known)
 			unsure = 1;
 		else if (c->icmp_type != r->icmp_type)
-			return NO;
+			return XNF_CLASS_NO;
 	}
-	return unsure ? UNSURE : YES;
+	return unsure ? XNF_CLASS_UNSURE : XNF_CLASS_YES;
 }
 
 /*
@@ -293,14 +286,14 @@ static long rule_step(__u32 i, void *arg)
 		return 1;
 	r = rule_at(c->set, i);
 	m = match_rule(r, c);
-	if (m == NO)
+	if (m == XNF_CLASS_NO)
 		return 0;
 	/* Fail-closed: an undeterminable frame is taken only by rules
 	 * that would stop it. */
-	if (m == UNSURE && (r->action == XNF_FA_PASS || r->action == XNF_FA_COUNT))
+	if (m == XNF_CLASS_UNSURE && (r->action == XNF_FA_PASS || r->action == XNF_FA_COUNT))
 		return 0;
 	c->hit = i;
-	c->unsure = m == UNSURE;
+	c->unsure = m == XNF_CLASS_UNSURE;
 	return 1;
 }
 

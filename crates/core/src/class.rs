@@ -29,6 +29,21 @@ pub fn parse_prefix(s: &str) -> Result<IpNet> {
 }
 
 /// Parses `N` or `LO-HI` as an inclusive port range.
+/// An IP protocol by name (`tcp`, `udp`, `icmp`, `icmpv6`, `gre`, `esp`,
+/// `sctp`, any case) or number.
+pub fn parse_proto(s: &str) -> Result<u8> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "tcp" => 6,
+        "udp" => 17,
+        "icmp" => 1,
+        "icmpv6" | "ipv6-icmp" => 58,
+        "gre" => 47,
+        "esp" => 50,
+        "sctp" => 132,
+        n => n.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a protocol (tcp, udp, icmp, icmpv6, gre, esp, sctp or 0-255)"))?,
+    })
+}
+
 pub fn parse_port_range(s: &str) -> Result<(u16, u16)> {
     let p = |x: &str| x.trim().parse::<u16>().with_context(|| format!("{s:?} is not a port or port range (like 53 or 1024-2047)"));
     let (lo, hi) = match s.split_once('-') {
@@ -58,9 +73,9 @@ pub struct Class {
     pub dst: Option<IpNet>,
 }
 
-/// A prefix as `struct xnf_match` holds it: network and mask as four
-/// network-order words, IPv4 in word 0.
-fn words(p: &IpNet) -> ([u32; 4], [u32; 4]) {
+/// A prefix as the data plane holds it (`struct xnf_match`, the filter's
+/// rules): network and mask as four network-order words, IPv4 in word 0.
+pub fn prefix_words(p: &IpNet) -> ([u32; 4], [u32; 4]) {
     let (mut net, mut mask) = ([0u8; 16], [0u8; 16]);
     match p {
         IpNet::V4(n) => {
@@ -115,10 +130,10 @@ impl Class {
         (r.sport_lo, r.sport_hi) = self.sport.unwrap_or_default();
         (r.dport_lo, r.dport_hi) = self.dport.unwrap_or_default();
         if let Some(p) = &self.src {
-            (r.src, r.src_mask) = words(p);
+            (r.src, r.src_mask) = prefix_words(p);
         }
         if let Some(p) = &self.dst {
-            (r.dst, r.dst_mask) = words(p);
+            (r.dst, r.dst_mask) = prefix_words(p);
         }
         Ok(r)
     }
@@ -184,14 +199,7 @@ impl MatchSpec {
     /// The checked class.
     pub fn class(&self) -> Result<Class> {
         let prefix = |v: &Option<String>| v.as_deref().map(parse_prefix).transpose();
-        let proto = match self.proto.as_deref() {
-            None => None,
-            Some("udp") => Some(17),
-            Some("tcp") => Some(6),
-            Some("icmp") => Some(1),
-            Some("icmpv6") => Some(58),
-            Some(n) => Some(n.parse::<u8>().with_context(|| format!("proto {n:?}: use udp, tcp, icmp, icmpv6 or a number 0-255"))?),
-        };
+        let proto = self.proto.as_deref().map(parse_proto).transpose().map_err(|e| anyhow::anyhow!("proto: {e}"))?;
         let ipv6 = match self.family.as_deref() {
             None => None,
             Some("ipv4") => Some(false),
@@ -266,11 +274,11 @@ mod tests {
 
     #[test]
     fn prefix_words_are_network_order_with_ipv4_in_word_0() {
-        let (net, mask) = words(&parse_prefix("198.18.0.0/15").unwrap());
+        let (net, mask) = prefix_words(&parse_prefix("198.18.0.0/15").unwrap());
         assert_eq!(net[0].to_ne_bytes(), [198, 18, 0, 0]);
         assert_eq!(mask[0].to_ne_bytes(), [255, 254, 0, 0]);
         assert_eq!(&net[1..], &[0, 0, 0]);
-        let (net, mask) = words(&parse_prefix("2001:db8:8000::/33").unwrap());
+        let (net, mask) = prefix_words(&parse_prefix("2001:db8:8000::/33").unwrap());
         assert_eq!(net[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
         assert_eq!(net[1].to_ne_bytes(), [0x80, 0, 0, 0]);
         assert_eq!(mask[0], u32::MAX);

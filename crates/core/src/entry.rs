@@ -140,13 +140,13 @@ pub fn install<P>(
         }
         let stages = MapHandle::from_pinned_path(dir.join("stages")).context("opening the stage array")?;
         let p = load(&stages)?;
-        fill(&stages, stage, prog(&p))?;
+        fill(&stages, stage, prog(&p), ifname)?;
         return Ok(p);
     }
     // A fresh interface: stage first, then the entry that runs it.
     let stages = create_stages()?;
     let p = load(&stages)?;
-    fill(&stages, stage, prog(&p))?;
+    fill(&stages, stage, prog(&p), ifname)?;
     let entry = EntryProgram::load(&stages)?;
     let link = XdpLink::create(entry.skel.progs.xnf_entry.as_fd(), ifindex, ifname, mode)?;
     let pinned = std::fs::create_dir_all(&dir)
@@ -161,8 +161,17 @@ pub fn install<P>(
     Ok(p)
 }
 
-fn fill(stages: &MapHandle, stage: Stage, prog: BorrowedFd<'_>) -> Result<()> {
+/// Puts `prog` into `stage`'s slot. A slot another network function holds
+/// (a program of another name: the router's and the chain's both use the
+/// forward stage) is refused, never replaced behind that function's back.
+fn fill(stages: &MapHandle, stage: Stage, prog: BorrowedFd<'_>, ifname: &str) -> Result<()> {
     let raw = std::os::fd::AsRawFd::as_raw_fd(&prog) as u32;
+    if let Some(held) = prog_id(stages, stage).and_then(prog_name) {
+        let mine = fd_prog_name(prog).unwrap_or_default();
+        if held != mine {
+            bail!("{ifname}'s {} stage runs {held}; one network function per stage: detach it first", stage.name());
+        }
+    }
     stages
         .update(&stage.slot().to_ne_bytes(), &raw.to_ne_bytes(), MapFlags::ANY)
         .with_context(|| format!("installing the {} stage", stage.name()))
@@ -227,9 +236,30 @@ pub fn installed(ifindex: u32, stage: Stage, name: &str) -> Option<u32> {
     info(ifindex)?.stages.into_iter().find(|(s, _, n)| *s == stage && n == name).map(|(_, id, _)| id)
 }
 
+/// The name of program `id`, by its id (not by walking every program).
 fn prog_name(id: u32) -> Option<String> {
-    let fd = libbpf_rs::query::ProgInfoIter::default().find(|p| p.id == id)?;
-    Some(fd.name.to_string_lossy().into_owned())
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: a new fd is ours to own.
+    let fd = unsafe {
+        let fd = libbpf_sys::bpf_prog_get_fd_by_id(id);
+        if fd < 0 {
+            return None;
+        }
+        OwnedFd::from_raw_fd(fd)
+    };
+    fd_prog_name(fd.as_fd())
+}
+
+/// The name the kernel gives the program open as `fd`.
+fn fd_prog_name(fd: BorrowedFd<'_>) -> Option<String> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: a valid fd; info is plain data of the size given.
+    if unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) } != 0 {
+        return None;
+    }
+    let name: Vec<u8> = info.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    Some(String::from_utf8_lossy(&name).into_owned())
 }
 
 /// "filter + router"-style summary of the stages in `dir`, for messages.

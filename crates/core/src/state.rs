@@ -246,14 +246,29 @@ pub struct StateLock {
 }
 
 impl StateLock {
+    /// Waits for the lock.
     pub fn acquire(name: &str) -> Result<StateLock> {
+        Self::lock(name, true).map(|l| l.expect("a blocking flock returns holding the lock"))
+    }
+
+    /// The lock if nobody holds it, else None.
+    pub fn try_acquire(name: &str) -> Result<Option<StateLock>> {
+        Self::lock(name, false)
+    }
+
+    fn lock(name: &str, wait: bool) -> Result<Option<StateLock>> {
         use std::os::fd::AsRawFd;
         let path = run_dir()?.join(format!("{name}.lock"));
         let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        // SAFETY: flock on a valid fd; blocks until the holder releases it.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error()).with_context(|| format!("locking {}", path.display()));
+        let op = if wait { libc::LOCK_EX } else { libc::LOCK_EX | libc::LOCK_NB };
+        // SAFETY: flock on a valid fd.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Ok(None);
+            }
+            return Err(e).with_context(|| format!("locking {}", path.display()));
         }
-        Ok(StateLock { _file: file })
+        Ok(Some(StateLock { _file: file }))
     }
 }

@@ -93,63 +93,46 @@ impl LabAttachment {
 }
 
 
-/// `xnf router` attached to interfaces in a lab namespace through its
-/// library, from a thread inside that namespace (no follower: the lab's
-/// interfaces do not change while it measures); detached when dropped.
-pub struct RouterGuard {
+/// A network function (`xnf router`, `xnf filter`) attached to interfaces
+/// in a lab namespace through its library, from a thread inside that
+/// namespace, as the CLI would run there; detached when dropped.
+pub struct NfGuard {
     ns: std::path::PathBuf,
     ifaces: Vec<String>,
+    what: &'static str,
+    detach: fn(&[String]) -> Result<()>,
 }
 
-impl RouterGuard {
-    pub fn attach(ns: &Netns, ifaces: &[String]) -> Result<Self> {
+impl NfGuard {
+    /// The router on `ifaces` (no follower: the lab's interfaces do not
+    /// change while it measures).
+    pub fn router(ns: &Netns, ifaces: &[String]) -> Result<Self> {
         let names = ifaces.to_vec();
         let opts = xnf_router::AttachOptions { mode: XdpMode::Native, fib_direct: false };
         ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
-        Ok(RouterGuard { ns: ns.path(), ifaces: ifaces.to_vec() })
+        Ok(NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach })
     }
-}
 
-impl Drop for RouterGuard {
-    fn drop(&mut self) {
-        let names = std::mem::take(&mut self.ifaces);
-        match xnf_netns::run_in(&self.ns, move || xnf_router::detach(&names)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) | Err(e) => eprintln!("xnf lab: detaching the router in {}: {e:#}", self.ns.display()),
-        }
-    }
-}
-
-/// `xnf filter` attached to interfaces in a lab namespace through its
-/// library, with its rules converged to a rule file's text, all from a
-/// thread inside that namespace (as the CLI would run there); detached
-/// when dropped.
-pub struct FilterGuard {
-    ns: std::path::PathBuf,
-    ifaces: Vec<String>,
-}
-
-impl FilterGuard {
-    /// Attaches the filter to `ifaces` in `ns` and applies `rules` (a rule
+    /// The filter on `ifaces`, its rules converged to `rules` (a rule
     /// file's text; `origin` names it in errors). If the rules fail, the
     /// filter is detached again before the error is returned.
-    pub fn attach(ns: &Netns, ifaces: &[String], rules: &str, origin: &str) -> Result<Self> {
+    pub fn filter(ns: &Netns, ifaces: &[String], rules: &str, origin: &str) -> Result<Self> {
         let names = ifaces.to_vec();
         ns.run(move || xnf_filter::attach(&names, XdpMode::Native))?.with_context(|| format!("attaching the filter in {}", ns.name()))?;
         // The guard exists from here on, so a failing apply detaches.
-        let guard = FilterGuard { ns: ns.path(), ifaces: ifaces.to_vec() };
+        let guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "filter", detach: xnf_filter::detach };
         let (text, origin2) = (rules.to_string(), origin.to_string());
         ns.run(move || xnf_filter::apply_text(&text, &origin2))?.with_context(|| format!("applying {origin} to the filter in {}", ns.name()))?;
         Ok(guard)
     }
 }
 
-impl Drop for FilterGuard {
+impl Drop for NfGuard {
     fn drop(&mut self) {
-        let names = std::mem::take(&mut self.ifaces);
-        match xnf_netns::run_in(&self.ns, move || xnf_filter::detach(&names)) {
+        let (names, detach) = (std::mem::take(&mut self.ifaces), self.detach);
+        match xnf_netns::run_in(&self.ns, move || detach(&names)) {
             Ok(Ok(())) => {}
-            Ok(Err(e)) | Err(e) => eprintln!("xnf lab: detaching the filter in {}: {e:#}", self.ns.display()),
+            Ok(Err(e)) | Err(e) => eprintln!("xnf lab: detaching the {} in {}: {e:#}", self.what, self.ns.display()),
         }
     }
 }

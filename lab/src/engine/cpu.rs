@@ -84,6 +84,13 @@ fn clk_tck() -> f64 {
     (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
 }
 
+/// Pins thread or process `pid` (0: the calling thread) to `cpu`.
+pub fn pin(pid: i32, cpu: usize) -> Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).with_context(|| format!("CPU {cpu} does not exist"))?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set).with_context(|| format!("pinning to CPU {cpu}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

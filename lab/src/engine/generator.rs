@@ -134,9 +134,7 @@ impl GenThread {
             let setup = || -> Result<(GenProgram, u32)> {
                 let f = std::fs::File::open(&path)?;
                 nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).context("entering the generator's namespace")?;
-                let mut set = nix::sched::CpuSet::new();
-                set.set(cpu).with_context(|| format!("CPU {cpu}"))?;
-                nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).with_context(|| format!("pinning the generator to CPU {cpu}"))?;
+                crate::engine::cpu::pin(0, cpu).context("the generator")?;
                 let ifindex = xnf_netns::netlink::link_by_name(&dev)?.ifindex;
                 let prog = GenProgram::load(&cfg)?;
                 let ctl = prog.control()?;

@@ -18,7 +18,7 @@ pub mod topology;
 
 use anyhow::Result;
 
-pub use attach::{ActionKind, FilterGuard, LabAttachment, RouterGuard};
+pub use attach::{ActionKind, LabAttachment, NfGuard};
 pub use generator::{split, GenOptions, Generator};
 
 /// Makes Ctrl-C (SIGINT) and SIGTERM remove everything the lab built:

@@ -299,7 +299,7 @@ pub struct BuiltTopology {
     pub spec: TopologySpec,
     // Attachments are dropped (detached) before the namespaces.
     attachments: Vec<(String, String, LabAttachment)>,
-    routers: Vec<super::RouterGuard>,
+    routers: Vec<super::NfGuard>,
     names: HashMap<String, usize>,
     topo: Topology,
 }
@@ -371,7 +371,7 @@ impl BuiltTopology {
                         attachments.push((f.ns.clone(), d, a));
                     }
                 }
-                FunctionKind::Router => routers.push(super::RouterGuard::attach(ns, &devs)?),
+                FunctionKind::Router => routers.push(super::NfGuard::router(ns, &devs)?),
             }
         }
         (built.attachments, built.routers) = (attachments, routers);

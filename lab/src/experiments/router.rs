@@ -27,7 +27,7 @@ use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::progress::Progress;
 use crate::engine::results::Results;
 use crate::engine::topology::BuiltTopology;
-use crate::engine::{nft, LabAttachment, RouterGuard};
+use crate::engine::{nft, LabAttachment, NfGuard};
 
 /// The ruleset loaded on dut at points with `netfilter` on.
 pub const NETFILTER_RULESET: &str = include_str!("../../topologies/router.nft");
@@ -145,7 +145,7 @@ impl Experiment for Router {
         let setup = match v {
             Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
             Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
-            Variant::Xnf => Setup::Router(RouterGuard::attach(dut, &[din.clone(), dout.clone()])?),
+            Variant::Xnf => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()])?),
         };
         Ok(Box::new(Set { setup, dut, din, dout, sink: t.attachment(&roles.sink)? }))
     }
@@ -186,7 +186,7 @@ enum Setup {
     Pass(#[allow(dead_code)] LabAttachment),
     Drop(LabAttachment),
     // Held for its Drop (detach).
-    Router(#[allow(dead_code)] RouterGuard),
+    Router(#[allow(dead_code)] NfGuard),
 }
 
 struct Set<'a> {

@@ -148,6 +148,26 @@ fn a_filter_in_front_of_the_chain_drops_its_traffic_and_the_chain_steers_the_res
 }
 
 #[test]
+fn the_router_and_a_chain_do_not_take_each_others_forward_stage() {
+    let lab = Lab::new(1);
+    let _g = ChainGuard { dut: lab.dut() };
+    lab.nf("a", 0, &["--forward"]);
+    let (i, o) = (lab.line.line.dut_gen_if.clone(), lab.line.line.dut_sink_if.clone());
+    xnf_ok(lab.dut(), &["router", "attach", &i, &o, "--no-follow"]);
+    let err = xnf_err(lab.dut(), &["chain", "create", "web", "--ingress", &i, "--egress", &o, "--match", "all", "--nf", "a"]);
+    assert!(err.contains("forward stage runs xnf_router"), "{err}");
+    assert!(lab.list()["chains"].as_array().unwrap().is_empty(), "the refused chain was created: {}", lab.list());
+    lab.line.resolve_sink();
+    let redirected = lab.line.redirected();
+    assert_eq!(lab.line.send_udp(false, N), N);
+    assert_eq!(lab.line.redirected() - redirected, N as u64, "the router lost its stage");
+    xnf_ok(lab.dut(), &["router", "detach", &i, &o]);
+    lab.chain("web", &["all"], &["a"]);
+    let err = xnf_err(lab.dut(), &["router", "attach", &i, &o]);
+    assert!(err.contains("forward stage runs xnf_chain"), "{err}");
+}
+
+#[test]
 fn unmatched_traffic_is_untouched() {
     let lab = Lab::new(1);
     let _g = ChainGuard { dut: lab.dut() };

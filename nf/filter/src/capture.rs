@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::attach::open_maps;
-use crate::program::{RawRecord, RULE_ANY};
+use crate::program::{RawRecord, RULE_ANY, SNAPLEN};
 
 const LINKTYPE_ETHERNET: u32 = 1;
 
@@ -62,12 +62,19 @@ pub struct CaptureOptions {
     pub seconds: Option<f64>,
 }
 
-/// Captures into `out` until the count or time is reached or `stop` is
+/// Captures into what `open` opens (refused, before opening, while
+/// another capture runs) until the count or time is reached or `stop` is
 /// set; returns the frames written. The capture is switched off on return.
-pub fn capture(mut out: impl Write, o: &CaptureOptions, stop: Arc<AtomicBool>) -> Result<u64> {
+pub fn capture<W: Write>(open: impl FnOnce() -> Result<W>, o: &CaptureOptions, stop: Arc<AtomicBool>) -> Result<u64> {
     anyhow::ensure!(o.max_pps > 0, "--max-pps must be at least 1");
     let maps = open_maps()?;
-    out.write_all(&pcap_header(crate::program::RawRecord::default().data.len() as u32))?;
+    // One capture at a time: two would share the ring's one reader and
+    // the program's one setting, and the first to stop would stop both.
+    let Some(_lock) = xnf_core::state::StateLock::try_acquire("filter-capture")? else {
+        anyhow::bail!("another `xnf filter capture` is running in this network namespace; stop it first");
+    };
+    let mut out = open()?;
+    out.write_all(&pcap_header(SNAPLEN))?;
     let offset = wall_offset();
     let written = Rc::new(RefCell::new((0u64, None::<std::io::Error>)));
     let mut builder = libbpf_rs::RingBufferBuilder::new();

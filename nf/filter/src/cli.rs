@@ -119,13 +119,17 @@ pub fn run(cmd: FilterCmd) -> Result<()> {
             let stop = Arc::new(AtomicBool::new(false));
             let s = stop.clone();
             xnf_core::runtime::on_interrupt(move |_| s.store(true, Ordering::Relaxed))?;
-            let rule = rule.map(|n| n.checked_sub(1).context("rules are numbered from 1")).transpose()?;
+            let rules = apply::applied()?.and_then(|a| crate::rules::RuleSet::parse(&a.text, &a.origin).ok()).map_or(0, |r| r.rules.len());
+            if let Some(n) = rule {
+                anyhow::ensure!((1..=rules as u32).contains(&n), "--rule {n}: the applied rules are numbered 1 to {rules} (`xnf filter stats`)");
+            }
+            let rule = rule.map(|n| n - 1);
             let o = CaptureOptions { rule, max_pps, count, seconds };
             let n = if write.as_os_str() == "-" {
-                capture(std::io::stdout().lock(), &o, stop)?
+                capture(|| Ok(std::io::stdout().lock()), &o, stop)?
             } else {
-                let f = std::fs::File::create(&write).with_context(|| format!("creating {}", write.display()))?;
-                capture(std::io::BufWriter::new(f), &o, stop)?
+                let create = || std::fs::File::create(&write).map(std::io::BufWriter::new).with_context(|| format!("creating {}", write.display()));
+                capture(create, &o, stop)?
             };
             eprintln!("{n} dropped frames captured");
             Ok(())

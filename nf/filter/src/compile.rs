@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use anyhow::{ensure, Context, Result};
-use ipnet::IpNet;
+
+use xnf_core::class::prefix_words;
 
 use crate::program::{RawRule, RawSet};
 use crate::rules::{Action, Addr, Rule, RuleSet};
@@ -18,21 +19,6 @@ use crate::rules::{MAX_BURST, MAX_RATE};
 
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
-
-/// `(network, mask)` of a prefix as four network-order words (IPv4 in word 0).
-pub fn words(net: &IpNet) -> ([u32; 4], [u32; 4]) {
-    let (addr, mask): (Vec<u8>, Vec<u8>) = match net {
-        IpNet::V4(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
-        IpNet::V6(n) => (n.network().octets().to_vec(), n.netmask().octets().to_vec()),
-    };
-    let mut a = [0u32; 4];
-    let mut m = [0u32; 4];
-    for i in 0..addr.len() / 4 {
-        a[i] = u32::from_ne_bytes(addr[i * 4..i * 4 + 4].try_into().unwrap_or_default());
-        m[i] = u32::from_ne_bytes(mask[i * 4..i * 4 + 4].try_into().unwrap_or_default());
-    }
-    (a, m)
-}
 
 /// A 32-bit digest of a rule's meaning at its place: the same rule at the
 /// same index keeps its token buckets across applies, any change gets
@@ -55,28 +41,23 @@ fn bucket(rate: u64, burst: u64) -> Result<(u64, u64)> {
 fn rule(index: usize, r: &Rule, slots: &BTreeMap<String, u32>) -> Result<RawRule> {
     let mut raw = RawRule { family: r.ipv6.map_or(0, |v6| if v6 { AF_INET6 } else { AF_INET }), ..Default::default() };
     let mut flags = 0u32;
-    let slot = |name: &str| slots.get(name).copied().with_context(|| format!("list @{name} has no slot"));
-    match &r.src {
-        Some(Addr::Prefix(p)) => {
-            (raw.src, raw.src_mask) = words(p);
-            flags |= F::XNF_F_SRC.0;
+    // Source and destination: a prefix in the rule, or a list's slot.
+    let sides = [
+        (&r.src, &mut raw.src, &mut raw.src_mask, &mut raw.src_list, F::XNF_F_SRC.0, F::XNF_F_SRC_LIST.0),
+        (&r.dst, &mut raw.dst, &mut raw.dst_mask, &mut raw.dst_list, F::XNF_F_DST.0, F::XNF_F_DST_LIST.0),
+    ];
+    for (addr, net, mask, list, prefix_flag, list_flag) in sides {
+        match addr {
+            Some(Addr::Prefix(p)) => {
+                (*net, *mask) = prefix_words(p);
+                flags |= prefix_flag;
+            }
+            Some(Addr::List(name)) => {
+                *list = slots.get(name).copied().with_context(|| format!("list @{name} has no slot"))? as u8;
+                flags |= list_flag;
+            }
+            None => {}
         }
-        Some(Addr::List(name)) => {
-            raw.src_list = slot(name)? as u8;
-            flags |= F::XNF_F_SRC_LIST.0;
-        }
-        None => {}
-    }
-    match &r.dst {
-        Some(Addr::Prefix(p)) => {
-            (raw.dst, raw.dst_mask) = words(p);
-            flags |= F::XNF_F_DST.0;
-        }
-        Some(Addr::List(name)) => {
-            raw.dst_list = slot(name)? as u8;
-            flags |= F::XNF_F_DST_LIST.0;
-        }
-        None => {}
     }
     if let Some(p) = r.proto {
         raw.proto = p;
@@ -164,13 +145,17 @@ mod tests {
 
     #[test]
     fn prefixes_become_network_order_words() {
-        let (a, m) = words(&"198.18.0.0/15".parse().unwrap());
+        let text = "[[rule]]\nsrc = \"198.18.0.0/15\"\naction = \"drop\"\n[[rule]]\ndst = \"2001:db8::/33\"\naction = \"drop\"\n";
+        let set = rule_set(&RuleSet::parse(text, "t.toml").unwrap(), &BTreeMap::new()).unwrap();
+        let (a, m) = (set.rules[0].src, set.rules[0].src_mask);
         assert_eq!(a[0].to_ne_bytes(), [198, 18, 0, 0]);
         assert_eq!(m[0].to_ne_bytes(), [255, 254, 0, 0]);
         assert_eq!(&a[1..], &[0, 0, 0]);
-        let (a, m) = words(&"2001:db8::/33".parse().unwrap());
+        let (a, m) = (set.rules[1].dst, set.rules[1].dst_mask);
         assert_eq!(a[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
         assert_eq!(m[1].to_ne_bytes(), [0x80, 0, 0, 0]);
+        assert_eq!(set.rules[0].flags & F::XNF_F_SRC.0, F::XNF_F_SRC.0);
+        assert_eq!(set.rules[1].flags & F::XNF_F_DST.0, F::XNF_F_DST.0);
     }
 
     #[test]

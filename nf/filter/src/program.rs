@@ -18,6 +18,8 @@ pub use types::xnf_filter_set as RawSet;
 
 pub const MAX_RULES: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_RULES.0;
 pub const MAX_LISTS: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_LISTS.0;
+/// Bytes of a dropped frame a capture keeps.
+pub const SNAPLEN: u32 = types::xnf_filter_limits::XNF_FILTER_SNAPLEN.0;
 const TOP_SLOTS: u32 = 1 << types::xnf_filter_limits::XNF_FILTER_TOP_BITS.0;
 /// The per-rule counter slot of the default policy.
 pub const RULE_DEFAULT: u32 = MAX_RULES;
@@ -29,6 +31,7 @@ pub const RULE_ANY: u32 = u32::MAX;
 pub const LIST_MAX: u32 = 1 << 23;
 
 const _: () = assert!(MAX_RULES as usize == crate::rules::MAX_RULES);
+const _: () = assert!(MAX_LISTS as usize == 2 * crate::rules::MAX_LISTS);
 
 /// Names of the maps shared by every filter instance, as pinned.
 pub const MAP_NAMES: [&str; 9] = ["rule_sets", "lists", "stats", "rule_stats", "buckets", "top_sources", "capture_cfg", "capture_state", "capture_ring"];

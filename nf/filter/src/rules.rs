@@ -41,7 +41,7 @@ use anyhow::{bail, ensure, Result};
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use xnf_core::class::{parse_port_range, parse_prefix};
+use xnf_core::class::{parse_port_range, parse_prefix, parse_proto};
 
 /// What a rule does with the frames it takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +135,9 @@ struct RawRule {
 
 /// Most rules a file may hold (the data plane's table size).
 pub const MAX_RULES: usize = 256;
+/// Most lists a file may name (the data plane holds twice as many, so
+/// that every list can be replaced while the old one still serves).
+pub const MAX_LISTS: usize = 8;
 /// Largest rate (per second): the data plane's buckets refill per nanosecond.
 pub const MAX_RATE: u64 = 1 << 40;
 /// Largest burst: the data plane counts billionths of a packet or byte.
@@ -159,19 +162,6 @@ fn parse_tcp_flags(s: &str) -> Result<TcpFlags> {
     }
     ensure!(f.set | f.clear != 0, "no TCP flag named (like \"SYN,!ACK\")");
     Ok(f)
-}
-
-fn parse_proto(s: &str) -> Result<u8> {
-    Ok(match s.to_ascii_lowercase().as_str() {
-        "tcp" => 6,
-        "udp" => 17,
-        "icmp" => 1,
-        "icmpv6" | "ipv6-icmp" => 58,
-        "gre" => 47,
-        "esp" => 50,
-        "sctp" => 132,
-        n => n.parse().map_err(|_| anyhow::anyhow!("{s:?} is not a protocol (tcp, udp, icmp, icmpv6, gre, esp, sctp or 0-255)"))?,
-    })
 }
 
 /// A port or length range: `53`, `"53"` or `"1024-65535"`.
@@ -211,6 +201,7 @@ impl RuleSet {
         for name in raw.lists.keys() {
             ensure!(!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{origin}: [lists]: {name:?} is not a list name (letters, digits, - and _)");
         }
+        ensure!(raw.lists.len() <= MAX_LISTS, "{origin}: [lists]: {} lists; at most {MAX_LISTS}", raw.lists.len());
         ensure!(raw.rule.len() <= MAX_RULES, "{origin}: {} rules; at most {MAX_RULES}", raw.rule.len());
         let mut rules = Vec::with_capacity(raw.rule.len());
         for (i, spanned) in raw.rule.iter().enumerate() {

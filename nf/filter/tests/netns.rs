@@ -170,52 +170,58 @@ fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_un
     let rx = udp_receiver(f.r.line.sink(), f.r.sink_addr(false, 9300));
     let socket = |src: Ipv4Addr| f.r.line.gen().run(move || UdpSocket::bind(SocketAddr::new(src.into(), 0))).unwrap().unwrap();
     let (tx_listed, tx_unlisted) = (socket(listed), socket(unlisted));
-    let to = f.r.sink_addr(false, 9300);
-    const RELOADS: usize = 6;
-    let reloads = AtomicUsize::new(0);
-    // How many the unlisted source sent, once it is done.
+    // Reload, alternating the lists, while the traffic flows.
+    let (sent, got) = stream_while(&rx, &[&tx_listed, &tx_unlisted], f.r.sink_addr(false, 9300), 6, |i| {
+        files.write("list.txt", if i % 2 == 0 { &list_b } else { &list_a });
+        f.filter(&["apply", &path]);
+    });
+    // The filter's own count first: it dropped exactly the listed
+    // source's datagrams; then what arrived.
+    assert_eq!(f.rule("listed"), (sent as u64, sent as u64), "the list rule dropped other traffic or missed some");
+    assert_eq!(got[1], sent, "an unlisted source's datagrams were lost after the filter passed them");
+    assert_eq!(got[0], 0, "a listed source got through during a reload");
+}
+
+/// Sends datagrams to `to` from each of `senders` (eight at a time from
+/// each, paced) while `change` runs `rounds` times (a round may take long
+/// in the kernel matrix's emulated guests: the traffic lasts as long as
+/// they do). Returns how many each sent, and how many arrived at `rx`
+/// from each sender's address: until each one's all came, or nothing did
+/// for two seconds.
+fn stream_while(rx: &UdpSocket, senders: &[&UdpSocket], to: SocketAddr, rounds: usize, mut change: impl FnMut(usize)) -> (usize, Vec<usize>) {
+    let done = AtomicUsize::new(0);
     let total = AtomicUsize::new(usize::MAX);
-    let (from_listed, from_unlisted) = std::thread::scope(|s| {
+    let addrs: Vec<IpAddr> = senders.iter().map(|s| s.local_addr().unwrap().ip()).collect();
+    std::thread::scope(|s| {
         let receiver = s.spawn(|| {
+            let mut got = vec![0; addrs.len()];
             let mut buf = [0u8; 64];
-            let (mut l, mut u) = (0, 0);
             rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            while u < total.load(Ordering::SeqCst) {
+            while got.iter().any(|&g| g < total.load(Ordering::SeqCst)) {
                 let Ok((_, from)) = rx.recv_from(&mut buf) else { break };
-                if from.ip() == IpAddr::V4(listed) {
-                    l += 1;
-                } else if from.ip() == IpAddr::V4(unlisted) {
-                    u += 1;
+                if let Some(i) = addrs.iter().position(|a| *a == from.ip()) {
+                    got[i] += 1;
                 }
             }
-            (l, u)
+            got
         });
         let sender = s.spawn(|| {
             let mut sent = 0;
-            while reloads.load(Ordering::SeqCst) < RELOADS {
-                send_paced(&tx_listed, to, 8);
-                send_paced(&tx_unlisted, to, 8);
+            while done.load(Ordering::SeqCst) < rounds {
+                for tx in senders {
+                    send_paced(tx, to, 8);
+                }
                 sent += 8;
             }
             total.store(sent, Ordering::SeqCst);
             sent
         });
-        // Reload, alternating the lists, while the traffic flows.
-        for i in 0..RELOADS {
-            files.write("list.txt", if i % 2 == 0 { &list_b } else { &list_a });
-            f.filter(&["apply", &path]);
-            reloads.fetch_add(1, Ordering::SeqCst);
+        for i in 0..rounds {
+            change(i);
+            done.fetch_add(1, Ordering::SeqCst);
         }
-        let sent = sender.join().unwrap();
-        let (l, u) = receiver.join().unwrap();
-        // The filter's own count first: it dropped exactly the listed
-        // source's datagrams; then what arrived.
-        assert_eq!(f.rule("listed"), (sent as u64, sent as u64), "the list rule dropped other traffic or missed some");
-        assert_eq!(u, sent, "an unlisted source's datagrams were lost after the filter passed them");
-        (l, u)
-    });
-    assert!(from_unlisted > 0);
-    assert_eq!(from_listed, 0, "a listed source got through during a reload");
+        (sender.join().unwrap(), receiver.join().unwrap())
+    })
 }
 
 #[test]
@@ -225,40 +231,13 @@ fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
     f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
     let dut_gen = f.r.line.dut_gen_if.clone();
     let (redirected, fw4) = (f.r.redirected(), f.r.forw_v4());
-    // The traffic flows until the filter has come and gone a few times
-    // (a round takes longer in the kernel matrix's emulated guests).
-    const ROUNDS: usize = 4;
-    let rounds = AtomicUsize::new(0);
-    let total = AtomicUsize::new(usize::MAX);
-    let rx = f.r.sink_socket(false, 9101);
-    let tx = f.r.gen_socket(false);
-    let to = f.r.sink_addr(false, 9101);
-    let (sent, arrived) = std::thread::scope(|s| {
-        let receiver = s.spawn(|| {
-            let mut buf = [0u8; 64];
-            let mut n = 0;
-            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-            while n < total.load(Ordering::SeqCst) && rx.recv(&mut buf).is_ok() {
-                n += 1;
-            }
-            n
-        });
-        let sender = s.spawn(|| {
-            let mut sent = 0;
-            while rounds.load(Ordering::SeqCst) < ROUNDS {
-                send_paced(&tx, to, 8);
-                sent += 8;
-            }
-            total.store(sent, Ordering::SeqCst);
-            sent
-        });
-        for _ in 0..ROUNDS {
-            xnf_ok(f.r.dut(), &["filter", "detach", &dut_gen]);
-            xnf_ok(f.r.dut(), &["filter", "attach", &dut_gen]);
-            rounds.fetch_add(1, Ordering::SeqCst);
-        }
-        (sender.join().unwrap(), receiver.join().unwrap())
+    // The traffic flows until the filter has come and gone four times.
+    let (rx, tx) = (f.r.sink_socket(false, 9101), f.r.gen_socket(false));
+    let (sent, got) = stream_while(&rx, &[&tx], f.r.sink_addr(false, 9101), 4, |_| {
+        xnf_ok(f.r.dut(), &["filter", "detach", &dut_gen]);
+        xnf_ok(f.r.dut(), &["filter", "attach", &dut_gen]);
     });
+    let arrived = got[0];
     assert!(sent > 0);
     assert_eq!(arrived, sent, "datagrams were lost while the filter came and went");
     assert_eq!(f.r.redirected() - redirected, sent as u64, "frames left XDP while the filter came and went");
@@ -325,15 +304,23 @@ fn capture_writes_sampled_drops_as_pcap_and_status_works_under_ip_netns_exec() {
     f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
     let pcap = files.dir.join("drops.pcap").display().to_string();
     let dut = f.r.dut();
-    let capture = std::thread::scope(|s| {
+    let other = files.dir.join("other.pcap");
+    std::thread::scope(|s| {
         let c = s.spawn(|| xnf_ok(dut, &["filter", "capture", "-w", &pcap, "--rule", "1", "--count", "5", "--max-pps", "1000"]));
+        // The capture creates its file once it holds the capture: a
+        // second one now is refused before it creates anything.
+        wait_for("the capture to start", || std::path::Path::new(&pcap).exists());
+        let err = xnf_err(dut, &["filter", "capture", "-w", &other.display().to_string(), "--seconds", "1"]);
+        assert!(err.contains("another `xnf filter capture` is running"), "{err}");
+        assert!(!other.exists(), "the refused capture created its file");
+        let err = xnf_err(dut, &["filter", "capture", "-w", &other.display().to_string(), "--rule", "2"]);
+        assert!(err.contains("--rule 2: the applied rules are numbered 1 to 1"), "{err}");
         // Sends until the capture has its five frames.
         while !c.is_finished() {
             f.send(false, 9100, 8);
         }
         c.join().unwrap()
     });
-    let _ = capture;
     let data = std::fs::read(&pcap).unwrap();
     assert_eq!(u32::from_ne_bytes(data[0..4].try_into().unwrap()), 0xa1b2c3d4, "not a pcap file");
     let mut off = 24;
@@ -350,4 +337,29 @@ fn capture_writes_sampled_drops_as_pcap_and_status_works_under_ip_netns_exec() {
     assert!(f.counter("captured") >= 5);
     let status = xnf_ip_netns_exec_ok(dut, &["filter", "status", "--json"]);
     assert!(status.contains(&f.r.line.dut_gen_if), "status under ip netns exec does not see the filter: {status}");
+}
+
+#[test]
+fn concurrent_applies_each_apply_whole_and_the_last_one_is_live() {
+    let f = Filtered::new(false);
+    let files = Files::new("concurrent");
+    files.write("list.txt", "203.0.113.0/24\n");
+    let a = files.write("a.toml", PORT_RULES);
+    let b = files.write("b.toml", "[lists]\nl = \"list.txt\"\n[[rule]]\nname = \"udp-9101\"\nproto = \"udp\"\ndport = 9101\naction = \"drop\"\n[[rule]]\nname = \"listed\"\nsrc = \"@l\"\naction = \"drop\"\n");
+    let dut = f.r.dut();
+    std::thread::scope(|s| {
+        for i in 0..6 {
+            let file = if i % 2 == 0 { &a } else { &b };
+            s.spawn(move || xnf_ok(dut, &["filter", "apply", file]));
+        }
+    });
+    // Whichever came last is live, whole: its rules, its drops.
+    let live = f.status()["rules_from"].as_str().unwrap().to_string();
+    let (dropped, passed) = if live == a { (9100, 9101) } else { (9101, 9100) };
+    assert!(live == a || live == b, "{live}");
+    assert_eq!(f.send(false, dropped, 50), 0, "{live} is live but its port is not dropped");
+    assert_eq!(f.send(false, passed, 50), 50, "{live} is live but the other file's port is dropped");
+    let names: Vec<String> = f.stats()["rules"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap().to_string()).collect();
+    let want: &[&str] = if live == a { &["udp-9100", "(default)"] } else { &["udp-9101", "listed", "(default)"] };
+    assert_eq!(names, want);
 }

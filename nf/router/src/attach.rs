@@ -109,11 +109,6 @@ pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
 
     // Refuse before changing anything.
     for link in &targets {
-        if let Some(info) = entry::info(link.ifindex) {
-            if let Some((_, _, name)) = info.stages.iter().find(|(s, _, n)| *s == Stage::Forward && n != "xnf_router") {
-                bail!("{}'s forward stage runs {name}; one forwarding function per interface: detach it first", link.name);
-            }
-        }
         let Some(entry) = existing.as_ref().and_then(|m| find_slot(m, link.ifindex)).map(|(_, e)| e) else {
             continue;
         };

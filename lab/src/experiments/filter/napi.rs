@@ -45,9 +45,7 @@ pub fn pin(dev: &str, cpu: usize) -> Result<()> {
         bail!("no NAPI thread of {dev}: threaded NAPI needs an XDP program on the veth");
     }
     for pid in pids {
-        let mut set = nix::sched::CpuSet::new();
-        set.set(cpu).with_context(|| format!("CPU {cpu}"))?;
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid), &set).with_context(|| format!("pinning {dev}'s NAPI thread {pid} to CPU {cpu}"))?;
+        crate::engine::cpu::pin(pid, cpu).with_context(|| format!("{dev}'s NAPI thread {pid}"))?;
         let param = libc::sched_param { sched_priority: PRIORITY };
         // SAFETY: plain syscall on a pid with a valid parameter struct.
         if unsafe { libc::sched_setscheduler(pid, libc::SCHED_FIFO, &param) } != 0 {

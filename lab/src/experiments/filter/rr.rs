@@ -76,14 +76,8 @@ impl Drop for RrService {
     }
 }
 
-fn pin(cpu: usize) -> Result<()> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).with_context(|| format!("CPU {cpu}"))?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).with_context(|| format!("pinning to CPU {cpu}"))
-}
-
 fn prepare(s: &TcpStream, cpu: usize) -> Result<()> {
-    pin(cpu)?;
+    crate::engine::cpu::pin(0, cpu)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(POLL))?;
     Ok(())

@@ -13,7 +13,7 @@ use serde::Serialize;
 use xnf_netns::Netns;
 
 use super::flood::Flood;
-use crate::engine::{nft, FilterGuard, LabAttachment};
+use crate::engine::{nft, LabAttachment, NfGuard};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -80,7 +80,7 @@ fn xdp_filter_drops(status: &str) -> Result<u64> {
 pub struct Setup<'a> {
     /// XDP_PASS in front of the kernel's filters (dropped last).
     _pass: Option<LabAttachment>,
-    _xnf: Option<FilterGuard>,
+    _xnf: Option<NfGuard>,
     nft: Option<(&'a Netns, &'static str)>,
     xdp_filter: Option<(PathBuf, &'a Netns, String)>,
 }
@@ -91,7 +91,7 @@ impl<'a> Setup<'a> {
         let mut s = Setup { _pass: None, _xnf: None, nft: None, xdp_filter: None };
         match v {
             Variant::None => s._pass = Some(LabAttachment::pass(dut, dev)?),
-            Variant::Xnf => s._xnf = Some(FilterGuard::attach(dut, &[dev.to_string()], &flood.xnf_rules(), "xnf lab filter's rules")?),
+            Variant::Xnf => s._xnf = Some(NfGuard::filter(dut, &[dev.to_string()], &flood.xnf_rules(), "xnf lab filter's rules")?),
             Variant::NftIngress | Variant::NftRaw => {
                 s._pass = Some(LabAttachment::pass(dut, dev)?);
                 let (family, hook) = match v {

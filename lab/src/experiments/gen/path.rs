@@ -6,7 +6,7 @@ use xnf_netns::{ifname, veth, LineConfig, LineTopology, Mac, Netns, Topology};
 
 use super::args::Dut;
 use super::plan::Plan;
-use crate::engine::{LabAttachment, RouterGuard};
+use crate::engine::{LabAttachment, NfGuard};
 
 /// The namespaces a run uses; removed when dropped.
 pub enum Path {
@@ -19,7 +19,7 @@ pub enum Path {
 /// The line and what dut runs (fields drop in order: dut's programs first).
 pub struct LinePath {
     _dut: Option<LabAttachment>,
-    _router: Option<RouterGuard>,
+    _router: Option<NfGuard>,
     line: LineTopology,
 }
 
@@ -59,7 +59,7 @@ impl Path {
                 }
                 let (att, router) = match kind {
                     Dut::Kernel => (Some(LabAttachment::pass(dut, &line.dut_gen_if)?), None),
-                    Dut::Xnf => (None, Some(RouterGuard::attach(dut, &[line.dut_gen_if.clone(), line.dut_sink_if.clone()])?)),
+                    Dut::Xnf => (None, Some(NfGuard::router(dut, &[line.dut_gen_if.clone(), line.dut_sink_if.clone()])?)),
                 };
                 Ok(Path::Line(Box::new(LinePath { _dut: att, _router: router, line })))
             }

@@ -251,10 +251,7 @@ pub fn pinned_in(ns: &Netns, cpu: usize) -> Result<impl FnOnce() -> Result<()> +
     let file = std::fs::File::open(ns.path()).context("opening a namespace")?;
     Ok(move || -> Result<()> {
         nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).context("entering a namespace")?;
-        let mut set = nix::sched::CpuSet::new();
-        set.set(cpu)?;
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).with_context(|| format!("pinning to CPU {cpu}"))?;
-        Ok(())
+        crate::engine::cpu::pin(0, cpu)
     })
 }
 

@@ -106,3 +106,10 @@ fn too_many_rules_are_refused() {
     let e = RuleSet::parse(&text, "big.toml").unwrap_err().to_string();
     assert!(e.contains("at most 256"), "{e}");
 }
+
+#[test]
+fn too_many_lists_are_refused() {
+    let lists: String = (0..=MAX_LISTS).map(|i| format!("l{i} = \"l{i}.txt\"\n")).collect();
+    let e = RuleSet::parse(&format!("[lists]\n{lists}"), "lists.toml").unwrap_err().to_string();
+    assert_eq!(e, "lists.toml: [lists]: 9 lists; at most 8");
+}
