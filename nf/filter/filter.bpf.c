@@ -30,6 +30,7 @@
 #include "xnf/classify.h" /* prefix_match, enum xnf_class_match */
 #include "xnf/stage.h"
 #include "filter.h"
+#include "syncookie.h"
 
 /* Puts these types into BTF for the Rust mirrors (src/program.rs). The
  * generator follows members, not pointers; the 39 KiB of read-only data
@@ -463,6 +464,45 @@ static __always_inline int by_default(struct xdp_md *ctx, const struct fctx *c, 
 	return pass(ctx, c);
 }
 
+/* To the kernel, past the later stages (syncookie.h says why). */
+static __always_inline int to_kernel(const struct fctx *c, __u32 rule, __u32 k)
+{
+	count_rule(rule, c->len, 0);
+	count(c, k);
+	count(c, XNF_FC_PASS);
+	return XDP_PASS;
+}
+
+/* A syn-cookie rule took the frame (syncookie.h). */
+static __always_inline int syn_cookie(struct xdp_md *ctx, const struct fctx *c, const struct xnf_filter_rule *r, __u32 i)
+{
+	const struct xnf_pkt *p = &c->pkt;
+	__u8 f = c->tcp_flags;
+	int known;
+
+	/* Fail-closed, and no handshake in fragments. */
+	if (c->unsure || !c->tcp_known || p->frag != XNF_FRAG_NONE)
+		goto out;
+	if ((f & (XNF_TCP_SYN | XNF_TCP_ACK | XNF_TCP_RST | XNF_TCP_FIN)) == XNF_TCP_SYN) {
+		if (!answer_syn(ctx, p, c->len, r->mss))
+			goto out;
+		count_rule(i, c->len, 0);
+		count(c, XNF_FC_TX);
+		return XDP_TX;
+	}
+	known = known_connection(ctx, p);
+	if (known > 0)
+		return to_kernel(c, i, XNF_FC_COOKIE_CONN);
+	if ((f & (XNF_TCP_SYN | XNF_TCP_ACK | XNF_TCP_RST)) == XNF_TCP_ACK && cookie_valid(ctx, p))
+		return to_kernel(c, i, XNF_FC_COOKIE_OK);
+	if (known < 0)
+		return to_kernel(c, i, XNF_FC_COOKIE_UNCHECKED);
+out:
+	count_rule(i, c->len, 1);
+	count(c, XNF_FC_COOKIE_DROP);
+	return drop(ctx, c, i);
+}
+
 /* Carries out what rule @i decided. */
 static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i)
 {
@@ -491,6 +531,8 @@ static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i
 		count_rule(i, c->len, 1);
 		count(c, XNF_FC_RATE_DROP);
 		return drop(ctx, c, i);
+	case XNF_FA_SYNCOOKIE:
+		return syn_cookie(ctx, c, r, i);
 	default:
 		count_rule(i, c->len, 1);
 		count(c, XNF_FC_RULE_DROP);

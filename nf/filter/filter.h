@@ -36,6 +36,7 @@ enum xnf_filter_action {
 	XNF_FA_PASS,
 	XNF_FA_COUNT,  /* counted as a drop would be, and passed */
 	XNF_FA_RATE,   /* per-source token buckets */
+	XNF_FA_SYNCOOKIE, /* SYNs answered with a cookie from XDP (syncookie.h) */
 };
 
 /* Reasons and outcomes, one counter each (struct xnf_filter_stats). */
@@ -56,6 +57,12 @@ enum xnf_filter_counter {
 	XNF_FC_QINQ,           /* stacked tags: the default policy decides */
 	XNF_FC_CAPTURED,       /* dropped frames written to the capture ring */
 	XNF_FC_CAPTURE_LOST,   /* sampled for capture but the ring was full */
+	XNF_FC_TX,             /* sent back out: a SYN-ACK carrying a cookie */
+	XNF_FC_COOKIE_OK,      /* an ACK with a valid cookie: to the kernel's synproxy */
+	XNF_FC_COOKIE_CONN,    /* a segment of a connection conntrack knows: to the kernel */
+	XNF_FC_COOKIE_DROP,    /* taken by a syn-cookie rule: no SYN to answer, no known
+	                        * connection, no valid cookie: dropped */
+	XNF_FC_COOKIE_UNCHECKED, /* no conntrack lookup in this kernel: to the kernel unchecked */
 	XNF_FC_MAX,
 };
 
@@ -82,7 +89,7 @@ struct xnf_filter_rule {
 	__u16 len_lo, len_hi;
 	__u16 sport_lo, sport_hi;
 	__u16 dport_lo, dport_hi;
-	__u16 pad;
+	__u16 mss;            /* syn-cookie: the MSS a SYN-ACK offers (IPv4; IPv6 20 less) */
 	__u32 src[4], src_mask[4]; /* network order; IPv4 in word 0 */
 	__u32 dst[4], dst_mask[4];
 	/* Token buckets, in billionths of a packet or byte: a frame costs

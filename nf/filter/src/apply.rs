@@ -29,6 +29,7 @@ use crate::compile::{rule_set, slots_used};
 use crate::prefixes::PrefixList;
 use crate::program::{FilterMaps, MAX_LISTS};
 use crate::rules::RuleSet;
+use crate::synproxy;
 
 /// A list as applied: its slot and a digest of its content.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,10 +174,20 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
     let set = rule_set(&rs, &slots).with_context(|| origin.to_string())?;
     let next = Applied { origin: origin.to_string(), text: text.to_string(), lists: new_lists };
     if to_fill.is_empty() && live.as_deref().is_some_and(|l| crate::program::same_set(l, &set)) {
+        // The kernel's side is put right even so (a flushed ruleset).
+        synproxy::converge(&rs)?;
         if current.as_ref() != Some(&next) {
             write_json("applied.json", &next)?;
         }
         return Ok(Outcome::Unchanged);
+    }
+    // SYNPROXY before rules that send it cookie ACKs (synproxy.rs).
+    let old = current.as_ref().and_then(|a| RuleSet::parse(&a.text, &a.origin).ok());
+    if synproxy::wanted(&rs) {
+        if let Err(e) = synproxy::converge(&rs) {
+            restore_synproxy(old.as_ref());
+            return Err(e);
+        }
     }
 
     for (i, (name, slot)) in to_fill.iter().enumerate() {
@@ -185,6 +196,7 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
             for (_, s) in &to_fill[..=i] {
                 let _ = maps.clear_list(*s);
             }
+            restore_synproxy(old.as_ref());
             return Err(e.context(format!("{origin}: [lists]: {name}")));
         }
     }
@@ -192,11 +204,14 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         for (_, s) in &to_fill {
             let _ = maps.clear_list(*s);
         }
+        restore_synproxy(old.as_ref());
         return Err(e);
     }
-    let old = current.as_ref().and_then(|a| RuleSet::parse(&a.text, &a.origin).ok());
     reset_changed_counters(&maps, old.as_ref(), &rs)?;
     write_json("applied.json", &next)?;
+    if !synproxy::wanted(&rs) {
+        synproxy::converge(&rs)?;
+    }
     match confirm_within {
         Some(d) => {
             write_json("pending.json", &Pending { previous: current, deadline: now() + d.as_secs().max(1) })?;
@@ -204,6 +219,14 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         None => clear_unused_slots(&maps, &next)?,
     }
     Ok(Outcome::Applied { rules: rs.rules.len(), lists_loaded: to_fill.into_iter().map(|(n, _)| n).collect() })
+}
+
+/// Puts the kernel's side back as the live rules need it, after a failed
+/// apply (best effort: the apply's own error is the one to report).
+fn restore_synproxy(live: Option<&RuleSet>) {
+    if let Err(e) = live.map_or_else(synproxy::remove, synproxy::converge) {
+        eprintln!("xnf: putting the SYNPROXY table back: {e:#}");
+    }
 }
 
 /// Zeroes the counters of rules that are not what they were at their
@@ -253,7 +276,13 @@ fn roll_back_locked() -> Result<bool> {
             let rs = RuleSet::parse(&prev.text, &prev.origin)?;
             let slots = prev.lists.iter().map(|(n, l)| (n.clone(), l.slot)).collect();
             let set = rule_set(&rs, &slots)?;
+            if synproxy::wanted(&rs) {
+                synproxy::converge(&rs)?;
+            }
             maps.set_rules(&set)?;
+            if !synproxy::wanted(&rs) {
+                synproxy::converge(&rs)?;
+            }
             let now = applied()?.and_then(|a| RuleSet::parse(&a.text, &a.origin).ok());
             reset_changed_counters(&maps, now.as_ref(), &rs)?;
             write_json("applied.json", prev)?;
@@ -261,6 +290,7 @@ fn roll_back_locked() -> Result<bool> {
         }
         None => {
             maps.clear_rules()?;
+            synproxy::remove()?;
             remove_json("applied.json")?;
             clear_unused_slots(&maps, &Applied { origin: String::new(), text: String::new(), lists: BTreeMap::new() })?;
         }

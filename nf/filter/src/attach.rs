@@ -124,6 +124,7 @@ pub fn detach(names: &[String]) -> Result<()> {
 
 /// Removes the pinned maps and the run files (rules, pending change).
 fn remove_state() -> Result<()> {
+    crate::synproxy::remove()?;
     let dir = pin_dir()?;
     for name in MAP_NAMES {
         let _ = std::fs::remove_file(dir.join(name));

@@ -108,6 +108,10 @@ fn rule(index: usize, r: &Rule, slots: &BTreeMap<String, u32>) -> Result<RawRule
             raw.bucket_gen = bucket_gen(index, r);
             3
         }
+        Action::SynCookie { mss } => {
+            raw.mss = mss;
+            4
+        }
     };
     raw.flags = flags;
     Ok(raw)

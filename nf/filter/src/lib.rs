@@ -6,6 +6,7 @@
 //! - [`compile`]: a checked rule file as the data plane's tables;
 //! - [`attach`]: the filter as the first stage of interfaces' entry programs;
 //! - [`apply`]: converging to a rule file, confirm or roll back;
+//! - [`synproxy`]: the kernel's half of the syn-cookie action (nftables);
 //! - [`report`], [`capture`]: status, counters, top sources, pcap of drops;
 //! - [`cli`]: the `xnf filter` commands.
 
@@ -18,6 +19,7 @@ pub mod prefixes;
 pub mod program;
 pub mod report;
 pub mod rules;
+pub mod synproxy;
 
 mod skel {
     //! Generated skeleton.

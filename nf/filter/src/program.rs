@@ -55,6 +55,11 @@ xnf_core::c_enum! {
         Qinq = XNF_FC_QINQ => "qinq",
         Captured = XNF_FC_CAPTURED => "captured",
         CaptureLost = XNF_FC_CAPTURE_LOST => "capture-lost",
+        Tx = XNF_FC_TX => "tx",
+        CookieOk = XNF_FC_COOKIE_OK => "cookie-ok",
+        CookieConn = XNF_FC_COOKIE_CONN => "cookie-conn",
+        CookieDrop = XNF_FC_COOKIE_DROP => "cookie-drop",
+        CookieUnchecked = XNF_FC_COOKIE_UNCHECKED => "cookie-unchecked",
     }
 }
 
@@ -82,6 +87,9 @@ impl FilterProgram {
     /// that interface's later stages (else it passes to the kernel).
     pub fn load(pin_dir: Option<&Path>, stages: Option<&MapHandle>) -> Result<Self> {
         let mut open = FilterSkelBuilder::default().open(object_storage()).context("opening the filter BPF object")?;
+        // Conntrack's lookup for syn-cookie rules, where the kernel has it.
+        let ro = open.maps.rodata_data.as_deref_mut().context("the filter has no rodata")?;
+        ro.have_conntrack = crate::synproxy::conntrack_lookup() as u8;
         if let Some(dir) = pin_dir {
             let m = &mut open.maps;
             let maps = [

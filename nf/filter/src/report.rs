@@ -34,6 +34,11 @@ struct Status {
     pending_rollback_s: Option<u64>,
     /// Whether this kernel offers the helpers SYN cookies in XDP need.
     syncookie_helpers: bool,
+    /// Whether it offers conntrack's lookup to XDP now (syn-cookie rules
+    /// check segments against known connections with it).
+    conntrack_lookup: bool,
+    /// Whether the SYNPROXY table of syn-cookie rules is installed.
+    synproxy_table: bool,
 }
 
 fn rule_set(a: &Option<Applied>) -> Option<RuleSet> {
@@ -59,6 +64,8 @@ pub fn status(json: bool) -> Result<()> {
         lists: a.as_ref().map(|a| a.lists.iter().map(|(n, l)| (n.clone(), l.entries)).collect()).unwrap_or_default(),
         pending_rollback_s: pending_seconds()?,
         syncookie_helpers: Feature::SyncookieHelpers.probe().is_ok(),
+        conntrack_lookup: crate::synproxy::conntrack_lookup(),
+        synproxy_table: crate::synproxy::present(),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
@@ -120,6 +127,7 @@ fn action_name(a: &Action) -> String {
             }
             format!("rate-limit {}", parts.join(" "))
         }
+        Action::SynCookie { mss } => format!("syn-cookie mss {mss}"),
     }
 }
 

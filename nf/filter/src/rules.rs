@@ -52,6 +52,18 @@ pub enum Action {
     Count,
     /// Per-source token buckets: frames within the rate pass, the rest drop.
     RateLimit { pps: Option<u64>, bps: Option<u64>, burst: u64 },
+    /// SYNs answered from XDP with a cookie, valid cookies and known
+    /// connections to the kernel's synproxy, the rest dropped. `mss` is
+    /// what the SYN-ACK offers over IPv4 (IPv6: 20 less).
+    SynCookie { mss: u16 },
+}
+
+impl Action {
+    /// Whether the rule stops what it takes (fail-closed: it takes frames
+    /// whose L4 fields it cannot see).
+    pub fn stops(&self) -> bool {
+        !matches!(self, Action::Pass | Action::Count)
+    }
 }
 
 /// An address match: a prefix or a named list.
@@ -131,6 +143,7 @@ struct RawRule {
     pps: Option<u64>,
     bps: Option<u64>,
     burst: Option<u64>,
+    mss: Option<u16>,
 }
 
 /// Most rules a file may hold (the data plane's table size).
@@ -140,6 +153,8 @@ pub const MAX_RULES: usize = 256;
 pub const MAX_LISTS: usize = 8;
 /// Largest rate (per second): the data plane's buckets refill per nanosecond.
 pub const MAX_RATE: u64 = 1 << 40;
+/// The MSS a syn-cookie rule offers unless told (Ethernet's, over IPv4).
+pub const DEFAULT_MSS: u16 = 1460;
 /// Largest burst: the data plane counts billionths of a packet or byte.
 pub const MAX_BURST: u64 = u64::MAX / 1_000_000_000 / 4;
 
@@ -294,8 +309,24 @@ fn check(r: &RawRule, name: String, line: usize, lists: &BTreeMap<String, String
             }
             Action::RateLimit { pps: r.pps, bps: r.bps, burst }
         }
-        o => return fail("action", format!("{o:?} is not drop, pass, count or rate-limit")),
+        "syn-cookie" => {
+            if proto != Some(6) {
+                return fail("action", "syn-cookie needs proto = \"tcp\"".into());
+            }
+            if tcp_flags.is_some() {
+                return fail("tcp_flags", "a syn-cookie rule looks at the flags itself: leave tcp_flags out".into());
+            }
+            let mss = r.mss.unwrap_or(DEFAULT_MSS);
+            if !(536..=9000).contains(&mss) {
+                return fail("mss", format!("{mss} is not 536-9000"));
+            }
+            Action::SynCookie { mss }
+        }
+        o => return fail("action", format!("{o:?} is not drop, pass, count, rate-limit or syn-cookie")),
     };
+    if r.mss.is_some() && !matches!(action, Action::SynCookie { .. }) {
+        return fail("mss", "only syn-cookie rules offer an MSS".into());
+    }
     if rate_fields && !matches!(action, Action::RateLimit { .. }) {
         return fail(if r.pps.is_some() { "pps" } else if r.bps.is_some() { "bps" } else { "burst" }, "only rate-limit rules have a rate".into());
     }

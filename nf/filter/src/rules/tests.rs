@@ -65,7 +65,11 @@ fn defaults_ports_and_bursts() {
 fn bad_files_say_file_line_and_field() {
     let rule = |body: &str| format!("default = \"pass\"\n[lists]\nbl = \"x\"\n\n[[rule]]\n{body}\n");
     for (body, field, why) in [
-        ("action = \"reject\"", "action", "not drop, pass, count or rate-limit"),
+        ("action = \"reject\"", "action", "not drop, pass, count, rate-limit or syn-cookie"),
+        ("action = \"syn-cookie\"", "action", "syn-cookie needs proto = \"tcp\""),
+        ("action = \"syn-cookie\"\nproto = \"tcp\"\ntcp_flags = \"SYN\"", "tcp_flags", "looks at the flags itself"),
+        ("action = \"syn-cookie\"\nproto = \"tcp\"\nmss = 100", "mss", "not 536-9000"),
+        ("action = \"drop\"\nmss = 1400", "mss", "only syn-cookie rules"),
         ("action = \"drop\"\nsrc = \"198.18.0.1/15\"", "src", "host bits"),
         ("action = \"drop\"\nsrc = \"@nope\"", "src", "not in [lists]"),
         ("action = \"drop\"\ndport = 80", "dport", "ports need proto"),

@@ -27,7 +27,7 @@ use model::{Expect, Model, Seen};
 use xnf_filter::program::{Counter, Counters, RuleCounters, RULE_DEFAULT};
 use xnf_packet::MacAddr;
 use xnf_testrun::frames::{frame, hex, World};
-use xnf_testrun::kernel::{view, Frag, Ports};
+use xnf_testrun::kernel::{view, Frag, Ports, L3};
 use xnf_testrun::fuzz::{Fuzz, DEFAULT_FRAMES};
 use xnf_testrun::Verdict;
 
@@ -178,7 +178,9 @@ fn rule(rng: &mut Rng, name: &str, lists: &[String]) -> String {
         let hi = lo.saturating_add([0, 1, 50, 500, 1500, u16::MAX][rng.usize(..6)]);
         writeln!(s, "length = \"{lo}-{hi}\"").unwrap();
     }
+    let cookies = proto == "tcp" && !s.contains("tcp_flags");
     match rng.u8(..100) {
+        90.. if cookies => s.push_str("action = \"syn-cookie\"\n"),
         0..=34 => s.push_str("action = \"drop\"\n"),
         35..=59 => s.push_str("action = \"pass\"\n"),
         60..=74 => s.push_str("action = \"count\"\n"),
@@ -284,7 +286,7 @@ impl Run {
         let rs = self.filter.apply(&text, &lists).unwrap_or_else(|e| panic!("the fuzzer wrote a bad rule file: {e:#}\n{text}"));
         let slots = (0..rs.rules.len() as u32).chain([RULE_DEFAULT]);
         let want = slots.map(|s| (s, self.filter.maps.rule_counters(s).unwrap())).collect();
-        let model = Model::new(rs, lists.clone());
+        let model = Model::new(rs, lists.clone(), xnf_filter::synproxy::conntrack_lookup());
         self.live = Some(Live { n, first, text, lists, model, want, shown: false });
     }
 
@@ -309,8 +311,15 @@ impl Run {
         if got.verdict != want.verdict {
             problems.push(format!("{}; the model says {} ({})", got.verdict.name(), want.verdict.name(), want.seen.name()));
         }
-        if got.frame != input {
-            problems.push(format!("the frame changed: {}", hex(&got.frame)));
+        let out = match (want.reply, view(input).l3) {
+            (Some(mss), L3::Ip(ip)) => model::synack(input, &ip, cookie_of(&got.frame), mss),
+            _ => input.to_vec(),
+        };
+        if got.frame != out {
+            problems.push(format!("the frame came out as {}, the model says {}", hex(&got.frame), hex(&out)));
+        }
+        if want.reply.is_some() && !xnf_packet::parse(&got.frame).is_ok_and(|p| p.checksums_ok()) {
+            problems.push("the SYN-ACK's checksums do not verify".into());
         }
         problems.extend(self.counters(&want, input.len()));
         if !problems.is_empty() {
@@ -365,6 +374,14 @@ fn describe(text: &str, lists: &BTreeMap<String, Vec<IpNet>>) -> String {
     format!("--- rule file ---\n{text}--- lists ---\n{}\n---", l.join("\n"))
 }
 
+/// The sequence number of a TCP frame (a SYN-ACK's cookie), else 0.
+fn cookie_of(frame: &[u8]) -> u32 {
+    match xnf_packet::parse(frame).map(|p| p.l4) {
+        Ok(xnf_packet::L4Info::Tcp { seq, .. }) => seq,
+        _ => 0,
+    }
+}
+
 #[test]
 fn the_filter_does_what_its_rules_say_on_every_frame() {
     let fuzz = Fuzz::from_env("filter", DEFAULT_FRAMES);
@@ -389,9 +406,11 @@ fn the_filter_does_what_its_rules_say_on_every_frame() {
         for action in ["drop", "pass", "count", "rate-pass", "rate-drop"] {
             all.push(Seen::Rule { action, unsure: false });
         }
-        for action in ["drop", "rate-pass", "rate-drop"] {
+        for action in ["drop", "rate-pass", "rate-drop", "cookie-drop"] {
             all.push(Seen::Rule { action, unsure: true });
         }
+        all.push(Seen::Rule { action: "syn-cookie", unsure: false });
+        all.push(Seen::Rule { action: "cookie-drop", unsure: false });
         let missed: Vec<_> = all.iter().filter(|s| !run.seen.contains_key(s)).map(|s| s.name()).collect();
         assert!(missed.is_empty(), "no frame got {missed:?}");
     }

@@ -59,8 +59,11 @@ pub struct Expect {
     /// The rule slot that takes the frame (`RULE_DEFAULT` for the default).
     pub slot: Option<u32>,
     pub seen: Seen,
-    /// The other verdict, as good: a small bucket old enough to have refilled.
+    /// The other verdict, as good: a small bucket old enough to have
+    /// refilled; a segment of a connection conntrack happens to know.
     pub alt: Option<Box<Expect>>,
+    /// A SYN answered: the MSS its SYN-ACK offers.
+    pub reply: Option<u16>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -84,6 +87,9 @@ const EXACT_FOR: Duration = Duration::from_millis(500);
 
 pub struct Model {
     rs: RuleSet,
+    /// The kernel offers conntrack's lookup to XDP (else syn-cookie rules
+    /// pass what they cannot check).
+    conntrack: bool,
     lists: BTreeMap<String, Vec<IpNet>>,
     /// By (rule index, source address).
     buckets: HashMap<(usize, IpAddr), Bucket>,
@@ -96,8 +102,8 @@ struct Extras {
 }
 
 impl Model {
-    pub fn new(rs: RuleSet, lists: BTreeMap<String, Vec<IpNet>>) -> Model {
-        Model { rs, lists, buckets: HashMap::new() }
+    pub fn new(rs: RuleSet, lists: BTreeMap<String, Vec<IpNet>>, conntrack: bool) -> Model {
+        Model { rs, lists, conntrack, buckets: HashMap::new() }
     }
 
     /// Buckets the frames so far have made (the filter keeps them in an LRU).
@@ -109,7 +115,7 @@ impl Model {
         let v = view(frame);
         let fixed = |verdict: Verdict, c: Counter, seen: Seen| {
             let last = if verdict == Verdict::Drop { Counter::Drop } else { Counter::Pass };
-            Expect { verdict, counters: vec![Counter::Rx, c, last], slot: None, seen, alt: None }
+            Expect { verdict, counters: vec![Counter::Rx, c, last], slot: None, seen, alt: None, reply: None }
         };
         let ip = match (v.l2, &v.l3) {
             (L2::Stacked, _) => return self.by_default(vec![Counter::Qinq], Seen::Qinq),
@@ -122,6 +128,9 @@ impl Model {
             let m = self.matches(r, v.l2, ip, &x, frame.len());
             let skip = m == Match::Unsure && matches!(r.action, Action::Pass | Action::Count);
             if m != Match::No && !skip {
+                if let Action::SynCookie { mss } = r.action {
+                    return self.syn_cookie(i, frame, ip, &x, m == Match::Unsure, mss);
+                }
                 return self.act(i, ip, frame.len(), m == Match::Unsure);
             }
         }
@@ -135,7 +144,7 @@ impl Model {
         let mut counters = vec![Counter::Rx];
         counters.extend(extra);
         counters.extend([c, last]);
-        Expect { verdict, counters, slot: Some(xnf_filter::program::RULE_DEFAULT), seen, alt: None }
+        Expect { verdict, counters, slot: Some(xnf_filter::program::RULE_DEFAULT), seen, alt: None, reply: None }
     }
 
     /// Rule `i` took the frame.
@@ -145,6 +154,7 @@ impl Model {
             Action::Pass => (Some(true), "pass"),
             Action::Count => (Some(true), "count"),
             Action::RateLimit { pps, bps, burst } => (self.admit(i, ip.src, len, pps, bps, burst), "rate"),
+            Action::SynCookie { .. } => unreachable!("syn_cookie() takes these"),
         };
         let taken = |pass: bool| {
             let (c, name) = match (action, pass) {
@@ -158,12 +168,49 @@ impl Model {
             counters.extend(unsure.then_some(Counter::Unsure));
             counters.extend([c, if pass { Counter::Pass } else { Counter::Drop }]);
             let verdict = if pass { Verdict::Pass } else { Verdict::Drop };
-            Expect { verdict, counters, slot: Some(i as u32), seen: Seen::Rule { action: name, unsure }, alt: None }
+            Expect { verdict, counters, slot: Some(i as u32), seen: Seen::Rule { action: name, unsure }, alt: None, reply: None }
         };
         match admitted {
             Some(pass) => taken(pass),
             None => Expect { alt: Some(Box::new(taken(false))), ..taken(true) },
         }
+    }
+
+    /// A syn-cookie rule `i` took the frame (README, "SYN cookies"): a SYN
+    /// whose TCP header is whole is answered; anything unreadable, any
+    /// fragment, any other SYN is dropped; the rest drops unless conntrack
+    /// knows its connection or it acknowledges a valid cookie. The model
+    /// cannot know the kernel's cookie secret: it takes every ACK for one
+    /// without a valid cookie (a mutated frame makes a valid one with odds
+    /// of some 2^-31: the cookie's 24 bits of hash, 2 of MSS index and a
+    /// 2-minute window), and allows a pass as a connection conntrack knows.
+    fn syn_cookie(&self, i: usize, frame: &[u8], ip: &Ip, x: &Extras, unsure: bool, mss: u16) -> Expect {
+        let taken = |verdict: Verdict, c: Counter, action: &'static str| {
+            let mut counters = vec![Counter::Rx];
+            counters.extend(unsure.then_some(Counter::Unsure));
+            counters.push(c);
+            counters.extend(match verdict {
+                Verdict::Drop => Some(Counter::Drop),
+                Verdict::Pass => Some(Counter::Pass),
+                _ => None,
+            });
+            Expect { verdict, counters, slot: Some(i as u32), seen: Seen::Rule { action, unsure }, alt: None, reply: None }
+        };
+        let dropped = taken(Verdict::Drop, Counter::CookieDrop, "cookie-drop");
+        let Some(flags) = x.tcp_flags.filter(|_| !unsure && ip.frag == Frag::None) else { return dropped };
+        if flags & 0x17 == 0x02 {
+            let (off, end) = (l4_offset(frame, ip), ip.l3_off + ip.ip_len);
+            let doff = usize::from(frame[off + 12] >> 4) * 4;
+            if off + 20 > end || doff < 20 || off + doff > end {
+                return dropped;
+            }
+            let mss = if ip.v6 { mss - 20 } else { mss };
+            return Expect { reply: Some(mss), ..taken(Verdict::Tx, Counter::Tx, "syn-cookie") };
+        }
+        if !self.conntrack {
+            return taken(Verdict::Pass, Counter::CookieUnchecked, "cookie-unchecked");
+        }
+        Expect { alt: Some(Box::new(taken(Verdict::Pass, Counter::CookieConn, "cookie-conn"))), ..dropped }
     }
 
     /// Whether the source's bucket of rule `i` holds this frame (and takes
@@ -229,6 +276,48 @@ impl Model {
             Match::Yes
         }
     }
+}
+
+/// The SYN-ACK answering SYN `frame` with `cookie` and `mss`, from the
+/// documented contract (syncookie.h): the frame's own Ethernet header (and
+/// tag) with the MACs swapped; a bare IP header (TTL 64; IPv4: DF, ID 0);
+/// ports swapped, the cookie, the SYN's sequence number plus one, SYN+ACK,
+/// window 0, one MSS option.
+pub fn synack(frame: &[u8], ip: &Ip, cookie: u32, mss: u16) -> Vec<u8> {
+    use xnf_packet::checksum::{checksum, transport_v4, transport_v6};
+    let mut out = frame[..ip.l3_off].to_vec();
+    out[..6].copy_from_slice(&frame[6..12]);
+    out[6..12].copy_from_slice(&frame[..6]);
+    let off = l4_offset(frame, ip);
+    let seq = u32::from_be_bytes(frame[off + 4..off + 8].try_into().expect("4 bytes"));
+    let mut tcp = Vec::with_capacity(24);
+    tcp.extend_from_slice(&frame[off + 2..off + 4]);
+    tcp.extend_from_slice(&frame[off..off + 2]);
+    tcp.extend_from_slice(&cookie.to_be_bytes());
+    tcp.extend_from_slice(&seq.wrapping_add(1).to_be_bytes());
+    tcp.extend_from_slice(&[0x60, 0x12, 0, 0, 0, 0, 0, 0, 2, 4]);
+    tcp.extend_from_slice(&mss.to_be_bytes());
+    let csum = match (ip.src, ip.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut h = vec![0x45, 0, 0, 44, 0, 0, 0x40, 0, 64, 6, 0, 0];
+            h.extend_from_slice(&d.octets());
+            h.extend_from_slice(&s.octets());
+            let c = checksum(&h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            out.extend_from_slice(&h);
+            transport_v4(d, s, 6, &tcp)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            out.extend_from_slice(&[0x60, 0, 0, 0, 0, 24, 6, 64]);
+            out.extend_from_slice(&d.octets());
+            out.extend_from_slice(&s.octets());
+            transport_v6(d, s, 6, &tcp)
+        }
+        _ => unreachable!("one family"),
+    };
+    tcp[16..18].copy_from_slice(&csum.to_be_bytes());
+    out.extend_from_slice(&tcp);
+    out
 }
 
 /// The offset of the L4 header in the frame: after the IPv4 header and its
