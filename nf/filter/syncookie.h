@@ -37,6 +37,7 @@
 
 #include "xnf/common.h"
 #include "xnf/parse.h"
+#include "xnf/csum.h"
 
 #define XNF_TCP_FIN 0x01
 #define XNF_TCP_SYN 0x02
@@ -95,25 +96,6 @@ struct xnf_seg {
 	} ip;
 	__u8 th[60];      /* the TCP header, options included */
 };
-
-/* One's complement sum of @n 16-bit words (n constant: unrolled). */
-static __always_inline __u32 sum16(const void *p, int n)
-{
-	const __u16 *w = p;
-	__u32 s = 0;
-
-#pragma unroll
-	for (int i = 0; i < n; i++)
-		s += w[i];
-	return s;
-}
-
-static __always_inline __u16 fold16(__u32 s)
-{
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
-}
 
 /* Copies the IP and TCP headers. Returns the TCP header's length, or 0 if
  * it is cut short. */
@@ -245,9 +227,9 @@ static __always_inline int answer_syn(struct xdp_md *ctx, const struct xnf_pkt *
 		a.ip.protocol = IPPROTO_TCP;
 		a.ip.saddr = s.ip.v4.daddr;
 		a.ip.daddr = s.ip.v4.saddr;
-		a.ip.check = fold16(sum16(&a.ip, sizeof(a.ip) / 2));
+		a.ip.check = ~csum_fold(csum_words(&a.ip, sizeof(a.ip) / 2));
 		synack_tcp(&a.tcp, &a.mss, &s, (__u32)v, mss);
-		a.tcp.check = fold16(sum16(&a.ip.saddr, 4) + bpf_htons(IPPROTO_TCP) + bpf_htons(24) + sum16(&a.tcp, 12));
+		a.tcp.check = ~csum_fold(csum_words(&a.ip.saddr, 4) + bpf_htons(IPPROTO_TCP) + bpf_htons(24) + csum_words(&a.tcp, 12));
 		return rewrite(ctx, p->l3_off, len, &a, sizeof(a));
 	} else {
 		struct xnf_synack6 a = {};
@@ -263,7 +245,7 @@ static __always_inline int answer_syn(struct xdp_md *ctx, const struct xnf_pkt *
 		a.ip.daddr = s.ip.v6.saddr;
 		/* The IPv6 header is 20 bytes longer: so is the MSS. */
 		synack_tcp(&a.tcp, &a.mss, &s, (__u32)v, mss - 20);
-		a.tcp.check = fold16(sum16(&a.ip.saddr, 16) + bpf_htons(IPPROTO_TCP) + bpf_htons(24) + sum16(&a.tcp, 12));
+		a.tcp.check = ~csum_fold(csum_words(&a.ip.saddr, 16) + bpf_htons(IPPROTO_TCP) + bpf_htons(24) + csum_words(&a.tcp, 12));
 		return rewrite(ctx, p->l3_off, len, &a, sizeof(a));
 	}
 }

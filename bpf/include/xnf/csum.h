@@ -26,16 +26,23 @@ static __always_inline __u16 csum_replace16(__u16 check, __u16 old, __u16 new)
 	return ~csum_fold(sum);
 }
 
-/* True if the 20-byte IPv4 header (no options) carries a valid checksum. */
-static __always_inline int ipv4_csum_ok(const struct iphdr *iph)
+/* One's complement sum, unfolded, of @n 16-bit words at @p (n a constant:
+ * unrolled; below 2^31 for any header-sized n). */
+static __always_inline __u32 csum_words(const void *p, int n)
 {
-	const __u16 *w = (const __u16 *)iph;
+	const __u16 *w = p;
 	__u32 sum = 0;
 
 #pragma unroll
-	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
+	for (int i = 0; i < n; i++)
 		sum += w[i];
-	return csum_fold(sum) == 0xffff;
+	return sum;
+}
+
+/* True if the 20-byte IPv4 header (no options) carries a valid checksum. */
+static __always_inline int ipv4_csum_ok(const struct iphdr *iph)
+{
+	return csum_fold(csum_words(iph, sizeof(*iph) / 2)) == 0xffff;
 }
 
 /* Decrement the IPv4 TTL and patch the header checksum incrementally. */

@@ -58,13 +58,6 @@ pub enum Action {
     SynCookie { mss: u16 },
 }
 
-impl Action {
-    /// Whether the rule stops what it takes (fail-closed: it takes frames
-    /// whose L4 fields it cannot see).
-    pub fn stops(&self) -> bool {
-        !matches!(self, Action::Pass | Action::Count)
-    }
-}
 
 /// An address match: a prefix or a named list.
 #[derive(Clone, Debug, PartialEq, Eq)]
