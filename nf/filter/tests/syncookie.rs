@@ -17,7 +17,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use common::{Filter, Snapshot};
+use common::{synack, Filter, Snapshot, Syn};
 use xnf_filter::program::{Counter, RuleCounters, RULE_DEFAULT};
 use xnf_packet::{IpProtocol, MacAddr, PacketBuilder, TcpFlags};
 use xnf_testrun::table::{assert_table, check_run, Out};
@@ -70,11 +70,8 @@ fn syn(v6: bool) -> PacketBuilder {
 /// server-to-client Ethernet builder), carrying `cookie`.
 fn synack_on(b: PacketBuilder, v6: bool, sport: u16, cookie: u32) -> Vec<u8> {
     let (c, s) = if v6 { (CLIENT6, SERVER6) } else { (CLIENT4, SERVER4) };
-    let mss: u16 = if v6 { 1380 } else { 1400 };
-    let [hi, lo] = mss.to_be_bytes();
-    let b = b.ip(addr(s), addr(c)).ttl(64);
-    let b = if v6 { b } else { b.ident(0).dont_frag(true) };
-    b.tcp(80, sport, TcpFlags::SYN | TcpFlags::ACK).seq(cookie).ack(SEQ.wrapping_add(1)).window(0).tcp_options(&[2, 4, hi, lo]).build()
+    let syn = Syn { client: addr(c), server: addr(s), client_port: sport, server_port: 80, seq: SEQ };
+    synack(b, &syn, cookie, if v6 { 1380 } else { 1400 })
 }
 
 /// The cookie a SYN-ACK carries (its sequence number), if it is one.

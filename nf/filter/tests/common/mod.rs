@@ -13,6 +13,7 @@ use ipnet::IpNet;
 use xnf_filter::compile::rule_set;
 use xnf_filter::program::{Counter, Counters, FilterMaps, FilterProgram, RuleCounters, MAX_RULES, RULE_DEFAULT};
 use xnf_filter::rules::RuleSet;
+use xnf_packet::{PacketBuilder, TcpFlags};
 use xnf_testrun::{run_xdp, RunResult, XdpContext};
 
 pub struct Filter {
@@ -109,4 +110,31 @@ impl Filter {
         let rules = (0..=RULE_DEFAULT).map(|r| self.maps.rule_counters(r)).collect::<Result<_>>()?;
         Ok(Snapshot { counters: self.maps.counters()?, rules })
     }
+}
+
+/// A SYN as the syn-cookie action reads it.
+pub struct Syn {
+    pub client: std::net::IpAddr,
+    pub server: std::net::IpAddr,
+    pub client_port: u16,
+    pub server_port: u16,
+    pub seq: u32,
+}
+
+/// The SYN-ACK that answers `syn` with `cookie` and `mss`, by the contract
+/// of `syncookie.h`, on `l2` (an Ethernet builder from server to client,
+/// with the SYN's tag if it had one): a bare IP header (TTL 64; IPv4: DF,
+/// ID 0), the ports swapped, the cookie, the SYN's sequence number plus
+/// one, SYN+ACK, window 0, one MSS option. The packet table and the
+/// fuzzer's model both expect this.
+pub fn synack(l2: PacketBuilder, syn: &Syn, cookie: u32, mss: u16) -> Vec<u8> {
+    let [hi, lo] = mss.to_be_bytes();
+    let b = l2.ip(syn.server, syn.client).ttl(64);
+    let b = if syn.server.is_ipv4() { b.ident(0).dont_frag(true) } else { b };
+    b.tcp(syn.server_port, syn.client_port, TcpFlags::SYN | TcpFlags::ACK)
+        .seq(cookie)
+        .ack(syn.seq.wrapping_add(1))
+        .window(0)
+        .tcp_options(&[2, 4, hi, lo])
+        .build()
 }

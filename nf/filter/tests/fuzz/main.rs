@@ -311,8 +311,9 @@ impl Run {
         if got.verdict != want.verdict {
             problems.push(format!("{}; the model says {} ({})", got.verdict.name(), want.verdict.name(), want.seen.name()));
         }
-        let out = match (want.reply, view(input).l3) {
-            (Some(mss), L3::Ip(ip)) => model::synack(input, &ip, cookie_of(&got.frame), mss),
+        let v = view(input);
+        let out = match (want.reply, &v.l3) {
+            (Some(mss), L3::Ip(ip)) => model::synack(input, v.l2, ip, cookie_of(&got.frame), mss),
             _ => input.to_vec(),
         };
         if got.frame != out {

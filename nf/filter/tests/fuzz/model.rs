@@ -278,46 +278,21 @@ impl Model {
     }
 }
 
-/// The SYN-ACK answering SYN `frame` with `cookie` and `mss`, from the
-/// documented contract (syncookie.h): the frame's own Ethernet header (and
-/// tag) with the MACs swapped; a bare IP header (TTL 64; IPv4: DF, ID 0);
-/// ports swapped, the cookie, the SYN's sequence number plus one, SYN+ACK,
-/// window 0, one MSS option.
-pub fn synack(frame: &[u8], ip: &Ip, cookie: u32, mss: u16) -> Vec<u8> {
-    use xnf_packet::checksum::{checksum, transport_v4, transport_v6};
-    let mut out = frame[..ip.l3_off].to_vec();
-    out[..6].copy_from_slice(&frame[6..12]);
-    out[6..12].copy_from_slice(&frame[..6]);
+/// The SYN-ACK answering SYN `frame` with `cookie` and `mss`
+/// ([`crate::common::synack`]), its Ethernet header the frame's own with
+/// the MACs swapped, its tag kept.
+pub fn synack(frame: &[u8], l2: L2, ip: &Ip, cookie: u32, mss: u16) -> Vec<u8> {
+    use xnf_packet::{EtherType, MacAddr, PacketBuilder};
+    let mac = |at: usize| MacAddr(frame[at..at + 6].try_into().expect("6 bytes"));
+    let mut eth = PacketBuilder::ethernet(mac(0), mac(6));
+    if let L2::Tagged { tci } = l2 {
+        eth = eth.tag(EtherType::VLAN, tci);
+    }
     let off = l4_offset(frame, ip);
+    let word = |at: usize| u16::from_be_bytes([frame[off + at], frame[off + at + 1]]);
     let seq = u32::from_be_bytes(frame[off + 4..off + 8].try_into().expect("4 bytes"));
-    let mut tcp = Vec::with_capacity(24);
-    tcp.extend_from_slice(&frame[off + 2..off + 4]);
-    tcp.extend_from_slice(&frame[off..off + 2]);
-    tcp.extend_from_slice(&cookie.to_be_bytes());
-    tcp.extend_from_slice(&seq.wrapping_add(1).to_be_bytes());
-    tcp.extend_from_slice(&[0x60, 0x12, 0, 0, 0, 0, 0, 0, 2, 4]);
-    tcp.extend_from_slice(&mss.to_be_bytes());
-    let csum = match (ip.src, ip.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut h = vec![0x45, 0, 0, 44, 0, 0, 0x40, 0, 64, 6, 0, 0];
-            h.extend_from_slice(&d.octets());
-            h.extend_from_slice(&s.octets());
-            let c = checksum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            out.extend_from_slice(&h);
-            transport_v4(d, s, 6, &tcp)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            out.extend_from_slice(&[0x60, 0, 0, 0, 0, 24, 6, 64]);
-            out.extend_from_slice(&d.octets());
-            out.extend_from_slice(&s.octets());
-            transport_v6(d, s, 6, &tcp)
-        }
-        _ => unreachable!("one family"),
-    };
-    tcp[16..18].copy_from_slice(&csum.to_be_bytes());
-    out.extend_from_slice(&tcp);
-    out
+    let syn = crate::common::Syn { client: ip.src, server: ip.dst, client_port: word(0), server_port: word(2), seq };
+    crate::common::synack(eth, &syn, cookie, mss)
 }
 
 /// The offset of the L4 header in the frame: after the IPv4 header and its
