@@ -238,3 +238,33 @@ fn syn_cookie_table() {
 
     assert_table("syn-cookie", t.cases, 29, &t.failures);
 }
+
+/// A SYN whose IP packet ends after `k` bytes of its 24-byte TCP header
+/// (the lengths say so), with and without padding after it: the rule
+/// answers only the whole header; before that it drops, fail-closed
+/// (`unsure` while the ports it matches on are unread), and it never reads
+/// padding as header.
+#[test]
+fn every_truncation_of_a_syn() {
+    let conntrack = xnf_filter::synproxy::conntrack_lookup();
+    let f = Filter::load().unwrap();
+    f.apply(RULES, &BTreeMap::new()).unwrap();
+    let mut t = Table { f, conntrack, cases: 0, failures: vec![] };
+    let whole = syn(false).build();
+    let l4 = &whole[14 + 20..];
+    assert_eq!(l4.len(), 24, "a SYN with an MSS option");
+    for pad in [&[][..], &[0xff; 30][..]] {
+        for k in 0..=l4.len() {
+            let desc = format!("IPv4 SYN cut to {k} bytes of TCP, {} bytes of padding", pad.len());
+            let input = eth().ip(addr(CLIENT4), addr(SERVER4)).protocol(IpProtocol::TCP).payload(&l4[..k]).trailer(pad).build();
+            match k {
+                0..=3 => t.drop(&desc, input, &[Unsure, CookieDrop]),
+                4..=23 => t.drop(&desc, input, &[CookieDrop]),
+                _ => {
+                    t.tx(&desc, input, back(), 40000, false);
+                }
+            }
+        }
+    }
+    assert_table("syn-cookie truncation", t.cases, 50, &t.failures);
+}
