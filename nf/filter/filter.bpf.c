@@ -53,6 +53,7 @@ const volatile struct {
 #define RULE_DEFAULT XNF_FILTER_MAX_RULES
 #define RULE_MALFORMED (XNF_FILTER_MAX_RULES + 1)
 #define RULE_NONE 0xffffffffU
+#define XNF_FILTER_INLINE_RULES 8
 
 struct xnf_filter_set_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -212,27 +213,53 @@ static __always_inline int in_list(__u32 slot, __u8 family, const __u32 *addr)
 	return bpf_map_lookup_elem(trie, &k) != 0;
 }
 
-/* XNF_CLASS_NO, _YES, or _UNSURE (every field that could be read
- * matches, but an L4 field could not be read). */
+/* The fields few rules have, in one test. */
+#define XNF_F_RARE (XNF_F_VLAN | XNF_F_LENGTH | XNF_F_TCP_FLAGS | XNF_F_ICMP_TYPE | XNF_F_SRC_LIST | XNF_F_DST_LIST)
+
+/* match_rule's fields in XNF_F_RARE: 0 (no), 1 (yes), 2 (yes, but a TCP
+ * flags or ICMP type field could not be read). The lists come last: a
+ * trie lookup costs more than every other field together. */
+static __always_inline int match_rare(const struct xnf_filter_rule *r, const struct fctx *c, __u32 f)
+{
+	const struct xnf_pkt *p = &c->pkt;
+	int unsure = 0;
+
+	if ((f & XNF_F_VLAN) && (!p->tagged || p->vid != r->vid))
+		return 0;
+	if ((f & XNF_F_LENGTH) && (c->len < r->len_lo || c->len > r->len_hi))
+		return 0;
+	if (f & XNF_F_TCP_FLAGS) {
+		if (!c->tcp_known)
+			unsure = 1;
+		else if ((c->tcp_flags & r->tcp_set) != r->tcp_set || (c->tcp_flags & r->tcp_clear))
+			return 0;
+	}
+	if (f & XNF_F_ICMP_TYPE) {
+		if (!c->icmp_known)
+			unsure = 1;
+		else if (c->icmp_type != r->icmp_type)
+			return 0;
+	}
+	if ((f & XNF_F_SRC_LIST) && !in_list(r->src_list, p->family, p->src))
+		return 0;
+	if ((f & XNF_F_DST_LIST) && !in_list(r->dst_list, p->family, p->dst))
+		return 0;
+	return 1 + unsure;
+}
+
+/*
+ * XNF_CLASS_NO, _YES, or _UNSURE (every field that could be read
+ * matches, but an L4 field could not be read). The order of the checks
+ * changes no answer, only the cost: what most rules have first, each
+ * field a rule lacks costing one test, the rare ones one test together.
+ */
 static __always_inline int match_rule(const struct xnf_filter_rule *r, const struct fctx *c)
 {
 	const struct xnf_pkt *p = &c->pkt;
 	__u32 f = r->flags;
-	int unsure = 0;
+	int unsure = 0, rare;
 
 	if (r->family && r->family != p->family)
-		return XNF_CLASS_NO;
-	if ((f & XNF_F_VLAN) && (!p->tagged || p->vid != r->vid))
-		return XNF_CLASS_NO;
-	if ((f & XNF_F_LENGTH) && (c->len < r->len_lo || c->len > r->len_hi))
-		return XNF_CLASS_NO;
-	if ((f & XNF_F_SRC) && !prefix_match(p->src, r->src, r->src_mask))
-		return XNF_CLASS_NO;
-	if ((f & XNF_F_DST) && !prefix_match(p->dst, r->dst, r->dst_mask))
-		return XNF_CLASS_NO;
-	if ((f & XNF_F_SRC_LIST) && !in_list(r->src_list, p->family, p->src))
-		return XNF_CLASS_NO;
-	if ((f & XNF_F_DST_LIST) && !in_list(r->dst_list, p->family, p->dst))
 		return XNF_CLASS_NO;
 	if (f & XNF_F_PROTO) {
 		if (p->l4 == XNF_L4_UNKNOWN)
@@ -249,17 +276,15 @@ static __always_inline int match_rule(const struct xnf_filter_rule *r, const str
 			 ((f & XNF_F_DPORT) && (p->dport < r->dport_lo || p->dport > r->dport_hi)))
 			return XNF_CLASS_NO;
 	}
-	if (f & XNF_F_TCP_FLAGS) {
-		if (!c->tcp_known)
-			unsure = 1;
-		else if ((c->tcp_flags & r->tcp_set) != r->tcp_set || (c->tcp_flags & r->tcp_clear))
+	if ((f & XNF_F_SRC) && !prefix_match(p->src, r->src, r->src_mask))
+		return XNF_CLASS_NO;
+	if ((f & XNF_F_DST) && !prefix_match(p->dst, r->dst, r->dst_mask))
+		return XNF_CLASS_NO;
+	if (f & XNF_F_RARE) {
+		rare = match_rare(r, c, f);
+		if (!rare)
 			return XNF_CLASS_NO;
-	}
-	if (f & XNF_F_ICMP_TYPE) {
-		if (!c->icmp_known)
-			unsure = 1;
-		else if (c->icmp_type != r->icmp_type)
-			return XNF_CLASS_NO;
+		unsure |= rare == 2;
 	}
 	return unsure ? XNF_CLASS_UNSURE : XNF_CLASS_YES;
 }
@@ -276,10 +301,10 @@ static __always_inline const struct xnf_filter_rule *rule_at(const struct xnf_fi
 	return &set->rules[i & (XNF_FILTER_MAX_RULES - 1)];
 }
 
-/* bpf_loop body: stops at the first rule that takes the frame. */
-static long rule_step(__u32 i, void *arg)
+/* Tries rule @i: 1 if it takes the frame (or there is no rule @i), so
+ * the search stops; 0 to go on. */
+static __always_inline long try_rule(__u32 i, struct fctx *c)
 {
-	struct fctx *c = arg;
 	const struct xnf_filter_rule *r;
 	int m;
 
@@ -296,6 +321,29 @@ static long rule_step(__u32 i, void *arg)
 	c->hit = i;
 	c->unsure = m == XNF_CLASS_UNSURE;
 	return 1;
+}
+
+/* bpf_loop body for the rules after the inline ones. */
+static long rule_step(__u32 i, void *arg)
+{
+	return try_rule(i + XNF_FILTER_INLINE_RULES, arg);
+}
+
+/*
+ * The first match in rule order. The first XNF_FILTER_INLINE_RULES rules
+ * are tried inline, the rest by bpf_loop: its body is a real call, whose
+ * entry and exit cost more than matching a rule does, and a flood is
+ * usually met by the first rules (a DDoS rule set puts its drops first).
+ */
+static __always_inline void find_rule(struct fctx *c, __u32 nrules)
+{
+	__u32 i;
+
+#pragma unroll
+	for (i = 0; i < XNF_FILTER_INLINE_RULES; i++)
+		if (i >= nrules || try_rule(i, c))
+			return;
+	bpf_loop(nrules - XNF_FILTER_INLINE_RULES, rule_step, c, 0);
 }
 
 /* Refills a bucket for the time since its last frame, capped at full. */
@@ -377,17 +425,19 @@ static __always_inline int capture_admit(__u32 rule)
 	return ok;
 }
 
-static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
+/* Out of line: most drops are not captured, and the drop path should
+ * not carry this one's code and registers (drop() checks it is on). */
+static __noinline int capture(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
 {
 	struct xnf_filter_record *rec;
 	__u32 caplen = c->len;
 
 	if (!capture_admit(rule))
-		return;
+		return 0;
 	rec = bpf_ringbuf_reserve(&capture_ring, sizeof(*rec), 0);
 	if (!rec) {
 		count(c, XNF_FC_CAPTURE_LOST);
-		return;
+		return 0;
 	}
 	if (caplen > XNF_FILTER_SNAPLEN)
 		caplen = XNF_FILTER_SNAPLEN;
@@ -397,7 +447,7 @@ static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __
 	if (bpf_xdp_load_bytes(ctx, 0, rec->data, caplen)) {
 		bpf_ringbuf_discard(rec, 0);
 		count(c, XNF_FC_CAPTURE_LOST);
-		return;
+		return 0;
 	}
 	rec->ts_ns = bpf_ktime_get_ns();
 	rec->ifindex = ctx->ingress_ifindex;
@@ -406,6 +456,7 @@ static __always_inline void capture(struct xdp_md *ctx, const struct fctx *c, __
 	rec->caplen = caplen;
 	bpf_ringbuf_submit(rec, 0);
 	count(c, XNF_FC_CAPTURED);
+	return 0;
 }
 
 /*
@@ -439,9 +490,13 @@ static __always_inline void sample_source(const struct fctx *c)
 
 static __always_inline int drop(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
 {
+	__u32 zero = 0;
+	const struct xnf_filter_capture *cfg = bpf_map_lookup_elem(&capture_cfg, &zero);
+
 	count(c, XNF_FC_DROP);
 	sample_source(c);
-	capture(ctx, c, rule);
+	if (cfg && cfg->enabled)
+		capture(ctx, c, rule);
 	return XDP_DROP;
 }
 
@@ -569,7 +624,7 @@ int xnf_filter(struct xdp_md *ctx)
 		return by_default(ctx, &c, c.set->default_drop);
 	}
 	read_l4_extras(ctx, &c);
-	bpf_loop(c.set->nrules, rule_step, &c, 0);
+	find_rule(&c, c.set->nrules);
 	if (c.hit == RULE_NONE)
 		return by_default(ctx, &c, c.set->default_drop);
 	return act(ctx, &c, c.hit);
