@@ -174,8 +174,10 @@ static __always_inline int paced(struct gen_state *st)
 	gap = 1000000000ULL * burst / rate;
 	if (now < st->next_ns)
 		return 0;
-	/* Behind schedule: catch up at twice the rate at most... */
-	if (now < st->last_ns + gap / 2)
+	/* Behind schedule: catch up at twice the rate at most (after a
+	 * first frame: on a machine up for less than gap / 2, say a fresh
+	 * guest at 1 pps in bursts of 32, no frame would ever go)... */
+	if (st->last_ns && now < st->last_ns + gap / 2)
 		return 0;
 	/* ...and by GEN_MAX_LAG_NS (or a burst at slow rates) at most. */
 	lag = GEN_BURST * gap > GEN_MAX_LAG_NS ? GEN_BURST * gap : GEN_MAX_LAG_NS;

@@ -117,7 +117,10 @@ fn a_rate_for_some_seconds_holds_the_rate() {
         assert!((r.sent as f64 - want).abs() < want * 0.1, "sent {} in 2 s at 200 kpps", r.sent);
     }
     let samples = &r.results.as_ref().unwrap().samples;
-    assert!((2..=3).contains(&samples.len()), "{} one-second samples", samples.len());
+    // One sample per second sent: on an emulated guest the last call
+    // overruns the deadline by seconds, so only the lower bound holds.
+    let most = if timing_checked() { 3 } else { usize::MAX };
+    assert!((2..=most).contains(&samples.len()), "{} one-second samples", samples.len());
     assert!(samples.iter().all(|s| s.variant == "gen" && matches!(s.kind, SampleKind::Load { .. })));
 }
 
