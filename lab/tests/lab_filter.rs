@@ -27,6 +27,8 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--cpu", "999"][..], "--cpu 999", 1),
             (&["--variants", "xdp-filter", "--blocklist", "1000"][..], "not prefixes", 1),
             (&["--variants", "xdp-filter", "--xdp-filter", "/nonexistent/xdp-filter"][..], "scripts/peers.sh", 1),
+            (&["--flood", "syn", "--variants", "nft-raw"][..], "--flood syn", 1),
+            (&["--variants", "nft-synproxy"][..], "--flood syn", 1),
         ],
     );
 }
@@ -103,6 +105,19 @@ fn check_curves(r: &Value, variants: &[&str]) {
         assert_eq!(c["steps"].as_array().unwrap().len(), 2, "{v}: a step per rate");
         assert!(num(&c["unflooded_tps"]) > 0.0);
     }
+}
+
+/// A SYN flood: xnf and the kernel's SYNPROXY answer it in dut (the
+/// victim's kernel answers none of it), without either the victim does;
+/// dut's SYNPROXY table and its conntrack setting go with the variant.
+#[test]
+fn a_syn_flood_is_answered_in_dut_by_xnf_and_synproxy_and_by_the_victim_without() {
+    let r = short_run("syn", &["--flood", "syn"]);
+    check_variant(&r, "none", false);
+    check_variant(&r, "xnf", true);
+    check_variant(&r, "nft-synproxy", true);
+    check_curves(&r, &["none", "xnf", "nft-synproxy"]);
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").starts_with("--flood syn")), "no note on what a discarded SYN is");
 }
 
 #[test]

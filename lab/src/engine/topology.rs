@@ -392,6 +392,15 @@ impl BuiltTopology {
     /// (e.g. [`LabAttachment::sink`]). The old program is detached first:
     /// an interface has one XDP program.
     pub fn replace_function(&mut self, ep: &str, attach: impl FnOnce(&Netns, &str) -> Result<LabAttachment>) -> Result<()> {
+        let (ns, dev) = self.remove_function(ep)?;
+        let a = attach(self.ns(&ns)?, &dev).with_context(|| format!("replacing the function on `{ep}`"))?;
+        self.attachments.push((ns, dev, a));
+        Ok(())
+    }
+
+    /// Detaches the sink or pass function on `ep` (leaving the interface
+    /// to an experiment's own program); returns its namespace and device.
+    pub fn remove_function(&mut self, ep: &str) -> Result<(String, String)> {
         let (ns, dev) = split_endpoint(ep)?;
         let dev = ifname(dev);
         let i = self
@@ -400,9 +409,7 @@ impl BuiltTopology {
             .position(|(n, d, _)| n == ns && *d == dev)
             .with_context(|| format!("the topology runs no sink or pass function on `{ep}`: add a [[function]] for it"))?;
         drop(self.attachments.remove(i));
-        let a = attach(self.ns(ns)?, &dev).with_context(|| format!("replacing the function on `{ep}`"))?;
-        self.attachments.push((ns.to_string(), dev, a));
-        Ok(())
+        Ok((ns.to_string(), dev))
     }
 
     pub fn ns(&self, name: &str) -> Result<&Netns> {

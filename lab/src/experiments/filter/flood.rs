@@ -1,7 +1,8 @@
 //! The flood and what recognises it: the generator's UDP frames from many
-//! sources in the lab range to a port the victim does not serve, the
-//! blocklist of the second scenario, and the same match written for each
-//! filter (an xnf rule file, nftables, xdp-filter's port list).
+//! sources in the lab range to a port the victim does not serve (or, with
+//! `--flood syn`, TCP SYNs to a port it listens on), the blocklist of the
+//! second scenario, and the same match written for each filter (an xnf
+//! rule file, nftables, xdp-filter's port list).
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use xnf_netns::RouteSet;
-use xnf_packet::PacketBuilder;
+use xnf_packet::{PacketBuilder, TcpFlags};
 
 use crate::engine::topology::BuiltTopology;
 use crate::programs::gen::GenConfig;
@@ -23,8 +24,11 @@ const SEED: u64 = 0x0066_6c6f_6f64; // "flood" in ASCII
 
 /// What the flood is and how filters recognise it.
 pub struct Flood {
-    /// The destination port the victim does not serve.
+    /// The destination port: one the victim does not serve (UDP), or
+    /// listens on without ever accepting (SYN).
     pub port: u16,
+    /// TCP SYNs instead of UDP: the SYN-flood scenario.
+    pub syn: bool,
     /// Source addresses, one flow each.
     pub sources: Vec<IpAddr>,
     /// The second scenario: the list every filter drops by, written to a
@@ -50,7 +54,7 @@ impl Flood {
         ensure!((1..=65_000).contains(&sources), "--sources {sources}: use 1..=65000 (they count up from {SOURCE_BASE}, inside 198.19.0.0/16)");
         let base = u32::from(SOURCE_BASE);
         let sources = (1..=sources).map(|i| IpAddr::V4(Ipv4Addr::from(base + i))).collect();
-        Ok(Flood { port, sources, blocklist: None })
+        Ok(Flood { port, sources, blocklist: None, syn: false })
     }
 
     /// A list of `size` prefixes shaped like the public BGP table (see
@@ -69,19 +73,33 @@ impl Flood {
             let _ = writeln!(text, "{p}");
         }
         std::fs::write(&path, text).with_context(|| format!("writing the blocklist {}", path.display()))?;
-        Ok(Flood { port, sources, blocklist: Some(Blocklist { prefixes, path }) })
+        Ok(Flood { port, sources, blocklist: Some(Blocklist { prefixes, path }), syn: false })
     }
 
-    /// The generator's frames: 64-byte UDP from every source to `victim`'s
-    /// port, addressed to dut's ingress MAC.
+    /// The generator's frames: 64-byte UDP (or TCP SYNs) from every source
+    /// to `victim`'s port, addressed to dut's ingress MAC.
     pub fn traffic(&self, t: &BuiltTopology, victim: IpAddr) -> Result<GenConfig> {
         let roles = t.roles()?;
-        let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(self.sources[0], victim).udp(1024, self.port).frame_len(60).try_build()?;
+        let b = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(self.sources[0], victim);
+        let b = if self.syn { b.tcp(1024, self.port, TcpFlags::SYN) } else { b.udp(1024, self.port) };
+        let frame = b.frame_len(60).try_build()?;
         Ok(GenConfig { template: frame, ipv6: false, flows: 1, base_sport: 1024, src_addrs: self.sources.clone(), ..Default::default() })
     }
 
-    /// The xnf filter's rule file: drop the flood, pass the rest.
+    /// For the generator's side of a SYN flood: an xnf rule file that drops
+    /// what comes back to the flood's sources (the SYN-ACKs), so the
+    /// generator's kernel never receives them. Every variant's answers
+    /// end there alike, at the cost of an XDP drop.
+    pub fn reply_sink_rules() -> String {
+        format!("default = \"pass\"\n\n[[rule]]\nname = \"answers to the flood\"\ndst = \"{SOURCE_BASE}/16\"\naction = \"drop\"\n")
+    }
+
+    /// The xnf filter's rule file: drop the flood (answer its SYNs with
+    /// cookies), pass the rest.
     pub fn xnf_rules(&self) -> String {
+        if self.syn {
+            return format!("default = \"pass\"\n\n[[rule]]\nname = \"syn-flood\"\nproto = \"tcp\"\ndport = {}\naction = \"syn-cookie\"\n", self.port);
+        }
         match &self.blocklist {
             None => format!("default = \"pass\"\n\n[[rule]]\nname = \"flood\"\nproto = \"udp\"\ndport = {}\naction = \"drop\"\n", self.port),
             Some(b) => format!(

@@ -42,6 +42,11 @@
 //! maximum rate; ratios of the drop rates at the maximum (xnf over each
 //! other variant). Variants alternate within each run (reversed every
 //! other run). Results are the lab's (`--json` → `xnf lab report`).
+//!
+//! **`--flood syn`**: TCP SYNs to a port the victim listens on (never
+//! accepting), answered with SYN cookies by the victim's kernel (`none`),
+//! xnf's syn-cookie rule in XDP, or dut's kernel SYNPROXY; the answers
+//! are dropped in XDP on gen's interface, the same for every variant.
 
 pub mod flood;
 pub mod napi;
@@ -62,12 +67,25 @@ use crate::engine::params::{Axis, Param, Point};
 use crate::engine::progress::Progress;
 use crate::engine::results::{Labels, Results};
 use crate::engine::topology::{BuiltTopology, RouteSpec, TopologySpec};
-use crate::engine::{nft, LabAttachment};
+use crate::engine::{nft, LabAttachment, NfGuard};
 use flood::Flood;
 use variants::{Setup, Variant};
 
 /// The victim's service port (TCP).
 const SERVICE_PORT: u16 = 5001;
+
+/// What the flood is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum FloodKind {
+    /// 64-byte UDP to a port the victim does not serve: filters drop it.
+    #[default]
+    Udp,
+    /// TCP SYNs to a port the victim listens on (and never accepts from):
+    /// the victim's kernel, dut's SYNPROXY or xnf's syn-cookie rule answers
+    /// each with a SYN cookie.
+    Syn,
+}
 
 /// A flood rate: frames per second, or as fast as the generator goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,8 +142,12 @@ pub struct FilterArgs {
     /// measured; `max` is as fast as the generator goes.
     #[arg(long, value_delimiter = ',', default_value = "0,250k,500k,1M,2M,max", value_parser = parse_rate, value_name = "PPS|max[,...]")]
     pub rates: Vec<Rate>,
+    /// The flood: udp, or syn (a SYN flood; variants none, xnf, nft-synproxy).
+    #[arg(long, value_enum, default_value_t = FloodKind::Udp)]
+    pub flood: FloodKind,
     /// Variants to compare [default: none,xnf,nft-ingress,nft-raw, and
-    /// xdp-filter when scripts/peers.sh has built it].
+    /// xdp-filter when scripts/peers.sh has built it; with --flood syn:
+    /// none,xnf,nft-synproxy].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub variants: Option<Vec<Variant>>,
     /// Blocklist sizes (a list sweeps): 0 drops the flood by its UDP port;
@@ -205,6 +227,9 @@ impl FilterArgs {
         if let Some(v) = &self.variants {
             return v.clone();
         }
+        if self.flood == FloodKind::Syn {
+            return vec![Variant::None, Variant::Xnf, Variant::NftSynproxy];
+        }
         let mut v = vec![Variant::None, Variant::Xnf, Variant::NftIngress, Variant::NftRaw];
         let unlisted = self.blocklist.iter().all(|&b| b == 0);
         match variants::xdp_filter_binary(self.xdp_filter.as_deref()) {
@@ -225,6 +250,17 @@ impl FilterArgs {
         ensure!(self.port != SERVICE_PORT, "--port {}: that is the victim's service port; the flood must go to a port it does not serve", self.port);
         if variants.iter().any(|v| matches!(v, Variant::NftIngress | Variant::NftRaw)) {
             nft::require("nft-ingress and nft-raw")?;
+        }
+        let syn = self.flood == FloodKind::Syn;
+        if syn {
+            ensure!(self.blocklist.iter().all(|&b| b == 0), "--flood syn: syn-cookie rules match by port, not by a --blocklist");
+            if let Some(v) = variants.iter().find(|v| matches!(v, Variant::NftIngress | Variant::NftRaw | Variant::XdpFilter)) {
+                anyhow::bail!("--flood syn: {} would drop the SYNs of real clients too; compare none, xnf and nft-synproxy", variant_name(v));
+            }
+        }
+        if variants.contains(&Variant::NftSynproxy) {
+            ensure!(syn, "nft-synproxy answers SYNs: use it with --flood syn");
+            nft::require("nft-synproxy")?;
         }
         if variants.contains(&Variant::XdpFilter) {
             ensure!(self.blocklist.iter().all(|&b| b == 0), "xdp-filter matches single addresses, not prefixes: leave it out of --variants with --blocklist");
@@ -267,8 +303,12 @@ pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
     let ncpu = crate::engine::cpu::sample()?.len();
     let c = cpus(a, ncpu)?;
     let (gen_cpu, app_cpu) = (c.gen, c.app);
-    let t = topology(say)?;
+    let mut t = topology(say)?;
     let roles = t.roles()?.clone();
+    if a.flood == FloodKind::Syn {
+        // gen's interface gets the SYN-ACK sink below instead.
+        t.remove_function(&roles.gen)?;
+    }
     let victim_ip = t.addr(&roles.sink, false)?;
     let (victim, _) = t.endpoint(&roles.sink)?;
     let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
@@ -289,9 +329,20 @@ pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
         let point = Point::default().with("blocklist", size);
         let label = res.label(&point);
         pg.message(&format!("preparing the flood ({label})"));
-        let flood = if size == 0 { Flood::by_port(a.port, a.sources)? } else { Flood::by_blocklist(a.port, size, a.sources, &dir.0)? };
+        let mut flood = if size == 0 { Flood::by_port(a.port, a.sources)? } else { Flood::by_blocklist(a.port, size, a.sources, &dir.0)? };
+        flood.syn = a.flood == FloodKind::Syn;
+        // The SYN flood's port has a listener that never accepts: its
+        // queue fills and the victim's kernel answers with cookies.
+        let (_listener, _replies) = if flood.syn {
+            let at = SocketAddr::new(victim_ip, a.port);
+            let l = victim.run(move || std::net::TcpListener::bind(at))?.with_context(|| format!("listening on {at} in the victim"))?;
+            let g = NfGuard::filter(gen_ns, std::slice::from_ref(&gen_if), &Flood::reply_sink_rules(), "xnf lab filter's SYN-ACK sink")?;
+            (Some(l), Some(g))
+        } else {
+            (None, None)
+        };
         let traffic = flood.traffic(&t, victim_ip)?;
-        let path = probe::Path { gen: (gen_ns, gen_if.clone()), gen_cpu, burst: a.burst, dut: (dut, din.clone(), dout.clone()), victim, rr: &rr, traffic: &traffic };
+        let path = probe::Path { gen: (gen_ns, gen_if.clone()), gen_cpu, burst: a.burst, dut: (dut, din.clone(), dout.clone()), victim, rr: &rr, traffic: &traffic, syn: flood.syn };
         for run in 0..a.runs {
             for v in alternated(&variants, run) {
                 let l = Labels { variant: variant_name(&v), point: point.clone(), run };
@@ -315,6 +366,9 @@ pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
     pg.finish();
     rr.stop().context("the victim's request/response service")?;
     summary::finish(&mut res, &variants, extras, c);
+    if a.flood == FloodKind::Syn {
+        res.notes.push("--flood syn: a discarded frame is a SYN answered with a cookie (by xnf in XDP, by dut's SYNPROXY, or by the victim's kernel; counted at the victim as TcpExt SyncookiesSent + ListenDrops), so drop Mpps is SYNs answered per second and ns/drop the CPU per answer".into());
+    }
     Ok(res)
 }
 
@@ -380,6 +434,14 @@ mod tests {
         }
         let e = args(&["--blocklist", "1000"]).check(&[Variant::XdpFilter]).unwrap_err().to_string();
         assert!(e.contains("not prefixes"), "{e}");
+        let syn = args(&["--flood", "syn"]);
+        assert_eq!(syn.variants(&mut |_| {}), [Variant::None, Variant::Xnf, Variant::NftSynproxy]);
+        let e = syn.check(&[Variant::NftIngress]).unwrap_err().to_string();
+        assert!(e.contains("--flood syn") && e.contains("nft-ingress"), "{e}");
+        let e = args(&["--flood", "syn", "--blocklist", "1000"]).check(&[Variant::Xnf]).unwrap_err().to_string();
+        assert!(e.contains("--blocklist"), "{e}");
+        let e = args(&[]).check(&[Variant::NftSynproxy]).unwrap_err().to_string();
+        assert!(e.contains("--flood syn"), "{e}");
         assert_eq!(cpus(&args(&[]), 2).unwrap(), Cpus { gen: 1, app: 0, rx: 0 });
         assert_eq!(cpus(&args(&["--cpu", "0"]), 2).unwrap(), Cpus { gen: 0, app: 1, rx: 1 });
         assert!(cpus(&args(&["--app-cpu", "2"]), 2).is_err());

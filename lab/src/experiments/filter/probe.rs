@@ -6,7 +6,8 @@
 //! A sample of this experiment is one interval at one flood rate:
 //! `sent` the flood frames the generator sent, `received` those discarded
 //! anywhere (dropped in dut by the filter, or, having reached the victim,
-//! by its UDP stack: no socket on the port), `loss` where they ended
+//! by its UDP stack: no socket on the port; a SYN flood's SYNs answered
+//! with a cookie, in dut or by the victim), `loss` where they ended
 //! (`gen_to_dut`: lost before dut's ingress; `in_dut`: dropped in dut;
 //! `dut_to_sink`: reached the victim), `ns_per_packet` and
 //! `softirq_ns_per_packet` CPU time per discarded frame, and
@@ -37,6 +38,9 @@ pub struct Path<'a> {
     pub victim: &'a Netns,
     pub rr: &'a RrService,
     pub traffic: &'a GenConfig,
+    /// A SYN flood: what reaches the victim is counted by the SYNs its
+    /// kernel answers with cookies or drops, not by UDP's NoPorts.
+    pub syn: bool,
 }
 
 /// The counters at one instant.
@@ -45,7 +49,9 @@ struct Reading {
     sent: u64,
     dut_rx: u64,
     dut_tx: u64,
-    victim_noports: u64,
+    /// Flood frames the victim's kernel took: UDP to no socket, or SYNs
+    /// answered with a cookie or dropped from a full queue.
+    victim_took: u64,
     transactions: u64,
     /// The filter's own count and when it was read: a command that may
     /// take tens of milliseconds on a busy machine, so its interval is its own.
@@ -72,11 +78,20 @@ impl Path<'_> {
             sent: gens.map_or(Ok(0), Generator::sent)?,
             dut_rx: dut.link_stats(din)?.rx_packets,
             dut_tx: dut.link_stats(dout)?.tx_packets,
-            victim_noports: self.victim.snmp()?.value("Udp", "NoPorts")?,
+            victim_took: self.victim_took()?,
             transactions: self.rr.transactions(),
             own_drops: setup.own_drops()?.map(|n| (n, Instant::now())),
             cpus: cpu::sample()?,
         })
+    }
+
+    fn victim_took(&self) -> Result<u64> {
+        let s = self.victim.snmp()?;
+        if self.syn {
+            Ok(s.value("TcpExt", "SyncookiesSent")? + s.value("TcpExt", "ListenDrops")?)
+        } else {
+            s.value("Udp", "NoPorts")
+        }
     }
 
     /// Paces (or starts) the flood at `rate`.
@@ -138,7 +153,7 @@ fn sample(l: &Labels, kind: SampleKind, a: &Reading, b: &Reading) -> (Sample, Ex
     let secs = b.at.duration_since(a.at).as_secs_f64();
     let sent = b.sent - a.sent;
     let transactions = b.transactions - a.transactions;
-    let reached = b.victim_noports - a.victim_noports;
+    let reached = b.victim_took - a.victim_took;
     // Frames that entered dut and did not leave towards the victim: the
     // filter's drops (dut's own traffic, ARP and ND, is a handful).
     let in_dut = (b.dut_rx - a.dut_rx) as i64 - (b.dut_tx - a.dut_tx) as i64;

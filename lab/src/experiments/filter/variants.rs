@@ -28,6 +28,10 @@ pub enum Variant {
     NftRaw,
     /// xdp-tools' xdp-filter (XDP) on dut's ingress.
     XdpFilter,
+    /// `--flood syn`: the kernel's SYNPROXY on dut answers the SYNs (the
+    /// nftables table `xnf filter` installs for syn-cookie rules, without
+    /// the XDP program in front of it).
+    NftSynproxy,
 }
 
 /// Where `scripts/peers.sh` builds xdp-filter.
@@ -83,12 +87,13 @@ pub struct Setup<'a> {
     _xnf: Option<NfGuard>,
     nft: Option<(&'a Netns, &'static str)>,
     xdp_filter: Option<(PathBuf, &'a Netns, String)>,
+    synproxy: Option<&'a Netns>,
 }
 
 impl<'a> Setup<'a> {
     /// Sets `v` up on `dev` in `dut` to drop `flood`.
     pub fn new(v: Variant, dut: &'a Netns, dev: &str, flood: &Flood, xdp_filter_bin: Option<&Path>) -> Result<Setup<'a>> {
-        let mut s = Setup { _pass: None, _xnf: None, nft: None, xdp_filter: None };
+        let mut s = Setup { _pass: None, _xnf: None, nft: None, xdp_filter: None, synproxy: None };
         match v {
             Variant::None => s._pass = Some(LabAttachment::pass(dut, dev)?),
             Variant::Xnf => s._xnf = Some(NfGuard::filter(dut, &[dev.to_string()], &flood.xnf_rules(), "xnf lab filter's rules")?),
@@ -100,6 +105,13 @@ impl<'a> Setup<'a> {
                 };
                 nft::nft(dut, &["-f", "-"], Some(&flood.nft_table(family, NFT_TABLE, &hook)))?;
                 s.nft = Some((dut, family));
+            }
+            Variant::NftSynproxy => {
+                ensure!(flood.syn, "nft-synproxy answers SYNs: use it with --flood syn");
+                s._pass = Some(LabAttachment::pass(dut, dev)?);
+                let rules = xnf_filter::rules::RuleSet::parse(&flood.xnf_rules(), "xnf lab filter's SYNPROXY rule")?;
+                dut.run(move || xnf_filter::synproxy::converge(&rules))?.context("installing the SYNPROXY table in dut")?;
+                s.synproxy = Some(dut);
             }
             Variant::XdpFilter => {
                 ensure!(flood.blocklist.is_none(), "xdp-filter matches single addresses, not prefixes: leave it out of --variants with --blocklist");
@@ -129,6 +141,12 @@ impl<'a> Setup<'a> {
 
 impl Drop for Setup<'_> {
     fn drop(&mut self) {
+        if let Some(ns) = self.synproxy {
+            match ns.run(xnf_filter::synproxy::remove) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) | Err(e) => eprintln!("xnf lab: removing the SYNPROXY table: {e:#}"),
+            }
+        }
         if let Some((ns, family)) = self.nft {
             if let Err(e) = nft::nft(ns, &["delete", "table", family, NFT_TABLE], None) {
                 eprintln!("xnf lab: removing the nftables table: {e:#}");
