@@ -30,6 +30,10 @@ enum Command {
     /// flags, ICMP types, VLANs, lengths; drop, pass, count, rate-limit.
     #[command(subcommand)]
     Filter(xnf_filter::cli::FilterCmd),
+    /// A Layer-4 load balancer in XDP with Maglev hashing (in progress: so
+    /// far `plan`, what a service file would move before anything changes).
+    #[command(subcommand)]
+    Lb(xnf_lb::cli::LbCmd),
     /// Attach a do-nothing XDP program so a veth end receives redirected frames.
     #[command(subcommand)]
     Pass(xnf_pass::cli::PassCmd),
@@ -77,6 +81,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Router(cmd) => xnf_router::cli::run(cmd),
         Command::Filter(cmd) => xnf_filter::cli::run(cmd),
+        Command::Lb(cmd) => xnf_lb::cli::run(cmd),
         Command::Pass(cmd) => xnf_pass::cli::run(cmd),
         Command::Nf(cmd) => xnf_chain::cli::nf(cmd),
         Command::Chain(cmd) => xnf_chain::cli::chain(cmd),

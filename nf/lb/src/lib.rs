@@ -15,6 +15,7 @@
 //! The data plane sends a flow without a connection-table entry to the
 //! backend in entry `hash(flow) % table_size` of its service's table.
 
+pub mod cli;
 pub mod config;
 pub mod maglev;
 pub mod plan;
