@@ -72,22 +72,6 @@ static __always_inline void count(void *map)
 		c->packets++;
 }
 
-/* XDP_TX must not send a frame back to its own source address: the peer's
- * stack would take it for its own. */
-static __always_inline int swap_macs(struct xdp_md *ctx)
-{
-	void *data = (void *)(long)ctx->data;
-	struct ethhdr *eth = data;
-	__u8 tmp[ETH_ALEN];
-
-	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
-		return -1;
-	__builtin_memcpy(tmp, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, tmp, ETH_ALEN);
-	return 0;
-}
-
 SEC("xdp")
 int xnf_action(struct xdp_md *ctx)
 {
@@ -96,7 +80,7 @@ int xnf_action(struct xdp_md *ctx)
 	case XNF_ACT_PASS:
 		return XDP_PASS;
 	case XNF_ACT_TX:
-		if (swap_macs(ctx))
+		if (xnf_swap_macs(ctx))
 			return XDP_ABORTED;
 		return XDP_TX;
 	case XNF_ACT_REDIRECT:

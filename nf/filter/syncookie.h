@@ -185,21 +185,11 @@ static __always_inline void synack_tcp(struct tcphdr *t, __be32 *opt, const stru
  * @l3_off, and sends the frame back: MACs swapped, any VLAN tag kept. */
 static __always_inline int rewrite(struct xdp_md *ctx, __u32 l3_off, __u32 len, const void *hdr, __u32 size)
 {
-	void *data, *end;
-	__u8 mac[6];
-
 	if (bpf_xdp_adjust_tail(ctx, (int)(l3_off + size) - (int)len))
 		return 0;
 	if (bpf_xdp_store_bytes(ctx, l3_off, (void *)hdr, size))
 		return 0;
-	data = (void *)(long)ctx->data;
-	end = (void *)(long)ctx->data_end;
-	if (data + 12 > end)
-		return 0;
-	__builtin_memcpy(mac, data, 6);
-	__builtin_memcpy(data, data + 6, 6);
-	__builtin_memcpy(data + 6, mac, 6);
-	return 1;
+	return xnf_swap_macs(ctx) == 0;
 }
 
 /* Answers a SYN (the @len-byte frame) with a cookie SYN-ACK in its place.

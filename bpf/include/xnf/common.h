@@ -31,5 +31,22 @@ struct vlan_hdr {
 	__be16 h_vlan_encapsulated_proto;
 };
 
+/* Swaps the frame's MAC addresses, for XDP_TX: a frame sent back with its
+ * own source address would be taken by the peer's stack for its own.
+ * -1 if the frame has no Ethernet header. */
+static __always_inline int xnf_swap_macs(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	struct ethhdr *eth = data;
+	__u8 tmp[ETH_ALEN];
+
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
+		return -1;
+	__builtin_memcpy(tmp, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, tmp, ETH_ALEN);
+	return 0;
+}
+
 /* One more than the largest XDP action (XDP_REDIRECT = 4): size of per-verdict arrays. */
 #define XNF_VERDICTS 5
