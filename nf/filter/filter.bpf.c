@@ -398,17 +398,15 @@ static __always_inline int rate_admit(const struct xnf_filter_rule *r, __u32 idx
 	return ok;
 }
 
-/* Whether the capture wants this drop now (its own token bucket). */
-static __always_inline int capture_admit(__u32 rule)
+/* Whether the running capture (@cfg) has room for a drop now: its own
+ * token bucket. */
+static __always_inline int capture_admit(const struct xnf_filter_capture *cfg)
 {
 	__u32 zero = 0;
-	struct xnf_filter_capture *cfg = bpf_map_lookup_elem(&capture_cfg, &zero);
 	struct xnf_filter_capture_state *st;
 	__u64 now, elapsed, size, tokens;
 	int ok;
 
-	if (!cfg || !cfg->enabled || (cfg->rule != RULE_NONE && cfg->rule != rule))
-		return 0;
 	st = bpf_map_lookup_elem(&capture_state, &zero);
 	if (!st)
 		return 0;
@@ -426,13 +424,14 @@ static __always_inline int capture_admit(__u32 rule)
 }
 
 /* Out of line: most drops are not captured, and the drop path should
- * not carry this one's code and registers (drop() checks it is on). */
-static __noinline int capture(struct xdp_md *ctx, const struct fctx *c, __u32 rule)
+ * not carry this one's code and registers (drop() decides a capture
+ * wants the frame's rule; @cfg is the capture's). */
+static __noinline int capture(struct xdp_md *ctx, const struct fctx *c, __u32 rule, const struct xnf_filter_capture *cfg)
 {
 	struct xnf_filter_record *rec;
 	__u32 caplen = c->len;
 
-	if (!capture_admit(rule))
+	if (!capture_admit(cfg))
 		return 0;
 	rec = bpf_ringbuf_reserve(&capture_ring, sizeof(*rec), 0);
 	if (!rec) {
@@ -495,8 +494,8 @@ static __always_inline int drop(struct xdp_md *ctx, const struct fctx *c, __u32 
 
 	count(c, XNF_FC_DROP);
 	sample_source(c);
-	if (cfg && cfg->enabled)
-		capture(ctx, c, rule);
+	if (cfg && cfg->enabled && (cfg->rule == RULE_NONE || cfg->rule == rule))
+		capture(ctx, c, rule, cfg);
 	return XDP_DROP;
 }
 
