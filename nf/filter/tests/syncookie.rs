@@ -107,6 +107,15 @@ struct Table {
 }
 
 impl Table {
+    /// The filter loaded with RULES (conntrack's lookup where the kernel
+    /// has it), no case run yet.
+    fn new() -> Table {
+        let conntrack = xnf_filter::synproxy::conntrack_lookup();
+        let f = Filter::load().unwrap();
+        f.apply(RULES, &BTreeMap::new()).unwrap();
+        Table { f, conntrack, cases: 0, failures: vec![] }
+    }
+
     /// Runs one case at once (later rows use what earlier ones returned);
     /// returns the frame that came out.
     fn row(&mut self, desc: &str, input: Vec<u8>, verdict: Verdict, out: Want, counters: &[Counter], slot: Option<u32>) -> Vec<u8> {
@@ -190,10 +199,7 @@ fn ack(v6: bool, sport: u16, cookie: u32, flags: TcpFlags) -> Vec<u8> {
 
 #[test]
 fn syn_cookie_table() {
-    let conntrack = xnf_filter::synproxy::conntrack_lookup();
-    let f = Filter::load().unwrap();
-    f.apply(RULES, &BTreeMap::new()).unwrap();
-    let mut t = Table { f, conntrack, cases: 0, failures: vec![] };
+    let mut t = Table::new();
 
     // SYNs: answered in place, whatever they carried.
     let c4 = t.tx("IPv4 SYN with an MSS option: a cookie SYN-ACK back", syn(false).build(), back(), 40000, false);
@@ -222,6 +228,7 @@ fn syn_cookie_table() {
     t.no_conn("IPv4 RST of no connection", seg(false, TcpFlags::RST).build());
     t.no_conn("IPv4 FIN of no connection", seg(false, TcpFlags::FIN).build());
     t.drop("IPv4 SYN as a first fragment: no handshake in pieces", syn(false).fragment(0, true).build(), &[CookieDrop]);
+    t.drop("IPv6 SYN as a first fragment (fragment header): no handshake in pieces", syn(true).fragment(0, true).build(), &[CookieDrop]);
     t.drop("IPv4 later fragment to the port: fail-closed", syn(false).fragment(10, false).build(), &[Unsure, CookieDrop]);
     t.drop("IPv6 later fragment: fail-closed", syn(true).fragment(10, false).build(), &[Unsure, CookieDrop]);
     let mut cut = syn(false).build();
@@ -236,7 +243,7 @@ fn syn_cookie_table() {
     t.pass("UDP to port 80", eth().ip(addr(CLIENT4), addr(SERVER4)).udp(40000, 80).build(), &[DefaultPass], Some(RULE_DEFAULT));
     t.pass("QinQ SYN: the default policy", seg_on(eth().qinq(5).vlan(100), false, 40000, TcpFlags::SYN).build(), &[Qinq, DefaultPass], Some(RULE_DEFAULT));
 
-    assert_table("syn-cookie", t.cases, 29, &t.failures);
+    assert_table("syn-cookie", t.cases, 30, &t.failures);
 }
 
 /// A SYN whose IP packet ends after `k` bytes of its 24-byte TCP header
@@ -246,10 +253,7 @@ fn syn_cookie_table() {
 /// padding as header.
 #[test]
 fn every_truncation_of_a_syn() {
-    let conntrack = xnf_filter::synproxy::conntrack_lookup();
-    let f = Filter::load().unwrap();
-    f.apply(RULES, &BTreeMap::new()).unwrap();
-    let mut t = Table { f, conntrack, cases: 0, failures: vec![] };
+    let mut t = Table::new();
     let whole = syn(false).build();
     let l4 = &whole[14 + 20..];
     assert_eq!(l4.len(), 24, "a SYN with an MSS option");
