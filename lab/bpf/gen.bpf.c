@@ -266,7 +266,10 @@ int xnf_gen(struct xdp_md *ctx)
 		c = seq[st->pos & (GEN_SEQ - 1)] & (GEN_CLASSES - 1);
 	cls = &classes[c];
 
-	/* Whatever length the page last had, make it the class's. */
+	/* Make the length the class's. The template is longer than any class
+	 * (programs/gen.rs), so this always changes it: only then does the
+	 * kernel take the frame's length from here, and not keep the one a
+	 * receiver of the page's last frame gave it. */
 	delta = (int)cls->len - (int)(ctx->data_end - ctx->data);
 	if (delta && bpf_xdp_adjust_tail(ctx, delta))
 		return XDP_ABORTED;

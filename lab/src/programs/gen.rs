@@ -30,6 +30,9 @@ pub const MAX_SEQUENCE: usize = gen_limits::GEN_SEQ.0 as usize;
 /// Longest frame (without FCS) the program builds: it must fit the page the
 /// kernel gives a live frame, with room to spare.
 pub const MAX_FRAME: usize = 3000;
+/// Bytes the live-frame template has beyond the largest frame sent (see
+/// `GenProgram::load`).
+const TEMPLATE_SLACK: usize = 2;
 /// Most source or destination addresses (entries of a BPF array).
 pub const MAX_ADDRS: usize = 1 << 20;
 
@@ -367,9 +370,14 @@ impl GenProgram {
                 map.update(&(i as u32).to_ne_bytes(), as_bytes(e), MapFlags::ANY).context("filling the generator's address table")?;
             }
         }
-        // The live-frame template: flow 0's headers at the largest size.
+        // The live-frame template: flow 0's headers, 2 bytes longer than
+        // the largest size, so the program changes every frame's length.
+        // The kernel rebuilds a recycled frame's length from the program's
+        // only when the program changed it: a receiver that shrank the
+        // frame (an XDP_TX'd SYN-ACK) would otherwise leave its own length
+        // on the page, and the next frame would go out cut short.
         let largest = *classes.last().unwrap_or(&(t.len() as u16)) as usize;
-        let mut frame = vec![0u8; largest];
+        let mut frame = vec![0u8; largest + TEMPLATE_SLACK];
         frame[..l.hdr_len].copy_from_slice(&cfg.class_header(l, largest));
         Ok(Self { skel, frame })
     }
