@@ -98,6 +98,15 @@ fn check_own_counter(r: &Value, variant: &str) {
     assert!((own - lab).abs() <= lab * 0.1, "{variant}: its counter says {own:.0} dropped per second, the interfaces {lab:.0}: {i}");
 }
 
+/// Under a SYN flood, what the lab counts as handled came back to gen as
+/// SYN-ACKs: answered, not dropped.
+fn check_answered(r: &Value, variant: &str) {
+    let (_, max) = samples(r, variant);
+    let i = r["details"]["intervals"].as_array().unwrap().iter().find(|i| i["variant"] == variant && i["rate"] == "max").unwrap();
+    let (handled, answers) = (num(&max["received"]), num(&i["answers"]));
+    assert!(answers >= handled * 0.9 && answers <= handled * 1.1 + 100.0, "{variant}: {handled} SYNs handled, {answers} SYN-ACKs came back: {i}");
+}
+
 fn check_curves(r: &Value, variants: &[&str]) {
     let curves = r["details"]["curves"].as_array().unwrap();
     for v in variants {
@@ -116,6 +125,9 @@ fn a_syn_flood_is_answered_in_dut_by_xnf_and_synproxy_and_by_the_victim_without(
     check_variant(&r, "none", false);
     check_variant(&r, "xnf", true);
     check_variant(&r, "nft-synproxy", true);
+    for v in ["none", "xnf", "nft-synproxy"] {
+        check_answered(&r, v);
+    }
     check_curves(&r, &["none", "xnf", "nft-synproxy"]);
     assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").starts_with("--flood syn")), "no note on what a discarded SYN is");
 }

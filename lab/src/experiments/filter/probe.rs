@@ -52,6 +52,9 @@ struct Reading {
     /// Flood frames the victim's kernel took: UDP to no socket, or SYNs
     /// answered with a cookie or dropped from a full queue.
     victim_took: u64,
+    /// Frames gen's interface received: with a SYN flood, the answers
+    /// (and one reply per transaction).
+    gen_rx: u64,
     transactions: u64,
     /// The filter's own count and when it was read: a command that may
     /// take tens of milliseconds on a busy machine, so its interval is its own.
@@ -64,6 +67,9 @@ struct Reading {
 pub struct Extra {
     pub dropped_in_dut: i64,
     pub reached_victim: u64,
+    /// A SYN flood's SYN-ACKs that came back to gen (where they are
+    /// dropped): whoever answered, the answers were sent.
+    pub answers: Option<u64>,
     /// The filter's own drop count (nftables, xdp-filter), when it has one.
     pub own_drops: Option<u64>,
     /// The same per second, over the interval between its own readings.
@@ -79,6 +85,7 @@ impl Path<'_> {
             dut_rx: dut.link_stats(din)?.rx_packets,
             dut_tx: dut.link_stats(dout)?.tx_packets,
             victim_took: self.victim_took()?,
+            gen_rx: self.gen.0.link_stats(&self.gen.1)?.rx_packets,
             transactions: self.rr.transactions(),
             own_drops: setup.own_drops()?.map(|n| (n, Instant::now())),
             cpus: cpu::sample()?,
@@ -128,7 +135,7 @@ impl Path<'_> {
             std::thread::sleep(Duration::from_secs_f64(seconds));
             let b = self.read(gens.as_ref(), setup)?;
             anyhow::ensure!(self.rr.alive(), "the victim's request/response service stopped (its error follows when it is stopped)");
-            out.push(sample(l, kind(rate, i), &a, &b));
+            out.push(sample(l, kind(rate, i), &a, &b, self.syn));
         }
         if let Some(g) = gens {
             // Paused first: a stop waits for the live-frame call in progress.
@@ -149,7 +156,7 @@ fn kind(rate: Rate, i: usize) -> SampleKind {
     }
 }
 
-fn sample(l: &Labels, kind: SampleKind, a: &Reading, b: &Reading) -> (Sample, Extra) {
+fn sample(l: &Labels, kind: SampleKind, a: &Reading, b: &Reading, syn: bool) -> (Sample, Extra) {
     let secs = b.at.duration_since(a.at).as_secs_f64();
     let sent = b.sent - a.sent;
     let transactions = b.transactions - a.transactions;
@@ -174,5 +181,6 @@ fn sample(l: &Labels, kind: SampleKind, a: &Reading, b: &Reading) -> (Sample, Ex
     s.transactions_per_s = Some(transactions as f64 / secs);
     let own = a.own_drops.zip(b.own_drops);
     let own_drops_per_s = own.map(|((x, t0), (y, t1))| (y - x) as f64 / t1.duration_since(t0).as_secs_f64());
-    (s, Extra { dropped_in_dut: in_dut, reached_victim: reached, own_drops: own.map(|((x, _), (y, _))| y - x), own_drops_per_s })
+    let answers = syn.then(|| (b.gen_rx - a.gen_rx).saturating_sub(transactions));
+    (s, Extra { dropped_in_dut: in_dut, reached_victim: reached, answers, own_drops: own.map(|((x, _), (y, _))| y - x), own_drops_per_s })
 }

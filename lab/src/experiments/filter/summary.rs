@@ -202,7 +202,7 @@ mod tests {
             drops_per_s: flood_pps,
             ns_per_drop: 300.0,
             softirq_ns_per_drop: 200.0,
-            extra: Extra { dropped_in_dut: 0, reached_victim: 0, own_drops: None, own_drops_per_s: None },
+            extra: Extra { dropped_in_dut: 0, reached_victim: 0, answers: None, own_drops: None, own_drops_per_s: None },
         }
     }
 
