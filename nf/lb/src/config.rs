@@ -41,6 +41,7 @@ use std::net::IpAddr;
 
 use anyhow::{anyhow, bail, ensure, Result};
 use serde::{Deserialize, Serialize};
+use xnf_packet::MacAddr;
 
 use crate::maglev::{self, DEFAULT_TABLE_SIZE};
 
@@ -317,7 +318,7 @@ fn check_service(r: &RawService, name: &str, line: usize) -> Checked<Service> {
 
 /// A table size from the file: prime, at most [`maglev::MAX_TABLE_SIZE`].
 fn table_size(n: i64) -> Result<u32> {
-    let n = u32::try_from(n).map_err(|_| anyhow!("{n} is not a table size"))?;
+    let n = u32::try_from(n).map_err(|_| if n < 0 { anyhow!("{n} is not a table size") } else { anyhow!("{n} is beyond {}", maglev::MAX_TABLE_SIZE) })?;
     maglev::check_size(n)?;
     Ok(n)
 }
@@ -327,11 +328,19 @@ fn is_name(n: &str) -> bool {
     (1..=MAX_NAME_LEN).contains(&n.len()) && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
-/// A unicast address: what a VIP or a backend can be.
+/// A unicast address off this host: what a VIP or a backend can be. An
+/// IPv4-mapped IPv6 address is refused: it would be a second name of an
+/// IPv4 address (one backend twice, a VIP as its own backend).
 fn address(s: &str) -> Result<IpAddr> {
     let a: IpAddr = s.parse().map_err(|_| anyhow!("{s:?} is not an IP address (like 198.18.0.10 or 2001:db8::10)"))?;
     let broadcast = matches!(a, IpAddr::V4(v4) if v4.is_broadcast());
     ensure!(!a.is_unspecified() && !a.is_multicast() && !broadcast, "{a} is not a unicast address");
+    ensure!(!a.is_loopback(), "{a} is a loopback address");
+    if let IpAddr::V6(v6) = a {
+        if let Some(v4) = v6.to_ipv4_mapped() {
+            bail!("{a} is IPv4-mapped: write {v4}");
+        }
+    }
     Ok(a)
 }
 
@@ -341,9 +350,6 @@ fn check_backend(r: &RawBackend, s: &Service, line: usize) -> Checked<Backend> {
         None => return fail("address", "missing: the backend's own address"),
         Some(a) => address(a).map_err(|e| ("address", e))?,
     };
-    if address.is_loopback() {
-        return fail("address", format!("{address} is a loopback address"));
-    }
     if s.mode == Mode::Ipip && address.is_ipv4() != s.vip.is_ipv4() {
         let (b, v) = if address.is_ipv4() { ("IPv4", "IPv6") } else { ("IPv6", "IPv4") };
         return fail("address", format!("an {b} backend of an {v} VIP: ipip carries IPv4 in IPv4 and IPv6 in IPv6 (mode = \"gue\" mixes them)"));
@@ -355,20 +361,17 @@ fn check_backend(r: &RawBackend, s: &Service, line: usize) -> Checked<Backend> {
     };
     let mac = match (&r.mac, s.mode) {
         (None, _) => None,
-        (Some(m), Mode::Dsr) => Some(parse_mac(m).map_err(|e| ("mac", e))?),
+        (Some(m), Mode::Dsr) => Some(mac(m).map_err(|e| ("mac", e))?),
         (Some(_), _) => return fail("mac", "only dsr backends have a mac (ipip and gue reach them by address)"),
     };
     Ok(Backend { address, weight, mac, line })
 }
 
 /// `02:00:00:00:00:01`: a unicast MAC.
-fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let bad = || anyhow!("{s:?} is not a MAC address (like 02:00:00:00:00:01)");
-    let byte = |p: &str| Some(p).filter(|p| p.len() == 2 && p.bytes().all(|c| c.is_ascii_hexdigit())).and_then(|p| u8::from_str_radix(p, 16).ok());
-    let bytes: Vec<u8> = s.split(':').map(byte).collect::<Option<_>>().ok_or_else(bad)?;
-    let mac: [u8; 6] = bytes.try_into().map_err(|_| bad())?;
-    ensure!(mac[0] & 1 == 0 && mac != [0; 6], "{s} is not a unicast MAC address");
-    Ok(mac)
+fn mac(s: &str) -> Result<[u8; 6]> {
+    let m: MacAddr = s.parse().map_err(|_| anyhow!("{s:?} is not a MAC address (like 02:00:00:00:00:01)"))?;
+    ensure!(m.is_unicast() && m != MacAddr::ZERO, "{s} is not a unicast MAC address");
+    Ok(m.0)
 }
 
 /// Checks a service's backends as a set.
@@ -401,9 +404,10 @@ fn warn(s: &Service) -> Vec<(&'static str, String)> {
     let mut w = Vec::new();
     let weighted = s.backends.iter().filter(|b| b.weight > 0).count() as u64;
     let wanted = ENTRIES_PER_BACKEND * weighted;
-    if u64::from(s.table_size) < wanted {
-        let hint = u32::try_from(wanted).ok().and_then(maglev::next_prime).filter(|&p| p <= maglev::MAX_TABLE_SIZE);
-        let hint = hint.map(|p| format!("; table_size = {p} keeps them within")).unwrap_or_default();
+    // One weighted backend takes every entry, however few: no share is off.
+    if weighted > 1 && u64::from(s.table_size) < wanted {
+        // At most MAX_BACKENDS × ENTRIES_PER_BACKEND: a prime follows below MAX_TABLE_SIZE.
+        let hint = maglev::next_prime(wanted as u32).map(|p| format!("; table_size = {p} keeps them within")).unwrap_or_default();
         w.push(("table_size", format!("{} entries for {weighted} backends: shares may be off by more than 1 %{hint}", s.table_size)));
     }
     if s.drain {

@@ -83,6 +83,7 @@ fn bad_files_say_file_line_and_field() {
         ("table_size = 65536", ok, "lb.toml: line 2: web: table_size: 65536 is not prime (try 65537)"),
         ("table_size = 2000003", ok, "lb.toml: line 2: web: table_size: 2000003 is beyond 1000003"),
         ("table_size = -5", ok, "lb.toml: line 2: web: table_size: -5 is not a table size"),
+        ("table_size = 9999999999999", ok, "lb.toml: line 2: web: table_size: 9999999999999 is beyond 1000003"),
         ("hash = \"4-tuple\"", ok, "lb.toml: line 2: web: hash: \"4-tuple\" is not 5-tuple or 3-tuple"),
         ("mode = \"nat\"", ok, "lb.toml: line 2: web: mode: \"nat\" is not ipip, gue or dsr"),
         ("mode = \"nat\"\ngue_port = 1", ok, "lb.toml: line 2: web: mode: \"nat\" is not ipip, gue or dsr"),
@@ -92,6 +93,7 @@ fn bad_files_say_file_line_and_field() {
         ("", "address = \"198.18.1\"", "lb.toml: line 7: web/backend 1: address: \"198.18.1\" is not an IP address (like 198.18.0.10 or 2001:db8::10)"),
         ("", "address = \"2001:db8::1\"", "lb.toml: line 7: web/2001:db8::1: address: an IPv6 backend of an IPv4 VIP: ipip carries IPv4 in IPv4 and IPv6 in IPv6 (mode = \"gue\" mixes them)"),
         ("", "address = \"127.0.0.1\"", "lb.toml: line 7: web/127.0.0.1: address: 127.0.0.1 is a loopback address"),
+        ("mode = \"gue\"", "address = \"::ffff:198.18.1.1\"", "lb.toml: line 7: web/::ffff:198.18.1.1: address: ::ffff:198.18.1.1 is IPv4-mapped: write 198.18.1.1"),
         ("", "address = \"224.0.0.1\"", "lb.toml: line 7: web/224.0.0.1: address: 224.0.0.1 is not a unicast address"),
         ("", "weight = 2", "lb.toml: line 7: web/backend 1: address: missing: the backend's own address"),
         ("", "address = \"198.18.1.1\"\nmac = \"02:00:00:00:00:01\"", "lb.toml: line 7: web/198.18.1.1: mac: only dsr backends have a mac (ipip and gue reach them by address)"),
@@ -113,8 +115,10 @@ fn services_need_names_addresses_and_backends() {
         ("[[service]]\nname = \"a b\"", "lb.toml: line 1: service 1: name: \"a b\" is not a service name (1-32 letters, digits, - and _)"),
         ("[[service]]\nname = \"web\"\nproto = \"tcp\"", "lb.toml: line 1: web: vip: missing: the virtual address clients connect to"),
         ("[[service]]\nname = \"web\"\nvip = \"0.0.0.0\"", "lb.toml: line 1: web: vip: 0.0.0.0 is not a unicast address"),
-        ("[[service]]\nname = \"web\"\nvip = \"::1\"", "lb.toml: line 1: web: proto: missing: tcp or udp"),
-        ("[[service]]\nname = \"web\"\nvip = \"::1\"\nproto = \"sctp\"", "lb.toml: line 1: web: proto: \"sctp\" is not tcp or udp"),
+        ("[[service]]\nname = \"web\"\nvip = \"127.0.0.1\"", "lb.toml: line 1: web: vip: 127.0.0.1 is a loopback address"),
+        ("[[service]]\nname = \"web\"\nvip = \"::ffff:198.18.0.10\"", "lb.toml: line 1: web: vip: ::ffff:198.18.0.10 is IPv4-mapped: write 198.18.0.10"),
+        ("[[service]]\nname = \"web\"\nvip = \"2001:db8::10\"", "lb.toml: line 1: web: proto: missing: tcp or udp"),
+        ("[[service]]\nname = \"web\"\nvip = \"2001:db8::10\"\nproto = \"sctp\"", "lb.toml: line 1: web: proto: \"sctp\" is not tcp or udp"),
         (
             "[[service]]\nname = \"web\"\nvip = \"198.18.0.10\"\nproto = \"udp\"",
             "lb.toml: line 1: web: backend: none: a service needs at least one [[service.backend]]",
@@ -192,6 +196,8 @@ fn warnings_say_what_is_unwise() {
     assert_eq!((c.services[0].backends[0].weight, c.services[0].weights()[0].1), (2, 0));
     // Drained whole needs no weight at all.
     assert!(parse(&one("drain = true", "address = \"198.18.1.1\"\nweight = 0")).is_ok());
+    // One weighted backend takes every entry of any table: nothing is off.
+    assert_eq!(parse(&one("table_size = 2", "address = \"198.18.1.1\"")).unwrap().1, Vec::<String>::new());
 }
 
 #[test]
