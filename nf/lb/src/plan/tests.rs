@@ -28,6 +28,10 @@ fn removing_ten_of_a_thousand() {
     assert!((0.015..0.035).contains(&d.collateral_of_kept()), "{d:?}");
     let big = remove_ten(655_373);
     assert!((0.003..0.012).contains(&big.collateral_of_kept()), "{big:?}");
+    // The tables are pinned (fixed keys): so are the README's figures,
+    // 2.483 % and 0.586 % of the flows whose backend stays.
+    assert!((d.collateral_of_kept() - 0.02483).abs() < 0.00001, "{d:?}");
+    assert!((big.collateral_of_kept() - 0.00586).abs() < 0.00001, "{big:?}");
 }
 
 #[test]
@@ -159,6 +163,32 @@ fn rehashing_changes_are_expected_values() {
     assert_eq!(p[1].notes, ["drain true (was false)"]);
     assert_eq!(p[1].disruption, Some(Disruption { moved: 1.0, kept: 0.0, collateral: 0.0, exact: true }));
     assert_eq!(p[1].balance, None);
+}
+
+/// Any change of what a flow hashes over (the hash fields, the VIP) moves
+/// flows to other entries, table size kept: expected values, not entry by
+/// entry. Four equal backends: a flow stays with probability 4 × 1/16.
+#[test]
+fn hashing_changes_alone_are_expected_values() {
+    for (what, new) in [("hash", OLD.replace("port = 80", "port = 80\nhash = \"3-tuple\"")), ("vip", OLD.replace("198.18.0.10", "198.18.0.11"))] {
+        let d = plan(&config(OLD), &config(&new)).unwrap()[0].disruption.unwrap();
+        assert!(!d.exact && (d.moved - 0.75).abs() < 1e-4 && d.kept == 1.0 && (d.collateral - 0.75).abs() < 1e-4, "{what}: {d:?}");
+    }
+    // Rehashed with a backend gone: the three left kept 3/4 of the flows,
+    // a third of each of their shares lands on them again.
+    let new = OLD.replace("port = 80", "port = 80\nhash = \"3-tuple\"").replace(", { address = \"198.18.1.4\" }", "");
+    let d = plan(&config(OLD), &config(&new)).unwrap()[0].disruption.unwrap();
+    assert!((d.kept - 0.75).abs() < 1e-4 && (d.moved - 0.75).abs() < 1e-4 && (d.collateral - 0.5).abs() < 1e-4, "{d:?}");
+}
+
+/// A dsr backend that changes its MAC changes no table entry, but the plan
+/// says so.
+#[test]
+fn a_new_mac_is_a_change() {
+    let dsr = |mac: &str| format!("[[service]]\nname = \"web\"\nvip = \"198.18.0.10\"\nproto = \"tcp\"\nmode = \"dsr\"\nbackend = [{{ address = \"198.18.1.1\", mac = \"{mac}\" }}]\n");
+    let p = plan(&config(&dsr("02:00:00:00:00:01")), &config(&dsr("02:00:00:00:00:02"))).unwrap();
+    assert_eq!((p[0].change, p[0].notes.clone()), (Change::Changed, vec!["backend 198.18.1.1: mac changed".to_string()]));
+    assert_eq!(p[0].disruption.unwrap().moved, 0.0);
 }
 
 /// `xnf lb plan --json` prints the plans as they are.
