@@ -58,7 +58,6 @@ pub enum Action {
     SynCookie { mss: u16 },
 }
 
-
 /// An address match: a prefix or a named list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Addr {
