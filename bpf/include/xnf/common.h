@@ -25,6 +25,10 @@
 
 #define VLAN_VID_MASK 0x0fff
 
+/* Offsets past this are not followed (XDP frames are smaller); a constant
+ * bound lets the verifier accept data + offset. */
+#define XNF_MAX_OFF 0x3fff
+
 /* 802.1Q tag as it sits between the MAC addresses and the inner ethertype. */
 struct vlan_hdr {
 	__be16 h_vlan_TCI;
@@ -46,6 +50,22 @@ static __always_inline int xnf_swap_macs(struct xdp_md *ctx)
 	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, tmp, ETH_ALEN);
 	return 0;
+}
+
+/*
+ * Drops the @trailer bytes after the IP packet: an Ethernet trailer or
+ * padding, which the kernel trims on receive (ip_rcv_core, ipv6_rcv) and so
+ * never forwards. Done before the frame meets the egress: the route's MTU
+ * was checked against the IP length, and a device drops a frame longer
+ * than its MTU.
+ */
+static __always_inline int trim_trailer(struct xdp_md *ctx, __u32 trailer)
+{
+	if (!trailer)
+		return 0;
+	if (trailer > XNF_MAX_OFF)
+		return -1;
+	return bpf_xdp_adjust_tail(ctx, -(int)trailer);
 }
 
 /* One more than the largest XDP action (XDP_REDIRECT = 4): size of per-verdict arrays. */

@@ -288,22 +288,6 @@ static __always_inline __u32 fib_check_source(struct xdp_md *ctx, const struct x
 	}
 }
 
-/*
- * Drops the @trailer bytes after the IP packet: an Ethernet trailer or
- * padding, which the kernel trims on receive (ip_rcv_core, ipv6_rcv) and so
- * never forwards. Done before the frame meets the egress: the route's MTU
- * was checked against the IP length, and a device drops a frame longer
- * than its MTU.
- */
-static __always_inline int trim_trailer(struct xdp_md *ctx, __u32 trailer)
-{
-	if (!trailer)
-		return 0;
-	if (trailer > XNF_MAX_OFF)
-		return -1;
-	return bpf_xdp_adjust_tail(ctx, -(int)trailer);
-}
-
 /* Decrement TTL / hop limit of the IP header at the constant offset @off. */
 static __always_inline int decrement_hops_at(struct xdp_md *ctx, __be16 proto, const int off)
 {

@@ -41,9 +41,6 @@
 
 /* Extension headers walked before giving up on an IPv6 packet's protocol. */
 #define XNF_MAX_EXT 8
-/* Offsets past this are not followed (XDP frames are smaller); a constant
- * bound lets the verifier accept data + offset. */
-#define XNF_MAX_OFF 0x3fff
 
 enum xnf_parse_result {
 	XNF_PARSE_OK = 0,

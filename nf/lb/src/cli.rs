@@ -37,7 +37,7 @@ pub fn run(cmd: LbCmd) -> Result<()> {
             let new = load(&file)?;
             let old = match &from {
                 Some(p) => load(p)?,
-                None => Config { services: Vec::new() },
+                None => Config::default(),
             };
             let plans = plan(&old, &new)?;
             if json {
@@ -151,7 +151,7 @@ address = "198.18.1.1"
     #[test]
     fn without_from_every_service_is_new_and_nothing_moves() {
         let (new, _) = Config::parse(OLD, "new.toml").unwrap();
-        let text = render(&plan(&Config { services: Vec::new() }, &new).unwrap(), false);
+        let text = render(&plan(&Config::default(), &new).unwrap(), false);
         assert_eq!(text.matches(": added\n").count(), 2, "{text}");
         assert!(!text.contains("flows to another backend"), "{text}");
         assert!(text.contains("balance: shares from"), "{text}");

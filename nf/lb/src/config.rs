@@ -49,6 +49,8 @@ use crate::maglev::{self, DEFAULT_TABLE_SIZE};
 pub const MAX_SERVICES: usize = 256;
 /// Most backends a service may have.
 pub const MAX_BACKENDS: usize = 4096;
+/// Most backends over all services (the data plane's backend records).
+pub const MAX_TOTAL_BACKENDS: usize = 65536;
 /// Most table entries over all services: 64 MiB of data-plane tables.
 pub const MAX_TOTAL_ENTRIES: u64 = 16 << 20;
 /// Longest service name.
@@ -60,7 +62,7 @@ pub const ENTRIES_PER_BACKEND: u64 = 100;
 pub const DEFAULT_GUE_PORT: u16 = 6080;
 
 /// The transport protocol a service balances.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Proto {
     Tcp,
@@ -172,10 +174,21 @@ impl Service {
     }
 }
 
+/// Outer source addresses of `ipip` and `gue` packets (`[encap]`): each
+/// flow takes the prefix's address whose host bits are its hash, so that
+/// backends' receive-side scaling spreads flows over their queues. Without
+/// a prefix, the lb interface's own address (no spreading).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Encap {
+    pub source_v4: Option<ipnet::Ipv4Net>,
+    pub source_v6: Option<ipnet::Ipv6Net>,
+}
+
 /// A checked service file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Config {
     pub services: Vec<Service>,
+    pub encap: Encap,
 }
 
 #[derive(Deserialize)]
@@ -183,6 +196,14 @@ pub struct Config {
 struct RawFile {
     #[serde(default)]
     service: Vec<toml::Spanned<RawService>>,
+    encap: Option<toml::Spanned<RawEncap>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEncap {
+    source_v4: Option<String>,
+    source_v6: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -257,7 +278,11 @@ impl Config {
             services.push(s);
         }
         check_file(&services, origin)?;
-        Ok((Config { services }, warnings))
+        let encap = match &raw.encap {
+            None => Encap::default(),
+            Some(e) => check_encap(e.get_ref()).map_err(|(field, e2)| at(origin, lines.of(e.span().start), "encap", field, e2))?,
+        };
+        Ok((Config { services, encap }, warnings))
     }
 
     /// The service of that name.
@@ -270,6 +295,29 @@ type Checked<T> = Result<T, (&'static str, anyhow::Error)>;
 
 fn fail<T>(field: &'static str, why: impl fmt::Display) -> Checked<T> {
     Err((field, anyhow!("{why}")))
+}
+
+/// Checks `[encap]`: unicast prefixes off this host.
+fn check_encap(r: &RawEncap) -> Checked<Encap> {
+    let prefix = |field: &'static str, s: &str| -> Checked<ipnet::IpNet> {
+        let n: ipnet::IpNet = s.parse().map_err(|_| (field, anyhow!("{s:?} is not a prefix (like 198.18.255.0/24 or 2001:db8:ff::/64)")))?;
+        address(&n.network().to_string()).map_err(|e| (field, e))?;
+        if n.addr() != n.network() {
+            return fail(field, format!("{s} has host bits set: write {}", n.trunc()));
+        }
+        Ok(n)
+    };
+    let source_v4 = match r.source_v4.as_deref().map(|s| prefix("source_v4", s)).transpose()? {
+        None => None,
+        Some(ipnet::IpNet::V4(n)) => Some(n),
+        Some(_) => return fail("source_v4", "an IPv6 prefix (source_v6 takes it)"),
+    };
+    let source_v6 = match r.source_v6.as_deref().map(|s| prefix("source_v6", s)).transpose()? {
+        None => None,
+        Some(ipnet::IpNet::V6(n)) => Some(n),
+        Some(_) => return fail("source_v6", "an IPv4 prefix (source_v4 takes it)"),
+    };
+    Ok(Encap { source_v4, source_v6 })
 }
 
 /// Checks a service's own fields (its backends come after).
@@ -434,6 +482,8 @@ fn check_file(services: &[Service], origin: &str) -> Result<()> {
             bail!("{origin}: line {}: {}/{}: address: is a VIP of this file; packets would loop", b.line, s.name, b.address);
         }
     }
+    let backends: usize = services.iter().map(|s| s.backends.len()).sum();
+    ensure!(backends <= MAX_TOTAL_BACKENDS, "{origin}: {backends} backends over all services; at most {MAX_TOTAL_BACKENDS}");
     let entries: u64 = services.iter().map(|s| u64::from(s.table_size)).sum();
     ensure!(entries <= MAX_TOTAL_ENTRIES, "{origin}: {entries} table entries over all services; at most {MAX_TOTAL_ENTRIES}");
     Ok(())

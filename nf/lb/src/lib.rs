@@ -17,8 +17,22 @@
 
 pub mod cli;
 pub mod config;
+pub mod decap;
+pub mod flow;
 pub mod maglev;
 pub mod plan;
+pub mod program;
+
+mod skel {
+    //! Generated skeletons.
+    #![allow(clippy::all, missing_docs, non_camel_case_types, unused)]
+    pub mod lb {
+        include!(concat!(env!("OUT_DIR"), "/lb.skel.rs"));
+    }
+    pub mod decap {
+        include!(concat!(env!("OUT_DIR"), "/decap.skel.rs"));
+    }
+}
 
 pub use config::{Backend, Config, HashFields, Mode, Proto, Service};
 pub use maglev::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, NO_BACKEND};

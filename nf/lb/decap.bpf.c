@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * xnf lb decap: the backends' half of xnf lb. Strips the outer header of
+ * what a balancer sent this host (IP-in-IP, IPv6-in-IPv6, either inside
+ * the other, and GUE: IP in UDP to the configured port) and hands the
+ * inner packet on as if it had arrived that way: to the next stage, or to
+ * the kernel, which delivers it to the VIP on a local interface (usually
+ * the loopback) and answers the client directly.
+ *
+ * Why in XDP: many kernels (this project's test machine among them) have
+ * no ipip or fou module, and where they do, the tunnel device costs a
+ * second pass through the stack. Only packets addressed to one of this
+ * host's addresses (the locals map, filled by the control plane) are
+ * touched: a tunnel passing through is forwarded as it is. Outer
+ * fragments are the kernel's (it reassembles before any decapsulation).
+ * The inner packet is checked no further than its version: the kernel's
+ * receive path checks it as it checks any packet.
+ */
+#include "xnf/common.h"
+#include "xnf/parse.h"
+#include "xnf/stage.h"
+#include "lb.h"
+
+const volatile struct {
+	enum xnf_decap_counter counter;
+	struct xnf_decap_stats stats;
+} xnf_btf_anchor = {};
+
+/* GUE's UDP destination port (network order); 0: no GUE. Set at load. */
+const volatile __be16 gue_port = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct xnf_lb_addr);
+	__type(value, __u32);
+} locals SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct xnf_decap_stats);
+} stats SEC(".maps");
+
+static __always_inline void count(struct xnf_decap_stats *st, __u32 k)
+{
+	if (st && k < XNF_DECAP_COUNTERS)
+		st->c[k]++;
+}
+
+static __always_inline int next(struct xdp_md *ctx, struct xnf_decap_stats *st, __u32 k)
+{
+	count(st, k);
+	return xnf_next_stage(ctx, XNF_STAGE_LB);
+}
+
+static __always_inline int to_kernel(struct xnf_decap_stats *st, __u32 k)
+{
+	count(st, k);
+	return XDP_PASS;
+}
+
+static __always_inline int is_local(const struct xnf_pkt *p)
+{
+	struct xnf_lb_addr a = { .family = p->family };
+
+	__builtin_memcpy(a.addr, p->dst, sizeof(a.addr));
+	return bpf_map_lookup_elem(&locals, &a) != 0;
+}
+
+/* The inner packet's family from the byte at @off (its version), or 0. */
+static __always_inline __u16 inner_proto(struct xdp_md *ctx, __u32 off, __u8 want)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u8 *v;
+
+	if (off > XNF_MAX_OFF)
+		return 0;
+	v = data + off;
+	if ((void *)(v + 1) > end)
+		return 0;
+	if ((*v >> 4) == 4 && (!want || want == 4))
+		return ETH_P_IP;
+	if ((*v >> 4) == 6 && (!want || want == 6))
+		return ETH_P_IPV6;
+	return 0;
+}
+
+SEC("xdp")
+int xnf_lb_decap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct xnf_pkt p = {};
+	struct xnf_decap_stats *st;
+	struct ethhdr eth, *neth;
+	__u32 zero = 0, inner, kind;
+	__u16 proto;
+	__u8 want;
+
+	st = bpf_map_lookup_elem(&stats, &zero);
+	count(st, XNF_DECAP_RX);
+	if (xnf_parse(ctx, &p) != XNF_PARSE_OK || p.tagged)
+		return next(ctx, st, XNF_DECAP_CONTINUE);
+	if (p.proto == IPPROTO_IPIP || p.proto == IPPROTO_IPV6) {
+		want = p.proto == IPPROTO_IPIP ? 4 : 6;
+		kind = want == 4 ? XNF_DECAP_IPIP : XNF_DECAP_IP6IP6;
+		inner = p.l4_off;
+	} else if (gue_port && p.proto == IPPROTO_UDP && p.l4 == XNF_L4_PORTS && p.dport == bpf_ntohs(gue_port)) {
+		want = 0;
+		kind = XNF_DECAP_GUE;
+		inner = p.l4_off + sizeof(struct udphdr);
+	} else if (p.frag == XNF_FRAG_LATER && (p.proto == IPPROTO_UDP || p.proto == IPPROTO_IPIP || p.proto == IPPROTO_IPV6)) {
+		/* Could be ours: the kernel reassembles it (and then drops it
+		 * when it cannot decapsulate: counted, not silent). */
+		return is_local(&p) ? to_kernel(st, XNF_DECAP_FRAGMENT) : next(ctx, st, XNF_DECAP_CONTINUE);
+	} else {
+		return next(ctx, st, XNF_DECAP_CONTINUE);
+	}
+	if (!is_local(&p))
+		return next(ctx, st, XNF_DECAP_CONTINUE);
+	if (p.frag)
+		return to_kernel(st, XNF_DECAP_FRAGMENT);
+	if (inner >= p.ip_end)
+		return to_kernel(st, XNF_DECAP_BAD_INNER);
+	proto = inner_proto(ctx, inner, want);
+	if (!proto)
+		return to_kernel(st, XNF_DECAP_BAD_INNER);
+	if ((void *)((struct ethhdr *)data + 1) > end)
+		return to_kernel(st, XNF_DECAP_ERROR);
+	__builtin_memcpy(&eth, data, sizeof(eth));
+	if (bpf_xdp_adjust_head(ctx, (int)(inner - sizeof(eth))))
+		return to_kernel(st, XNF_DECAP_ERROR);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	neth = data;
+	if ((void *)(neth + 1) > end)
+		return to_kernel(st, XNF_DECAP_ERROR);
+	__builtin_memcpy(neth, &eth, sizeof(eth));
+	neth->h_proto = bpf_htons(proto);
+	count(st, kind);
+	return xnf_next_stage(ctx, XNF_STAGE_LB);
+}
+
+char _license[] SEC("license") = "Dual MIT/GPL";

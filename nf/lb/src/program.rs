@@ -1,0 +1,328 @@
+//! The lb program (`lb.bpf.c`): loading it, and reading and writing the
+//! maps all its instances share.
+
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
+use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
+
+use crate::skel::lb::{types, LbSkel, LbSkelBuilder};
+
+pub use types::xnf_lb_backend as RawBackend;
+pub use types::xnf_lb_config as RawConfig;
+pub use types::xnf_lb_flow as RawFlow;
+pub use types::xnf_lb_service as RawService;
+pub use types::xnf_lb_service_key as RawServiceKey;
+
+pub const MAX_SERVICES: u32 = types::xnf_lb_limits::XNF_LB_MAX_SERVICES.0;
+pub const TABLE_SLOTS: u32 = types::xnf_lb_limits::XNF_LB_TABLE_SLOTS.0;
+pub const MAX_BACKEND_IDS: u32 = types::xnf_lb_limits::XNF_LB_MAX_BACKENDS.0;
+pub const CT_ENTRIES: u32 = types::xnf_lb_limits::XNF_LB_CT_ENTRIES.0;
+pub const QUOTE4: u32 = types::xnf_lb_limits::XNF_LB_QUOTE4.0;
+pub const QUOTE6: u32 = types::xnf_lb_limits::XNF_LB_QUOTE6.0;
+pub const OUTER_TTL: u8 = types::xnf_lb_limits::XNF_LB_OUTER_TTL.0 as u8;
+
+const _: () = assert!(MAX_SERVICES as usize == crate::config::MAX_SERVICES);
+const _: () = assert!(TABLE_SLOTS == 2 * MAX_SERVICES);
+const _: () = assert!(MAX_BACKEND_IDS as usize == crate::config::MAX_TOTAL_BACKENDS);
+const _: () = assert!(types::xnf_lb_limits::XNF_LB_NONE.0 == crate::maglev::NO_BACKEND);
+
+/// Names of the maps shared by every lb instance, as pinned.
+pub const MAP_NAMES: [&str; 10] = ["services", "vips", "tables", "backends", "conntrack", "encap_cfg", "stats", "service_stats", "backend_stats", "tx_ports"];
+
+xnf_core::c_enum! {
+    /// The lb's counters (`enum xnf_lb_counter`).
+    pub enum Counter: types::xnf_lb_counter, max XNF_LB_COUNTERS {
+        Rx = XNF_LB_RX => "rx",
+        Continue = XNF_LB_CONTINUE => "continue",
+        Tx = XNF_LB_TX => "tx",
+        Redirect = XNF_LB_REDIRECT => "redirect",
+        Pass = XNF_LB_PASS => "pass",
+        Drop = XNF_LB_DROP => "drop",
+        CtHit = XNF_LB_CT_HIT => "ct-hit",
+        CtMiss = XNF_LB_CT_MISS => "ct-miss",
+        CtSyn = XNF_LB_CT_SYN => "ct-syn",
+        CtStale = XNF_LB_CT_STALE => "ct-stale",
+        IcmpRouted = XNF_LB_ICMP_ROUTED => "icmp-routed",
+        IcmpSent = XNF_LB_ICMP_SENT => "icmp-sent",
+        NonIp = XNF_LB_NON_IP => "non-ip",
+        Malformed = XNF_LB_MALFORMED => "malformed",
+        Qinq = XNF_LB_QINQ => "qinq",
+        NotService = XNF_LB_NOT_SERVICE => "not-service",
+        Fragment = XNF_LB_FRAGMENT => "fragment",
+        IpOptions = XNF_LB_IP_OPTIONS => "ip-options",
+        Ipv6Hbh = XNF_LB_IPV6_HBH => "ipv6-hbh",
+        NoPorts = XNF_LB_NO_PORTS => "no-ports",
+        Vlan = XNF_LB_VLAN => "vlan",
+        IcmpOther = XNF_LB_ICMP_OTHER => "icmp-other",
+        NoRoute = XNF_LB_NO_ROUTE => "no-route",
+        FwdDisabled = XNF_LB_FWD_DISABLED => "fwd-disabled",
+        NoNeigh = XNF_LB_NO_NEIGH => "no-neigh",
+        NotManaged = XNF_LB_NOT_MANAGED => "not-managed",
+        NoSource = XNF_LB_NO_SOURCE => "no-source",
+        Error = XNF_LB_ERROR => "error",
+        NoBackend = XNF_LB_NO_BACKEND => "no-backend",
+    }
+}
+
+/// The lb's counters summed over CPUs, indexed by [`Counter`].
+pub type Counters = [u64; Counter::ALL.len()];
+const _: () = assert!(std::mem::size_of::<types::xnf_lb_stats>() == 8 * Counter::ALL.len());
+
+/// Traffic of one service, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ServiceCounters {
+    pub packets: u64,
+    pub bytes: u64,
+    /// Flows the table decided (new flows, SYNs, stale entries).
+    pub flows: u64,
+    pub no_backend: u64,
+}
+
+/// Traffic of one backend, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BackendCounters {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// The address words the data plane keys on: network order, IPv4 in word 0.
+pub fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
+    let mut w = [0u32; 4];
+    match a {
+        IpAddr::V4(v4) => {
+            w[0] = u32::from_ne_bytes(v4.octets());
+            (w, libc::AF_INET as u8)
+        }
+        IpAddr::V6(v6) => {
+            for (i, c) in v6.octets().chunks(4).enumerate() {
+                w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            (w, libc::AF_INET6 as u8)
+        }
+    }
+}
+
+/// An address as the `vips` (and decap's `locals`) map keys it.
+pub fn addr_key(a: IpAddr) -> Vec<u8> {
+    let (addr, family) = addr_words(a);
+    as_bytes(&types::xnf_lb_addr { addr, family: u32::from(family) }).to_vec()
+}
+
+/// One loaded lb instance (one per interface: its "continue" reaches that
+/// interface's later stages).
+pub struct LbProgram {
+    skel: LbSkel<'static>,
+}
+
+impl LbProgram {
+    /// Loads an instance; with `pin_dir` its maps are shared through pins
+    /// there, with `stages` it continues to that interface's later stages.
+    pub fn load(pin_dir: Option<&Path>, stages: Option<&MapHandle>) -> Result<Self> {
+        let mut open = LbSkelBuilder::default().open(object_storage()).context("opening the lb BPF object")?;
+        if let Some(dir) = pin_dir {
+            let m = &mut open.maps;
+            let maps = [
+                &mut m.services,
+                &mut m.vips,
+                &mut m.tables,
+                &mut m.backends,
+                &mut m.conntrack,
+                &mut m.encap_cfg,
+                &mut m.stats,
+                &mut m.service_stats,
+                &mut m.backend_stats,
+                &mut m.tx_ports,
+            ];
+            for (map, name) in maps.into_iter().zip(MAP_NAMES) {
+                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
+            }
+        }
+        if let Some(s) = stages {
+            xnf_core::entry::reuse_stages(&mut open.maps.xnf_stages, s)?;
+        }
+        let skel = open.load().context("loading the lb into the kernel failed (verifier or missing BPF support; see `dmesg`)")?;
+        Ok(Self { skel })
+    }
+
+    pub fn prog(&self) -> &ProgramMut<'static> {
+        &self.skel.progs.xnf_lb
+    }
+
+    pub fn maps(&self) -> Result<LbMaps> {
+        let m = &self.skel.maps;
+        Ok(LbMaps {
+            services: MapHandle::try_from(&m.services)?,
+            vips: MapHandle::try_from(&m.vips)?,
+            tables: MapHandle::try_from(&m.tables)?,
+            backends: MapHandle::try_from(&m.backends)?,
+            conntrack: MapHandle::try_from(&m.conntrack)?,
+            config: MapHandle::try_from(&m.encap_cfg)?,
+            stats: MapHandle::try_from(&m.stats)?,
+            service_stats: MapHandle::try_from(&m.service_stats)?,
+            backend_stats: MapHandle::try_from(&m.backend_stats)?,
+            tx_ports: MapHandle::try_from(&m.tx_ports)?,
+        })
+    }
+}
+
+/// The lb's shared maps.
+pub struct LbMaps {
+    services: MapHandle,
+    vips: MapHandle,
+    tables: MapHandle,
+    backends: MapHandle,
+    pub conntrack: MapHandle,
+    config: MapHandle,
+    stats: MapHandle,
+    service_stats: MapHandle,
+    backend_stats: MapHandle,
+    tx_ports: MapHandle,
+}
+
+impl LbMaps {
+    pub fn open_pinned(dir: &Path) -> Result<Self> {
+        let [services, vips, tables, backends, conntrack, config, stats, service_stats, backend_stats, tx_ports] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { services, vips, tables, backends, conntrack, config, stats, service_stats, backend_stats, tx_ports })
+    }
+
+    pub fn set_config(&self, c: &RawConfig) -> Result<()> {
+        self.config.update(&0u32.to_ne_bytes(), as_bytes(c), MapFlags::ANY).context("writing the outer source prefixes")
+    }
+
+    pub fn config(&self) -> Result<RawConfig> {
+        Ok(self.config.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.map(|v| from_bytes(&v)).unwrap_or_default())
+    }
+
+    pub fn set_backend(&self, id: u32, b: &RawBackend) -> Result<()> {
+        self.backends.update(&id.to_ne_bytes(), as_bytes(b), MapFlags::ANY).context("writing a backend record")
+    }
+
+    pub fn backend(&self, id: u32) -> Result<RawBackend> {
+        Ok(self.backends.lookup(&id.to_ne_bytes(), MapFlags::ANY)?.map(|v| from_bytes(&v)).unwrap_or_default())
+    }
+
+    /// Fills table slot `slot` with a new table of backend ids.
+    pub fn set_table(&self, slot: u32, entries: &[u32]) -> Result<()> {
+        let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+        let n = entries.len() as u32;
+        let inner = MapHandle::create(MapType::Array, Some("xnf_lb_table"), 4, 4, n, &opts).context("creating a Maglev table for the data plane")?;
+        let keys: Vec<u8> = (0..n).flat_map(|i| i.to_ne_bytes()).collect();
+        let values: Vec<u8> = entries.iter().flat_map(|e| e.to_ne_bytes()).collect();
+        const CHUNK: usize = 65536;
+        for (k, v) in keys.chunks(4 * CHUNK).zip(values.chunks(4 * CHUNK)) {
+            inner.update_batch(k, v, (k.len() / 4) as u32, MapFlags::ANY, MapFlags::ANY).or_else(|_| {
+                k.chunks(4).zip(v.chunks(4)).try_for_each(|(kk, vv)| inner.update(kk, vv, MapFlags::ANY))
+            })
+            .context("filling a Maglev table")?;
+        }
+        let fd = inner.as_fd().as_raw_fd() as u32;
+        self.tables.update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("installing a Maglev table")
+    }
+
+    pub fn clear_table(&self, slot: u32) -> Result<()> {
+        delete_if_present(&self.tables, &slot.to_ne_bytes())
+    }
+
+    /// The backend ids of the table in `slot`, if it has one.
+    pub fn table(&self, slot: u32) -> Result<Option<Vec<u32>>> {
+        let Some(v) = self.tables.lookup(&slot.to_ne_bytes(), MapFlags::ANY)? else { return Ok(None) };
+        let id = u32::from_ne_bytes(v[..4].try_into()?);
+        let inner = MapHandle::from_map_id(id).context("opening a Maglev table")?;
+        let n = inner.info()?.info.max_entries;
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let e = inner.lookup(&i.to_ne_bytes(), MapFlags::ANY)?.context("a table entry")?;
+            out.push(u32::from_ne_bytes(e[..4].try_into()?));
+        }
+        Ok(Some(out))
+    }
+
+    pub fn set_service(&self, key: &RawServiceKey, s: &RawService) -> Result<()> {
+        self.services.update(as_bytes(key), as_bytes(s), MapFlags::ANY).context("writing a service")
+    }
+
+    pub fn delete_service(&self, key: &RawServiceKey) -> Result<()> {
+        delete_if_present(&self.services, as_bytes(key))
+    }
+
+    pub fn service(&self, key: &RawServiceKey) -> Result<Option<RawService>> {
+        Ok(self.services.lookup(as_bytes(key), MapFlags::ANY)?.map(|v| from_bytes(&v)))
+    }
+
+    /// Every service key the data plane holds.
+    pub fn service_keys(&self) -> Vec<RawServiceKey> {
+        self.services.keys().map(|k| from_bytes(&k)).collect()
+    }
+
+    pub fn add_vip(&self, a: IpAddr) -> Result<()> {
+        self.vips.update(&addr_key(a), &1u32.to_ne_bytes(), MapFlags::ANY).context("writing a VIP")
+    }
+
+    pub fn delete_vip(&self, a: IpAddr) -> Result<()> {
+        delete_if_present(&self.vips, &addr_key(a))
+    }
+
+    pub fn vip_keys(&self) -> Vec<Vec<u8>> {
+        self.vips.keys().collect()
+    }
+
+    pub fn delete_vip_key(&self, k: &[u8]) -> Result<()> {
+        delete_if_present(&self.vips, k)
+    }
+
+    pub fn counters(&self) -> Result<Counters> {
+        xnf_core::maps::sum_percpu(&self.stats, 0)
+    }
+
+    pub fn service_counters(&self, id: u32) -> Result<ServiceCounters> {
+        let [packets, bytes, flows, no_backend] = xnf_core::maps::sum_percpu::<4>(&self.service_stats, id)?;
+        Ok(ServiceCounters { packets, bytes, flows, no_backend })
+    }
+
+    pub fn backend_counters(&self, id: u32) -> Result<BackendCounters> {
+        let [packets, bytes] = xnf_core::maps::sum_percpu::<2>(&self.backend_stats, id)?;
+        Ok(BackendCounters { packets, bytes })
+    }
+
+    pub fn reset_service_counters(&self, id: u32) -> Result<()> {
+        xnf_core::maps::zero_percpu::<types::xnf_lb_service_stats>(&self.service_stats, id)
+    }
+
+    pub fn reset_backend_counters(&self, id: u32) -> Result<()> {
+        xnf_core::maps::zero_percpu::<types::xnf_lb_backend_stats>(&self.backend_stats, id)
+    }
+
+    /// Entries in the connection table (a walk over its keys).
+    pub fn conntrack_fill(&self) -> u64 {
+        self.conntrack.keys().count() as u64
+    }
+
+    /// The backend id a flow's connection-table entry names, if it has one.
+    pub fn conntrack_entry(&self, flow: &RawFlow) -> Result<Option<(u32, u32)>> {
+        Ok(self.conntrack.lookup(as_bytes(flow), MapFlags::ANY)?.map(|v| {
+            let e: types::xnf_lb_flow_backend = from_bytes(&v);
+            (e.id, e.gen)
+        }))
+    }
+
+    /// Lets the data plane redirect to `ifindex`.
+    pub fn add_port(&self, ifindex: u32) -> Result<()> {
+        self.tx_ports.update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY).context("adding an egress port")
+    }
+
+    pub fn remove_port(&self, ifindex: u32) -> Result<()> {
+        delete_if_present(&self.tx_ports, &ifindex.to_ne_bytes())
+    }
+}
+
+/// The connection-table key of a flow.
+pub fn raw_flow(f: &crate::flow::Flow) -> RawFlow {
+    let (src, family) = addr_words(f.src);
+    let (dst, _) = addr_words(f.dst);
+    RawFlow { src, dst, sport: f.sport, dport: f.dport, family, proto: f.proto.number(), pad: 0 }
+}
