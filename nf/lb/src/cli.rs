@@ -1,25 +1,55 @@
-//! `xnf lb`: the commands, their arguments and their output. So far only
-//! `plan`, which needs no data plane: what a service file would change,
-//! before anything is changed.
+//! `xnf lb`: the commands, their arguments and their output.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
+use xnf_core::runtime::watch_period;
+use xnf_core::xdp::XdpMode;
 
 use crate::config::Config;
 use crate::plan::{plan, Change, ServicePlan};
 
 #[derive(Subcommand)]
 pub enum LbCmd {
+    /// Attach the lb to interfaces, after the filter and before the router or chain.
+    Attach {
+        #[arg(required = true, value_name = "IFACE")]
+        ifaces: Vec<String>,
+        /// XDP mode: native (in the driver) or skb (generic, any device, slow).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: XdpMode,
+    },
+    /// Detach the lb; with the last interface, its services and connection table go too.
+    Detach {
+        #[arg(required = true, value_name = "IFACE")]
+        ifaces: Vec<String>,
+    },
+    /// Converge the services to a TOML file (checked whole first; prints what moved).
+    Apply {
+        file: PathBuf,
+    },
+    /// Interfaces, services, backends, outer sources, the connection table's fill.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Packets, bytes and new flows per service and backend; the reasons.
+    Stats {
+        #[arg(long)]
+        json: bool,
+        /// Show live rates, refreshed every SECS seconds (default 1).
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
+        watch: Option<f64>,
+    },
     /// What FILE would change, before anything changes: per service, the
     /// share of flows that would go to another backend, the collateral
     /// (flows that move although their backend stays), and the balance.
     Plan {
         /// The service file to plan for (see nf/lb/README.md).
         file: PathBuf,
-        /// Compare with this file [default: no services, so every service is new].
+        /// Compare with this file [default: the applied one, else no services].
         #[arg(long, value_name = "OLD")]
         from: Option<PathBuf>,
         /// Also list every backend's share of its table against its weight.
@@ -33,11 +63,35 @@ pub enum LbCmd {
 
 pub fn run(cmd: LbCmd) -> Result<()> {
     match cmd {
+        LbCmd::Attach { ifaces, mode } => {
+            for name in crate::attach(&ifaces, mode)? {
+                println!("attached lb to {name}");
+            }
+            Ok(())
+        }
+        LbCmd::Detach { ifaces } => {
+            crate::detach(&ifaces)?;
+            for name in &ifaces {
+                println!("detached lb from {name}");
+            }
+            Ok(())
+        }
+        LbCmd::Apply { file } => {
+            let o = crate::apply_file(&file)?;
+            for w in &o.warnings {
+                eprintln!("xnf: warning: {w}");
+            }
+            print!("{}", render(&o.plans, false));
+            println!("{}: applied", file.display());
+            Ok(())
+        }
+        LbCmd::Status { json } => crate::report::status(json),
+        LbCmd::Stats { json, watch } => crate::report::stats(json, watch_period(watch)?),
         LbCmd::Plan { file, from, shares, json } => {
             let new = load(&file)?;
             let old = match &from {
                 Some(p) => load(p)?,
-                None => Config::default(),
+                None => crate::apply::applied().ok().flatten().map(|a| a.config).unwrap_or_default(),
             };
             let plans = plan(&old, &new)?;
             if json {

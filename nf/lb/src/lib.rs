@@ -15,6 +15,8 @@
 //! The data plane sends a flow without a connection-table entry to the
 //! backend in entry `hash(flow) % table_size` of its service's table.
 
+pub mod apply;
+pub mod attach;
 pub mod cli;
 pub mod config;
 pub mod decap;
@@ -22,6 +24,7 @@ pub mod flow;
 pub mod maglev;
 pub mod plan;
 pub mod program;
+pub mod report;
 
 mod skel {
     //! Generated skeletons.
@@ -34,6 +37,8 @@ mod skel {
     }
 }
 
+pub use apply::{apply_file, apply_text};
+pub use attach::{attach, detach};
 pub use config::{Backend, Config, HashFields, Mode, Proto, Service};
 pub use maglev::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, NO_BACKEND};
 pub use plan::{disruption, plan, rehashed, Balance, Change, Disruption, ServicePlan, Share, Table};

@@ -208,7 +208,12 @@ impl LbMaps {
 
     /// Fills table slot `slot` with a new table of backend ids.
     pub fn set_table(&self, slot: u32, entries: &[u32]) -> Result<()> {
-        let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
+        // The flags must equal the template's (BPF_F_INNER_MAP: sizes may differ).
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            map_flags: libbpf_sys::BPF_F_INNER_MAP,
+            ..Default::default()
+        };
         let n = entries.len() as u32;
         let inner = MapHandle::create(MapType::Array, Some("xnf_lb_table"), 4, 4, n, &opts).context("creating a Maglev table for the data plane")?;
         let keys: Vec<u8> = (0..n).flat_map(|i| i.to_ne_bytes()).collect();

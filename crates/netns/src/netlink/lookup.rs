@@ -175,6 +175,40 @@ pub struct Ipv4Address {
     pub broadcast: Option<std::net::Ipv4Addr>,
 }
 
+/// An address of an interface, either family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Address {
+    pub ifindex: u32,
+    pub addr: IpAddr,
+    pub prefix_len: u8,
+}
+
+/// Every address, IPv4 and IPv6, of every interface (in the calling
+/// thread's namespace): IPv4's local address, IPv6's address.
+pub fn addresses() -> Result<Vec<Address>> {
+    let request = AddressMessage::default();
+    let answer = Rtnl::open()?.dump(RouteNetlinkMessage::GetAddress(request), |m| match m {
+        RouteNetlinkMessage::NewAddress(a) => Some(a),
+        _ => None,
+    })?;
+    let mut out = Vec::new();
+    for a in answer {
+        let mut local = None;
+        let mut address = None;
+        for attr in &a.attributes {
+            match attr {
+                AddressAttribute::Local(l) => local = Some(*l),
+                AddressAttribute::Address(l) => address = Some(*l),
+                _ => {}
+            }
+        }
+        if let Some(addr) = local.or(address) {
+            out.push(Address { ifindex: a.header.index, addr, prefix_len: a.header.prefix_len });
+        }
+    }
+    Ok(out)
+}
+
 /// Every IPv4 address of every interface (in the calling thread's namespace).
 pub fn ipv4_addresses() -> Result<Vec<Ipv4Address>> {
     let mut request = AddressMessage::default();

@@ -11,7 +11,7 @@ mod lookup;
 mod socket;
 
 pub(crate) use config::{addr_message, del_route_message, ipv6_link_local, neigh_message, route_message, RTPROT_BOOT};
-pub use lookup::{ipv4_addresses, main_routes, neighbours, route_get, table_routes, Ipv4Address, Neighbour, RouteGet, TableRoute};
+pub use lookup::{addresses, ipv4_addresses, main_routes, neighbours, route_get, table_routes, Address, Ipv4Address, Neighbour, RouteGet, TableRoute};
 pub use link::{create_veth, delete_link, link_by_name, links, set_up, Link, LinkEvents};
 pub(crate) use link::{set_link_message, LinkChange};
 pub use socket::{BatchConfig, KernelError};
