@@ -354,3 +354,35 @@ pub fn rx_packets(ns: &str, dev: &str) -> Option<u64> {
     let link = v.as_array()?.iter().find(|l| l["ifname"].as_str().is_some_and(|n| n.ends_with(dev)))?;
     link["stats64"]["rx"]["packets"].as_u64()
 }
+
+/// Files a test writes (service files, rule files) in a folder of its own
+/// under the temporary directory, removed when dropped, pass or fail.
+pub struct TempFiles {
+    dir: std::path::PathBuf,
+}
+
+impl TempFiles {
+    /// A fresh folder named after `tag` and this process.
+    pub fn new(tag: &str) -> TempFiles {
+        let dir = std::env::temp_dir().join(format!("xnf-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("creating a temporary folder");
+        TempFiles { dir }
+    }
+
+    /// Writes `text` to `name` in the folder and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> String {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("writing a temporary file");
+        p.display().to_string()
+    }
+
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for TempFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -4,36 +4,11 @@
 //! router where a test attaches it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use xnf_testrun::cli::{count_received, send_paced, udp_receiver, wait_for, xnf, xnf_err, xnf_ip_netns_exec_ok, xnf_ok, RoutedLine};
-
-/// A rule file in a folder of its own, removed when dropped.
-struct Files {
-    dir: PathBuf,
-}
-
-impl Files {
-    fn new(tag: &str) -> Files {
-        let dir = std::env::temp_dir().join(format!("xnf-filter-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Files { dir }
-    }
-    fn write(&self, name: &str, text: &str) -> String {
-        let p = self.dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.display().to_string()
-    }
-}
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use xnf_testrun::cli::{count_received, send_paced, udp_receiver, wait_for, xnf, xnf_err, xnf_ip_netns_exec_ok, xnf_ok, RoutedLine, TempFiles};
 
 /// The line with the filter on dut's ingress; detached on drop.
 struct Filtered {
@@ -94,7 +69,7 @@ const PORT_RULES: &str = "default = \"pass\"\n\n[[rule]]\nname = \"udp-9100\"\np
 #[test]
 fn a_rule_drops_exactly_its_traffic_and_the_router_forwards_the_rest_in_the_same_xdp_run() {
     let f = Filtered::new(true);
-    let files = Files::new("exact");
+    let files = TempFiles::new("filter-exact");
     f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
     let redirected = f.r.redirected();
     let fw4 = f.r.forw_v4();
@@ -119,7 +94,7 @@ fn rate_limit_admits_the_configured_rate_within_ten_percent_over_two_seconds() {
     const PPS: u64 = 500;
     const BURST: u64 = 50;
     let f = Filtered::new(true);
-    let files = Files::new("rate");
+    let files = TempFiles::new("filter-rate");
     let rules = format!("[[rule]]\nname = \"limited\"\nproto = \"udp\"\ndport = 9200\naction = \"rate-limit\"\npps = {PPS}\nburst = {BURST}\n");
     f.filter(&["apply", &files.write("rules.toml", &rules)]);
     let tx = f.r.gen_socket(false);
@@ -156,7 +131,7 @@ fn gen_sources(f: &Filtered, n: u8) -> Vec<Ipv4Addr> {
 fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_unlisted_one() {
     let f = Filtered::new(true);
     let [listed, unlisted]: [Ipv4Addr; 2] = gen_sources(&f, 2).try_into().unwrap();
-    let files = Files::new("reload");
+    let files = TempFiles::new("filter-reload");
     // Two lists that differ (so each reload fills a new trie) but both
     // hold `listed` and neither `unlisted`; padding makes a reload take time.
     let pad = |third: u8| (0..=255u8).map(|i| format!("203.0.{third}.{i}\n")).collect::<String>();
@@ -227,7 +202,7 @@ fn stream_while(rx: &UdpSocket, senders: &[&UdpSocket], to: SocketAddr, rounds: 
 #[test]
 fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
     let f = Filtered::new(true);
-    let files = Files::new("stage");
+    let files = TempFiles::new("filter-stage");
     f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
     let dut_gen = f.r.line.dut_gen_if.clone();
     let (redirected, fw4) = (f.r.redirected(), f.r.forw_v4());
@@ -247,7 +222,7 @@ fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
 #[test]
 fn confirm_within_rolls_back_unless_confirmed() {
     let f = Filtered::new(false);
-    let files = Files::new("confirm");
+    let files = TempFiles::new("filter-confirm");
     let strict = files.write("strict.toml", PORT_RULES);
     let open = files.write("open.toml", "default = \"pass\"\n");
     f.filter(&["apply", &strict]);
@@ -274,7 +249,7 @@ fn confirm_within_rolls_back_unless_confirmed() {
 #[test]
 fn bad_rule_files_give_one_clear_error_and_change_nothing() {
     let f = Filtered::new(false);
-    let files = Files::new("bad");
+    let files = TempFiles::new("filter-bad");
     let good = files.write("good.toml", PORT_RULES);
     f.filter(&["apply", &good]);
     files.write("list.txt", "192.0.2.0/24\n198.51.100.300\n");
@@ -300,11 +275,11 @@ fn bad_rule_files_give_one_clear_error_and_change_nothing() {
 #[test]
 fn capture_writes_sampled_drops_as_pcap_and_status_works_under_ip_netns_exec() {
     let f = Filtered::new(false);
-    let files = Files::new("capture");
+    let files = TempFiles::new("filter-capture");
     f.filter(&["apply", &files.write("rules.toml", PORT_RULES)]);
-    let pcap = files.dir.join("drops.pcap").display().to_string();
+    let pcap = files.dir().join("drops.pcap").display().to_string();
     let dut = f.r.dut();
-    let other = files.dir.join("other.pcap");
+    let other = files.dir().join("other.pcap");
     std::thread::scope(|s| {
         let c = s.spawn(|| xnf_ok(dut, &["filter", "capture", "-w", &pcap, "--rule", "1", "--count", "5", "--max-pps", "1000"]));
         // The capture creates its file once it holds the capture: a
@@ -342,7 +317,7 @@ fn capture_writes_sampled_drops_as_pcap_and_status_works_under_ip_netns_exec() {
 #[test]
 fn concurrent_applies_each_apply_whole_and_the_last_one_is_live() {
     let f = Filtered::new(false);
-    let files = Files::new("concurrent");
+    let files = TempFiles::new("filter-concurrent");
     files.write("list.txt", "203.0.113.0/24\n");
     let a = files.write("a.toml", PORT_RULES);
     let b = files.write("b.toml", "[lists]\nl = \"list.txt\"\n[[rule]]\nname = \"udp-9101\"\nproto = \"udp\"\ndport = 9101\naction = \"drop\"\n[[rule]]\nname = \"listed\"\nsrc = \"@l\"\naction = \"drop\"\n");
@@ -417,7 +392,7 @@ fn syn_cookies_answer_syns_in_xdp_and_the_kernels_synproxy_completes_the_connect
     const N: usize = 20;
     let f = Filtered::new(false);
     f.r.dut().enable_forwarding().unwrap();
-    let files = Files::new("cookies");
+    let files = TempFiles::new("filter-cookies");
     let (s4, s6) = (f.r.line.sink_v4, f.r.line.sink_v6);
     let rules = format!(
         "[[rule]]\nname = \"web4\"\ndst = \"{s4}\"\nproto = \"tcp\"\ndport = 8080\naction = \"syn-cookie\"\n\

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use xnf_testrun::cli::xnf_bin;
+use xnf_testrun::cli::{xnf_bin, TempFiles};
 
 const FILE: &str = r#"[[service]]
 name = "web"
@@ -20,14 +20,11 @@ address = "198.18.1.3"
 "#;
 
 fn plan(files: &[(&str, &str)], args: &[&str]) -> std::process::Output {
-    let dir = std::env::temp_dir().join(format!("xnf-lb-cli-{}-{}", std::process::id(), files[0].0));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempFiles::new(&format!("lb-cli-{}", files[0].0));
     for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
+        dir.write(name, text);
     }
-    let out = Command::new(xnf_bin()).args(["lb", "plan"]).args(args).current_dir(&dir).output().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    out
+    Command::new(xnf_bin()).args(["lb", "plan"]).args(args).current_dir(dir.dir()).output().unwrap()
 }
 
 #[test]
