@@ -14,10 +14,13 @@
  * touched: a tunnel passing through is forwarded as it is. Outer
  * fragments are the kernel's (it reassembles before any decapsulation).
  * The inner packet is checked no further than its version: the kernel's
- * receive path checks it as it checks any packet.
+ * receive path checks it as it checks any packet. A congestion mark (CE)
+ * the outer header picked up on the way becomes the inner packet's, as
+ * RFC 6040 and the kernel's tunnels do.
  */
 #include "xnf/common.h"
 #include "xnf/parse.h"
+#include "xnf/csum.h"
 #include "xnf/stage.h"
 #include "lb.h"
 
@@ -88,6 +91,41 @@ static __always_inline __u16 inner_proto(struct xdp_md *ctx, __u32 off, __u8 wan
 	return 0;
 }
 
+/*
+ * RFC 6040 decapsulation, for an outer header marked CE (congestion
+ * experienced): an inner packet of an ECN-capable transport (ECT(0) or
+ * ECT(1)) takes the mark, or the congestion signal a router gave on the
+ * way from the balancer (which copies the inner ECN field to the outer,
+ * encap.h) would vanish here. The inner packet, after the Ethernet header,
+ * is of family @proto. A Not-ECT inner packet stays as it is: the RFC (and
+ * the kernel's tunnels) drop it, but a router marks only ECT packets, and
+ * the balancer's outer header is Not-ECT when the inner one is.
+ */
+static __always_inline void propagate_ce(void *data, void *end, __u16 proto)
+{
+	if (proto == ETH_P_IP) {
+		struct iphdr *iph = data + sizeof(struct ethhdr);
+		__u16 *word = (__u16 *)iph;  /* version, IHL and TOS */
+		__u16 old;
+
+		if ((void *)(iph + 1) > end || (iph->tos & 3) == 0 || (iph->tos & 3) == 3)
+			return;
+		old = *word;
+		iph->tos |= 3;
+		iph->check = csum_replace16(iph->check, old, *word);
+	} else {
+		/* The traffic class's ECN bits are bits 4-5 of the second byte. */
+		__u8 *b = data + sizeof(struct ethhdr);
+		__u8 ecn;
+
+		if ((void *)(b + 2) > end)
+			return;
+		ecn = (b[1] >> 4) & 3;
+		if (ecn == 1 || ecn == 2)
+			b[1] |= 0x30;
+	}
+}
+
 SEC("xdp")
 int xnf_lb_decap(struct xdp_md *ctx)
 {
@@ -98,7 +136,7 @@ int xnf_lb_decap(struct xdp_md *ctx)
 	struct ethhdr eth, *neth;
 	__u32 zero = 0, inner, kind;
 	__u16 proto;
-	__u8 want;
+	__u8 want, outer_ecn;
 
 	st = bpf_map_lookup_elem(&stats, &zero);
 	count(st, XNF_DECAP_RX);
@@ -112,9 +150,11 @@ int xnf_lb_decap(struct xdp_md *ctx)
 		want = 0;
 		kind = XNF_DECAP_GUE;
 		inner = p.l4_off + sizeof(struct udphdr);
-	} else if (p.frag == XNF_FRAG_LATER && (p.proto == IPPROTO_UDP || p.proto == IPPROTO_IPIP || p.proto == IPPROTO_IPV6)) {
-		/* Could be ours: the kernel reassembles it (and then drops it
-		 * when it cannot decapsulate: counted, not silent). */
+	} else if (p.frag == XNF_FRAG_LATER && gue_port && p.proto == IPPROTO_UDP) {
+		/* A later UDP fragment has no port to tell GUE by: it could be
+		 * ours, so the kernel reassembles it (and then drops it when it
+		 * cannot decapsulate: counted, not silent). Without GUE, UDP is
+		 * never ours. (Later IPIP/IPv6 fragments took the branch above.) */
 		return is_local(&p) ? to_kernel(st, XNF_DECAP_FRAGMENT) : next(ctx, st, XNF_DECAP_CONTINUE);
 	} else {
 		return next(ctx, st, XNF_DECAP_CONTINUE);
@@ -131,6 +171,7 @@ int xnf_lb_decap(struct xdp_md *ctx)
 	if ((void *)((struct ethhdr *)data + 1) > end)
 		return to_kernel(st, XNF_DECAP_ERROR);
 	__builtin_memcpy(&eth, data, sizeof(eth));
+	outer_ecn = p.family == AF_INET ? p.tos & 3 : (bpf_ntohl(p.flowinfo) >> 20) & 3;
 	if (bpf_xdp_adjust_head(ctx, (int)(inner - sizeof(eth))))
 		return to_kernel(st, XNF_DECAP_ERROR);
 	data = (void *)(long)ctx->data;
@@ -140,6 +181,8 @@ int xnf_lb_decap(struct xdp_md *ctx)
 		return to_kernel(st, XNF_DECAP_ERROR);
 	__builtin_memcpy(neth, &eth, sizeof(eth));
 	neth->h_proto = bpf_htons(proto);
+	if (outer_ecn == 3)
+		propagate_ce(data, end, proto);
 	count(st, kind);
 	return xnf_next_stage(ctx, XNF_STAGE_LB);
 }

@@ -345,7 +345,7 @@ static __always_inline int answer_too_big(struct xdp_md *ctx, const struct lctx 
  * gives the egress, both MACs and the MTU the encapsulated packet must fit.
  */
 static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const struct xnf_lb_service *s,
-				const struct xnf_lb_backend *b)
+				const struct xnf_lb_backend *b, int icmp_error)
 {
 	__u32 extra = xnf_lb_overhead(s->mode, b->family);
 	struct bpf_fib_lookup fib = {};
@@ -367,8 +367,14 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 		__builtin_memcpy(fib.ipv6_dst, b->addr, 16);
 	}
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		/* Never an ICMP error about an ICMP error (RFC 1122 3.2.2,
+		 * RFC 4443 2.4(e)): a routed one that does not fit is the
+		 * caller's to leave to the kernel. */
+		if (icmp_error)
+			return -1;
 		return answer_too_big(ctx, c, fib.mtu_result - extra);
+	}
 	if (rc == BPF_FIB_LKUP_RET_FWD_DISABLED)
 		return to_kernel(c, XNF_LB_FWD_DISABLED);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -433,6 +439,7 @@ static __always_inline int route_icmp(struct xdp_md *ctx, struct lctx *c)
 	__u32 off = p->l4_off;
 	__be16 *ports;
 	__u8 *icmp;
+	int v;
 
 	if (off > XNF_MAX_OFF)
 		return -1;
@@ -479,8 +486,10 @@ static __always_inline int route_icmp(struct xdp_md *ctx, struct lctx *c)
 		b = backend_at(table_pick(s, c->hash), 0);
 	if (!b)
 		return -1;
-	count(c, XNF_LB_ICMP_ROUTED);
-	return send(ctx, c, s, b);
+	v = send(ctx, c, s, b, 1);
+	if (v >= 0)
+		count(c, XNF_LB_ICMP_ROUTED);
+	return v;
 }
 
 /* A frame that shows no ports, or that the fast path leaves alone: the
@@ -550,7 +559,7 @@ int xnf_lb(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	count_backend(id, c.len);
-	return send(ctx, &c, s, b);
+	return send(ctx, &c, s, b, 0);
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -35,6 +35,9 @@ pub enum LbCmd {
         #[arg(long)]
         json: bool,
     },
+    /// On backends: strip what balancers encapsulated for this host (IPIP, IPv6-in-IPv6, GUE) in XDP.
+    #[command(subcommand)]
+    Decap(crate::decap::DecapCommand),
     /// Packets, bytes and new flows per service and backend; the reasons.
     Stats {
         #[arg(long)]
@@ -86,6 +89,7 @@ pub fn run(cmd: LbCmd) -> Result<()> {
             Ok(())
         }
         LbCmd::Status { json } => crate::report::status(json),
+        LbCmd::Decap(c) => crate::decap::run(c),
         LbCmd::Stats { json, watch } => crate::report::stats(json, watch_period(watch)?),
         LbCmd::Plan { file, from, shares, json } => {
             let new = load(&file)?;
