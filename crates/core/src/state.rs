@@ -166,6 +166,26 @@ pub fn run_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A run file of `dir` (`run_dir()` joined with a network function's
+/// name), read as JSON; `None` if it is not there.
+pub fn read_json<T: for<'de> serde::Deserialize<'de>>(dir: &Path, name: &str) -> Result<Option<T>> {
+    let path = dir.join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => Ok(Some(serde_json::from_str(&s).with_context(|| format!("reading {}", path.display()))?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Writes a run file of `dir` as JSON: under another name, then renamed,
+/// so that a reader (or a kill -9) never meets half a file.
+pub fn write_json<T: serde::Serialize>(dir: &Path, name: &str, v: &T) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(v)?).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))
+}
+
 /// Removes `dir` and then its parents up to /sys/fs/bpf/xnf while empty.
 pub fn remove_empty_dirs(dir: &Path) {
     let stop = Path::new(BPFFS);

@@ -85,21 +85,11 @@ pub(crate) fn run_dir() -> Result<PathBuf> {
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(name: &str) -> Result<Option<T>> {
-    let path = run_dir()?.join(name);
-    match std::fs::read_to_string(&path) {
-        Ok(s) => Ok(Some(serde_json::from_str(&s).with_context(|| format!("reading {}", path.display()))?)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
-    }
+    state::read_json(&run_dir()?, name)
 }
 
-/// Written under another name and renamed: never half a file.
 fn write_json<T: Serialize>(name: &str, v: &T) -> Result<()> {
-    let dir = run_dir()?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, serde_json::to_vec_pretty(v)?).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))
+    state::write_json(&run_dir()?, name, v)
 }
 
 /// The live file, if one was applied.
