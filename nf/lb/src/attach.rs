@@ -70,7 +70,7 @@ pub(crate) fn resolve(names: &[String], what: &str) -> Result<Vec<Link>> {
             bail!("{name} is named twice");
         }
         if !link.ethernet || link.loopback {
-            bail!("{name} is not an Ethernet interface: {what} works on Ethernet frames");
+            bail!("{name} is not an Ethernet interface: {what} works on Ethernet frames (balancers reach backends over Ethernet)");
         }
         out.push(link.clone());
     }

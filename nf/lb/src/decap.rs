@@ -293,25 +293,6 @@ fn own_addresses() -> Result<BTreeSet<IpAddr>> {
     Ok(netlink::addresses().context("listing this network namespace's addresses")?.into_iter().map(|a| a.addr).collect())
 }
 
-fn resolve(names: &[String]) -> Result<Vec<Link>> {
-    let links = netlink::links()?;
-    let mut out: Vec<Link> = Vec::new();
-    for name in names {
-        let link = links
-            .iter()
-            .find(|l| &l.name == name)
-            .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
-        if out.iter().any(|l| &l.name == name) {
-            bail!("{name} is named twice");
-        }
-        if !link.ethernet || link.loopback {
-            bail!("{name} is not an Ethernet interface: decap parses Ethernet frames (balancers reach backends over Ethernet)");
-        }
-        out.push(link.clone());
-    }
-    Ok(out)
-}
-
 /// Attaches decap as the lb stage of `names`, each instance stripping GUE
 /// sent to `gue_port` (0: no GUE), after filling `locals` with every address
 /// of this network namespace. Addresses are read now: one added later is not
@@ -319,7 +300,7 @@ fn resolve(names: &[String]) -> Result<Vec<Link>> {
 /// error, interfaces attached by this call are detached again.
 pub fn attach(names: &[String], mode: XdpMode, gue_port: u16) -> Result<Vec<String>> {
     let _lock = StateLock::acquire(LOCK)?;
-    let targets = resolve(names)?;
+    let targets = crate::attach::resolve(names, "decap")?;
     for l in &targets {
         if decap_stage(l.ifindex).is_some() {
             bail!("decap is already attached to {} (`xnf lb decap status`); to change its mode or GUE port, detach it first", l.name);
