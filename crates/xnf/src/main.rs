@@ -30,8 +30,8 @@ enum Command {
     /// flags, ICMP types, VLANs, lengths; drop, pass, count, rate-limit.
     #[command(subcommand)]
     Filter(xnf_filter::cli::FilterCmd),
-    /// A Layer-4 load balancer in XDP with Maglev hashing (in progress: so
-    /// far `plan`, what a service file would move before anything changes).
+    /// A Layer-4 load balancer in XDP: Maglev tables, a connection table,
+    /// IPIP, GUE or DSR; `plan` before `apply`; `decap` for backends.
     #[command(subcommand)]
     Lb(xnf_lb::cli::LbCmd),
     /// Attach a do-nothing XDP program so a veth end receives redirected frames.
