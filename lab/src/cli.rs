@@ -55,6 +55,19 @@ pub enum LabCmd {
     /// figure), the rate that halves them, drops per second and CPU per
     /// dropped frame, and the ratios of the drop rates at the maximum.
     Filter(Box<crate::experiments::filter::FilterArgs>),
+    /// Seed 003 §5.3: a VIP balanced over N backend namespaces by `xnf lb`
+    /// (ipip, gue, dsr) and by the kernel (nftables DNAT over jhash or
+    /// numgen, then forwarding), variants alternated within each run; and
+    /// the disruption when one backend of N is removed under established
+    /// flows, with and without the connection table.
+    ///
+    /// Reports Mpps delivered to the backends (median, min, max), CPU per
+    /// packet, the balance over backends and the ratios xnf / nft
+    /// (optionally the zero-loss rate and the load curve); then, from the
+    /// real lb program run over every flow (BPF_PROG_TEST_RUN), the share
+    /// of flows that changed backend — the removed backend's and the
+    /// collateral — against what `xnf lb plan` expects.
+    Lb(Box<crate::experiments::lb::LbArgs>),
     /// AF_XDP latency (seed 002): ping-pong between two namespaces over
     /// every combination of busy poll, need_wakeup, poll/spin on each side
     /// and batch size, repeated; every RTT recorded; runs grouped by
@@ -103,6 +116,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Chain(a) => experiment(*a),
         LabCmd::Afxdp(a) => experiment(*a),
         LabCmd::Filter(a) => crate::experiments::filter::main(*a),
+        LabCmd::Lb(a) => crate::experiments::lb::main(*a),
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Up(a) => up(a),

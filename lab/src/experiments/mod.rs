@@ -6,4 +6,5 @@ pub mod chain;
 pub mod filter;
 pub mod gen;
 pub mod latency;
+pub mod lb;
 pub mod router;

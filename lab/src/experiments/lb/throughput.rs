@@ -1,0 +1,445 @@
+//! `xnf lab lb`'s throughput part: gen → dut → N backend namespaces, dut balancing one VIP over the backends five
+//! ways, alternated within each run by the lab's driver — `xnf lb` in each of its modes (ipip, gue, dsr) and the
+//! kernel with nftables DNAT (`jhash` of the client's address and port, or `numgen` round robin) and forwarding.
+//!
+//! **Topology.** The built-in line (gen → dut → sink, whose sink stays idle) plus one namespace per backend, each
+//! on its own veth pair from dut (`dut:bkI` ↔ `beI:be`, 198.18.(10+I).0/24, MTU 1600 so that a 1518-byte frame still
+//! fits once encapsulated), counted and dropped by the lab's XDP sink there (an encapsulated packet needs no
+//! decapsulation to be counted). Every variant takes exactly the same path out: one veth crossing into the
+//! backend's namespace. `xnf lb` is attached to dut's ingress and to every backend port, so it sends each packet
+//! with a devmap redirect to the backend's port (the route `bpf_fib_lookup` finds); the kernel variants forward
+//! to the same port after DNAT. Backends behind the ingress would make `xnf lb` XDP_TX back to gen, a path the
+//! kernel variants cannot take: that would compare two different paths. DSR needs the backend on the segment of
+//! dut's egress: each backend's veth is that segment, and its MAC comes from dut's neighbour table (permanent
+//! entries, as for the kernel's forwarding).
+//!
+//! **Traffic.** TCP ACK segments (or UDP datagrams) to VIP:port from `--flows` distinct clients: up to 1,024
+//! addresses in 198.19.1.0/22, more flows by source ports; dut routes 198.19.0.0/16 back to gen. Each flow sends the
+//! same number of packets, so a backend's share of the packets is its share of the flows.
+//!
+//! **What is counted.** Delivered = the sum of the backends' sinks. Per backend, the full-speed interval's packets
+//! (the balance, in the results' `details.backends`). A run of an `xnf-*` variant in which the lb handed packets to
+//! dut's kernel, or dut's kernel forwarded them, is refused: it would be the kernel's rate under xnf's name.
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use serde::Serialize;
+use xnf_netns::Netns;
+use xnf_packet::{PacketBuilder, TcpFlags};
+
+use super::setup::{self, LbGuard, Mode, NftGuard, Pick, Proto, MAX_BACKENDS, MAX_SOURCES, VIP};
+use crate::engine::driver::{variant_name, Cpus, Experiment, Running};
+use crate::engine::measure::{self, Counters};
+use crate::engine::params::{self, Axis, Param, Point, Value};
+use crate::engine::progress::Progress;
+use crate::engine::results::{Results, Sample};
+use crate::engine::topology::{BuiltTopology, FunctionKind, FunctionSpec, LinkSpec, NamespaceSpec, NeighbourSpec, TopologySpec};
+use crate::engine::{nft, LabAttachment};
+use crate::experiments::router::{parse_item, parse_size};
+use crate::programs::gen::GenConfig;
+
+/// Most source ports per client address (1024 … 65534).
+const MAX_PORTS: u32 = 64511;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// `xnf lb`, IPv4 in IPv4 to the backend.
+    XnfIpip,
+    /// `xnf lb`, IPv4 in UDP (GUE) to the backend.
+    XnfGue,
+    /// `xnf lb`, direct server return: the frame as it came, to the backend's MAC.
+    XnfDsr,
+    /// nftables DNAT to `jhash ip saddr . sport mod N`, forwarded by dut's kernel.
+    NftJhash,
+    /// nftables DNAT to `numgen inc mod N` (round robin over new connections), forwarded by dut's kernel.
+    NftNumgen,
+}
+
+impl Variant {
+    fn xnf_mode(self) -> Option<Mode> {
+        match self {
+            Variant::XnfIpip => Some(Mode::Ipip),
+            Variant::XnfGue => Some(Mode::Gue),
+            Variant::XnfDsr => Some(Mode::Dsr),
+            _ => None,
+        }
+    }
+}
+
+/// `xnf lab lb`'s throughput options; every list is a sweep.
+#[derive(Args, Debug, Default, Serialize)]
+pub struct Throughput {
+    /// Backends of the service (one namespace and veth pair each, 1..=64); a list sweeps, e.g. 2,4,16.
+    #[arg(long, default_value = "4", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
+    pub backends: Vec<u32>,
+    /// Flows: distinct clients (up to 1,024 addresses, then source ports of each); a list sweeps, e.g. 1024,100000.
+    #[arg(long, default_value = "1024", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
+    pub flows: Vec<u32>,
+    /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
+    #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES|imix[,...]")]
+    pub sizes: Vec<u32>,
+    /// The service's protocol, and the traffic's (TCP: ACK segments of established connections).
+    #[arg(long, value_enum, default_value_t = Proto::Tcp)]
+    pub proto: Proto,
+    /// The service's port.
+    #[arg(long, default_value_t = 80)]
+    pub port: u16,
+    /// Entries of the lb's Maglev table (prime; here and in the disruption part).
+    #[arg(long, default_value_t = xnf_lb::DEFAULT_TABLE_SIZE)]
+    pub table_size: u32,
+    /// Variants to compare.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "xnf-ipip,xnf-gue,xnf-dsr,nft-jhash,nft-numgen")]
+    pub variants: Vec<Variant>,
+    /// Packets per backend of every full-speed interval, in the order measured.
+    #[arg(skip)]
+    #[serde(skip)]
+    shares: RefCell<Vec<BackendShare>>,
+}
+
+/// One full-speed interval's packets per backend.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackendShare {
+    pub variant: String,
+    pub point: Point,
+    /// Packets each backend's sink counted, backend 1 first.
+    pub packets: Vec<u64>,
+    /// The busiest backend's packets over the mean: 1 is perfect balance.
+    pub max_over_mean: f64,
+    /// Packets dut's kernel forwarded in the interval.
+    pub forwarded: u64,
+}
+
+/// The backend-count parameter.
+fn backends_param() -> Param {
+    Param {
+        name: "backends".into(),
+        title: "backends".into(),
+        axis: "backends of the service".into(),
+        scale: Axis::Linear,
+        unit: ("backend".into(), "backends".into()),
+        names: Vec::new(),
+        quiet: Vec::new(),
+        apart: Vec::new(),
+    }
+}
+
+/// The largest divisor of `flows` that is at most `max`: client addresses, the rest of the flows by source ports.
+pub fn sources(flows: u32, max: u32) -> u32 {
+    (1..=flows.min(max)).rev().find(|d| flows.is_multiple_of(*d)).unwrap_or(1)
+}
+
+impl Throughput {
+    fn most_backends(&self) -> u32 {
+        self.backends.iter().copied().max().unwrap_or(1)
+    }
+}
+
+impl Experiment for Throughput {
+    type Variant = Variant;
+    const NAME: &'static str = "lb";
+
+    fn params(&self) -> Vec<Param> {
+        vec![params::size(), params::flows(), backends_param()]
+    }
+
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        vec![("size", params::values(&self.sizes)), ("flows", params::values(&self.flows)), ("backends", params::values(&self.backends))]
+    }
+
+    fn variants(&self) -> Vec<Variant> {
+        self.variants.clone()
+    }
+
+    fn ratios(&self) -> Vec<(&'static str, &'static str)> {
+        let mut r = Vec::new();
+        for n in ["xnf-ipip", "xnf-gue", "xnf-dsr"] {
+            for d in ["nft-jhash", "nft-numgen"] {
+                r.push((n, d));
+            }
+        }
+        r
+    }
+
+    fn check(&self, _: Cpus) -> Result<()> {
+        measure::check_sizes(&self.sizes, false)?;
+        ensure!(!self.backends.is_empty() && !self.flows.is_empty(), "--backends and --flows: give at least one value each");
+        for &b in &self.backends {
+            ensure!((1..=MAX_BACKENDS).contains(&b), "--backends {b}: 1..={MAX_BACKENDS} (each is a namespace with a /24 of its own)");
+            ensure!(b <= self.table_size, "--backends {b}: more than the --table-size {} entries", self.table_size);
+        }
+        for &f in &self.flows {
+            ensure!(f >= 1, "--flows {f}: at least 1");
+            let ports = f / sources(f, MAX_SOURCES);
+            ensure!(
+                ports <= MAX_PORTS,
+                "--flows {f}: made of {} client addresses × {ports} source ports, more ports than 1024..65535 holds: give a multiple of 1024 (at most {})",
+                sources(f, MAX_SOURCES),
+                MAX_SOURCES * MAX_PORTS
+            );
+        }
+        xnf_lb::maglev::check_size(self.table_size).context("--table-size")?;
+        ensure!(self.port != 0, "--port 0: give the service's port, 1..=65535");
+        if self.variants.iter().any(|v| v.xnf_mode().is_none()) {
+            nft::require("the nft-jhash and nft-numgen variants")?;
+            let most = self.flows.iter().copied().max().unwrap_or(0);
+            let max: u64 = std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(u64::MAX);
+            ensure!(u64::from(most) <= max, "--flows {most}: more than conntrack holds here (net.netfilter.nf_conntrack_max = {max}); the nft variants would drop new flows");
+        }
+        Ok(())
+    }
+
+    /// One namespace per backend on its own link from dut (see the module's doc); conntrack liberal about TCP
+    /// windows, so the generator's repeated segments of a flow are never marked invalid (and left un-NATed).
+    fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
+        let dut = spec.roles.as_ref().context("the topology needs a [roles] table")?.dut_in.split(':').next().unwrap_or_default().to_string();
+        let ns = spec.namespaces.iter_mut().find(|n| n.name == dut).with_context(|| format!("the topology has no namespace {dut} for its dut_in role"))?;
+        ns.forwarding = true;
+        ns.sysctl.insert("net.netfilter.nf_conntrack_tcp_be_liberal".into(), "1".into());
+        for i in 1..=self.most_backends() {
+            let be = format!("be{i}");
+            spec.namespaces.push(NamespaceSpec { name: be.clone(), forwarding: false, sysctl: Default::default() });
+            spec.links.push(LinkSpec {
+                a: format!("{dut}:bk{i}"),
+                b: format!("{be}:be"),
+                queues: None,
+                mtu: Some(1600),
+                a_addr: vec![format!("{}/24", setup::backend_gateway(i))],
+                b_addr: vec![format!("{}/24", setup::backend(i))],
+            });
+            spec.neighbours.push(NeighbourSpec { ns: dut.clone(), ip: setup::backend(i).to_string(), dev: format!("bk{i}"), mac: format!("{be}:be") });
+            spec.functions.push(FunctionSpec { ns: be, kind: FunctionKind::Sink, interfaces: vec!["be".into()] });
+        }
+        Ok(())
+    }
+
+    /// dut routes the clients back to gen.
+    fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
+        let roles = t.roles()?;
+        let (dut, din) = t.endpoint(&roles.dut_in)?;
+        let gen = t.addr(&roles.gen, false)?.to_string();
+        dut.route_add(setup::CLIENT_PREFIX, Some(&gen), Some(&din)).context("routing the clients' prefix back to gen in dut")
+    }
+
+    fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, _: &Progress) -> Result<crate::engine::driver::AtPoint<'a>> {
+        let flows = p.u32("flows")?;
+        let n = sources(flows, MAX_SOURCES);
+        let mut at = crate::engine::driver::AtPoint::traffic(traffic(t, p, self.proto, self.port)?);
+        let ports = flows / n;
+        at.notes.push(format!("{flows} flows: {n} client address{} × {ports} source port{}", if n == 1 { "" } else { "es" }, if ports == 1 { "" } else { "s" }));
+        Ok(at)
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let roles = t.roles()?;
+        let (dut, din) = t.endpoint(&roles.dut_in)?;
+        let n = p.u32("backends")?;
+        let backends: Vec<IpAddr> = (1..=n).map(|i| IpAddr::V4(setup::backend(i))).collect();
+        let sinks = (1..=n).map(|i| t.attachment(&format!("be{i}:be"))).collect::<Result<Vec<_>>>()?;
+        let (mut lb, mut kernel) = (None, None);
+        match v.xnf_mode() {
+            Some(mode) => {
+                let mut ifaces = vec![din.clone()];
+                ifaces.extend((1..=self.most_backends()).map(|i| crate::engine::topology::ifname(&format!("bk{i}"))));
+                let file = setup::service_file(IpAddr::V4(VIP), self.proto, self.port, mode, self.table_size, &backends);
+                let (g, warnings) = LbGuard::new(dut, &ifaces, &file)?;
+                warnings.iter().for_each(|w| pg.println(&format!("xnf lb: {w}")));
+                lb = Some(g);
+            }
+            None => {
+                let pick = if v == Variant::NftJhash { Pick::Jhash } else { Pick::Numgen };
+                // dut's ingress must run XDP to receive the generator's XDP_TX-ed frames; this one passes them up.
+                let pass = LabAttachment::pass(dut, &din)?;
+                let rules = NftGuard::load(dut, &setup::nft_ruleset(self.proto, self.port, pick, &backends))?;
+                kernel = Some((rules, pass));
+            }
+        }
+        Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, readings: RefCell::new(Vec::new()), lb, kernel }))
+    }
+
+    fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
+        res.notes.push(format!(
+            "veth: the generator, dut and the backends' sinks run in softirq on the generating CPU (CPU {}); rates are of the whole path.",
+            cpus.gen
+        ));
+        res.notes.push(
+            "nft-jhash and nft-numgen differ only in a connection's first packet (NAT rules see no other): at steady state both are conntrack's lookup, the NAT rewrite and a kernel forward per packet.".into(),
+        );
+        let shares = self.shares.take();
+        for (v, p) in distinct(&shares) {
+            let of: Vec<&BackendShare> = shares.iter().filter(|s| s.variant == v && s.point == p).collect();
+            if let Some(s) = of.iter().find(|s| s.packets.contains(&0)) {
+                res.notes.push(format!("{v}, {}: a backend received nothing in a full-speed interval ({:?})", res.label(&p), s.packets));
+            }
+        }
+        res.details.insert("backends".into(), serde_json::to_value(&shares)?);
+        Ok(())
+    }
+
+    fn print(&self, r: &Results) {
+        print_balance(r);
+    }
+}
+
+/// The (variant, point) pairs of `shares`, in the order measured.
+fn distinct(shares: &[BackendShare]) -> Vec<(String, Point)> {
+    let mut out: Vec<(String, Point)> = Vec::new();
+    for s in shares {
+        if !out.iter().any(|(v, p)| *v == s.variant && *p == s.point) {
+            out.push((s.variant.clone(), s.point.clone()));
+        }
+    }
+    out
+}
+
+/// The balance table: each variant's share of the packets per backend (summed over runs) and max/mean.
+pub fn print_balance(r: &Results) {
+    let Some(all) = r.details.get("backends").and_then(|v| serde_json::from_value::<Vec<serde_json::Value>>(v.clone()).ok()) else { return };
+    println!("\nper backend (full-speed intervals, all runs summed): share of the packets delivered, busiest backend / mean");
+    let label = |v: &serde_json::Value| serde_json::from_value::<Point>(v.clone()).map(|p| r.label(&p)).unwrap_or_default();
+    let w = all.iter().map(|s| label(&s["point"]).chars().count()).max().unwrap_or(0);
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for s in &all {
+        let (v, point) = (s["variant"].as_str().unwrap_or_default().to_string(), s["point"].to_string());
+        if seen.contains(&(v.clone(), point.clone())) {
+            continue;
+        }
+        seen.push((v.clone(), point.clone()));
+        let mut sum: Vec<u64> = Vec::new();
+        for o in all.iter().filter(|o| o["variant"] == s["variant"] && o["point"] == s["point"]) {
+            for (i, x) in o["packets"].as_array().into_iter().flatten().enumerate() {
+                if sum.len() <= i {
+                    sum.push(0);
+                }
+                sum[i] += x.as_u64().unwrap_or(0);
+            }
+        }
+        let total: u64 = sum.iter().sum();
+        let mean = total as f64 / sum.len().max(1) as f64;
+        let shares: Vec<String> = sum.iter().map(|&x| format!("{:.1}", 100.0 * x as f64 / total.max(1) as f64)).collect();
+        println!("{v:<12} {:<w$} {:>6.3}  {} %", label(&s["point"]), sum.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0), shares.join(" / "));
+    }
+}
+
+/// The generator's frames at `p`: TCP ACK segments (seq 1, ack 1) or UDP datagrams from `flows` clients to VIP:port,
+/// addressed to dut's ingress MAC.
+pub fn traffic(t: &BuiltTopology, p: &Point, proto: Proto, port: u16) -> Result<GenConfig> {
+    let roles = t.roles()?;
+    let (size, flows) = (p.u32("size")?, p.u32("flows")?);
+    let n = sources(flows, MAX_SOURCES);
+    let (len, sizes) = match size {
+        0 => (1514, crate::programs::gen::imix_sequence(60)),
+        s => (s as usize - 4, Vec::new()),
+    };
+    let b = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(IpAddr::V4(setup::client(0)), IpAddr::V4(VIP));
+    let b = match proto {
+        Proto::Tcp => b.tcp(1024, port, TcpFlags::ACK).seq(1).ack(1),
+        Proto::Udp => b.udp(1024, port),
+    };
+    let template = b.frame_len(len).try_build()?;
+    let src_addrs = (0..n).map(|k| IpAddr::V4(setup::client(k))).collect();
+    Ok(GenConfig { template, flows: flows / n, base_sport: 1024, sizes, src_addrs, ..Default::default() })
+}
+
+/// A variant set up at a point for one run: `xnf lb` attached and applied, or nftables and the pass program.
+struct LbRun<'a> {
+    exp: &'a Throughput,
+    v: Variant,
+    point: Point,
+    dut: &'a Netns,
+    din: String,
+    sinks: Vec<&'a LabAttachment>,
+    /// At every reading of the probe: each backend's packets and dut's `Ip ForwDatagrams`; the first two bracket
+    /// the full-speed interval (measured first).
+    readings: RefCell<Vec<(Vec<u64>, u64)>>,
+    lb: Option<LbGuard>,
+    kernel: Option<(NftGuard<'a>, LabAttachment)>,
+}
+
+impl Running for LbRun<'_> {
+    fn counters(&self) -> Result<Counters<'_>> {
+        Ok(Counters {
+            dut_in: (self.dut, self.din.clone()),
+            dut_out: None,
+            received: Box::new(|| self.sinks.iter().map(|s| s.packets()).sum()),
+            on_read: Some(Box::new(move || {
+                let per = self.sinks.iter().map(|s| s.packets()).collect::<Result<Vec<_>>>()?;
+                let forwarded = self.dut.snmp()?.value("Ip", "ForwDatagrams")?;
+                self.readings.borrow_mut().push((per, forwarded));
+                Ok(())
+            })),
+        })
+    }
+
+    /// Keeps the full-speed interval's packets per backend; refuses an xnf run whose packets dut's kernel handled.
+    fn finish(mut self: Box<Self>, samples: &[Sample]) -> Result<()> {
+        let max = samples.first().context("no full-speed sample")?;
+        let r = self.readings.take();
+        ensure!(r.len() >= 2, "the backends' counters were read {} time(s) during the measurement", r.len());
+        let packets: Vec<u64> = r[1].0.iter().zip(&r[0].0).map(|(b, a)| b - a).collect();
+        let forwarded = r[1].1.saturating_sub(r[0].1);
+        let limit = (max.received / 100).max(100);
+        if let Some(lb) = &self.lb {
+            let c = lb.counters()?;
+            let passed = c[xnf_lb::program::Counter::Pass as usize];
+            if passed > limit || forwarded > limit {
+                bail!(
+                    "xnf lb handed {passed} packets to dut's kernel ({}) and the kernel forwarded {forwarded}, of {} delivered: the measurement would be of kernel forwarding",
+                    setup::passed_reasons(&c),
+                    max.received
+                );
+            }
+        }
+        let mean = packets.iter().sum::<u64>() as f64 / packets.len().max(1) as f64;
+        let max_over_mean = packets.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0);
+        let variant = variant_name(&self.v);
+        self.exp.shares.borrow_mut().push(BackendShare { variant, point: self.point.clone(), packets, max_over_mean, forwarded });
+        drop(self.lb.take());
+        drop(self.kernel.take());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::driver;
+
+    fn opts(args: &[&str]) -> Throughput {
+        driver::parse_options(args).unwrap()
+    }
+
+    #[test]
+    fn bad_options_are_refused_with_the_flag_named() {
+        let cpus = Cpus { gen: 1, count: 2 };
+        for (args, want) in [
+            (&["--backends", "0"][..], "--backends 0"),
+            (&["--backends", "65"][..], "--backends 65"),
+            (&["--flows", "0"][..], "--flows 0"),
+            (&["--flows", "100003"][..], "--flows 100003"),
+            (&["--table-size", "65536"][..], "not prime"),
+            (&["--port", "0"][..], "--port 0"),
+            (&["--size", "63"][..], "--size 63"),
+        ] {
+            let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
+            assert!(e.contains(want), "{args:?}: {e} lacks {want}");
+        }
+        assert!(opts(&["--variants", "xnf-ipip,xnf-gue,xnf-dsr"]).check(cpus).is_ok());
+    }
+
+    #[test]
+    fn flows_are_addresses_then_ports_and_points_carry_the_backends() {
+        assert_eq!(sources(1024, 1024), 1024);
+        assert_eq!(sources(100_000, 1024), 1000);
+        assert_eq!(sources(10, 1024), 10);
+        let t = opts(&["--backends", "2,4"]);
+        let p = driver::points(&t);
+        assert_eq!(p.len(), 2);
+        assert_eq!(params::label(&t.params(), &p[1]), "64 B, 1024 flows, 4 backends");
+        assert_eq!(t.ratios().len(), 6);
+        assert_eq!(driver::variant_name(&Variant::NftNumgen), "nft-numgen");
+    }
+}

@@ -1,0 +1,122 @@
+//! `xnf lab lb` as a user runs it: bad options are refused with one line before anything is built; a short run
+//! measures every variant, each delivering to every backend with the loss located, and the disruption part moves
+//! exactly the removed backend's flows while the connection table holds, and only a little more without it; the
+//! lab's namespaces and xnf's pins go at the end and on Ctrl-C. No timing is asserted.
+
+use std::cell::RefCell;
+use std::os::unix::fs::MetadataExt;
+
+use serde_json::Value;
+use xnf_testrun::cli::{assert_lab_refuses, interrupt_lab_when, lab, lab_namespace, namespaces_of};
+
+const VARIANTS: [&str; 5] = ["xnf-ipip", "xnf-gue", "xnf-dsr", "nft-jhash", "nft-numgen"];
+
+#[test]
+fn bad_options_are_refused_with_one_line_naming_the_flag() {
+    assert_lab_refuses(
+        "lb",
+        &[
+            (&["--backends", "0"][..], "--backends 0", 1),
+            (&["--backends", "65"][..], "--backends 65", 1),
+            (&["--flows", "100003"][..], "--flows 100003", 1),
+            (&["--table-size", "65536"][..], "not prime", 1),
+            (&["--variants", "ipvs"][..], "--variants", 2),
+            (&["--part", "disruption", "--remove", "11"][..], "--remove 11", 1),
+            (&["--disruption-backends", "1"][..], "--disruption-backends 1", 1),
+            (&["--established", "10000000"][..], "--established 10000000", 1),
+            (&["--runs", "0"][..], "--runs", 1),
+        ],
+    );
+}
+
+/// Runs `xnf lab lb ARGS` briefly and returns its results file read back.
+fn short_run(tag: &str, args: &[&str]) -> Value {
+    let json = std::env::temp_dir().join(format!("xnf-lab-lb-{tag}-{}.json", std::process::id()));
+    let mut all = vec!["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let (out, pid) = lab("lb", &all);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(r["experiment"], "lb");
+    r
+}
+
+#[test]
+fn every_variant_delivers_to_every_backend_and_a_removal_moves_only_the_removed_backends_flows() {
+    let r = short_run("both", &["--backends", "3", "--established", "20000"]);
+    let samples = r["samples"].as_array().unwrap();
+    for v in VARIANTS {
+        let s = samples.iter().find(|s| s["variant"] == v && s["kind"] == "max").unwrap_or_else(|| panic!("no full-speed sample of {v}"));
+        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
+        assert!(received > 0, "{v}: nothing delivered: {s}");
+        let l = &s["loss"];
+        assert_eq!(l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap(), sent - received, "{v}: the loss locations do not add up: {s}");
+        assert_eq!(s["point"]["backends"], 3, "{s}");
+        let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap_or_else(|| panic!("no per-backend counts of {v}"));
+        let packets: Vec<u64> = b["packets"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(packets.len(), 3, "{v}: {b}");
+        // Each backend gets about a third of 1,024 equal flows; a fifth is far below any plausible share.
+        let total: u64 = packets.iter().sum();
+        assert!(packets.iter().all(|&p| p * 5 > total), "{v}: a backend got (almost) nothing: {packets:?}");
+        if v.starts_with("xnf") {
+            assert!(b["forwarded"].as_u64().unwrap() <= 100, "{v}: dut's kernel forwarded the traffic: {b}");
+        } else {
+            // (The sinks also count the odd IPv6 router solicitation dut sends on a fresh link.)
+            assert!(b["forwarded"].as_u64().unwrap() + 20 >= total, "{v}: dut's kernel did not forward what the backends got: {b}");
+        }
+    }
+    let ratios = r["ratios"].as_array().unwrap();
+    for n in ["xnf-ipip", "xnf-gue", "xnf-dsr"] {
+        for d in ["nft-jhash", "nft-numgen"] {
+            assert!(ratios.iter().any(|q| q["numerator"] == n && q["denominator"] == d), "no {n} / {d} ratio");
+        }
+    }
+
+    let d = &r["details"]["disruption"];
+    let u = |o: &Value, k: &str| o[k].as_u64().unwrap_or_else(|| panic!("no {k} in {o}"));
+    assert_eq!((d["flows"].as_u64(), d["backends"].as_u64()), (Some(20000), Some(10)), "{d}");
+    let before = &d["before"];
+    assert_eq!(u(before, "model_agrees"), 20000, "the data plane placed flows where the control plane's model says: {before}");
+    let removed = u(before, "removed_flows");
+    assert!(removed > 1000 && removed < 3000, "the removed backend had about a tenth of the flows: {before}");
+    let with = &d["with_table"];
+    assert_eq!((u(with, "collateral"), u(with, "removed_moved"), u(with, "removed_flows")), (0, removed, removed), "with the connection table: {with}");
+    assert_eq!(u(with, "moved"), removed, "with the connection table only the removed backend's flows move: {with}");
+    assert_eq!(u(with, "ct_stale"), removed, "{with}");
+    let without = &d["without_table"];
+    assert_eq!((u(without, "removed_moved"), u(without, "removed_flows")), (removed, removed), "without the table: {without}");
+    let kept = u(without, "kept_flows");
+    assert!(u(without, "collateral") * 50 <= kept, "without the table, collateral above 2 % of the kept flows: {without}");
+    assert_eq!(u(without, "model_agrees"), 20000, "after the change too: {without}");
+    assert!(d["plan"]["collateral_of_kept"].as_f64().unwrap() < 0.02, "{d}");
+}
+
+/// The inode of a named network namespace: its pins live under /sys/fs/bpf/xnf/net-<inode>.
+fn inode(ns: &str) -> Option<u64> {
+    std::fs::metadata(format!("/run/netns/{ns}")).ok().map(|m| m.ino())
+}
+
+/// Whether `dev` (a name ending so) in `ns` runs an XDP program.
+fn has_xdp(ns: &str, dev: &str) -> bool {
+    let out = std::process::Command::new("ip").args(["-n", ns, "-j", "link", "show"]).output().expect("running ip");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v.as_array().into_iter().flatten().any(|l| l["ifname"].as_str().is_some_and(|n| n.ends_with(dev)) && !l["xdp"].is_null())
+}
+
+#[test]
+fn ctrl_c_removes_the_lb_and_the_namespaces() {
+    let dut_inode = RefCell::new(None);
+    interrupt_lab_when(&["lb", "--part", "throughput", "--variants", "xnf-ipip", "--runs", "1", "--seconds", "60"], "xnf lb attached in dut", |names| {
+        let Some(dut) = lab_namespace(names, "dut") else { return false };
+        let ready = lab_namespace(names, "be4").is_some() && has_xdp(dut, "in") && has_xdp(dut, "bk4");
+        if ready {
+            *dut_inode.borrow_mut() = inode(dut);
+        }
+        ready
+    });
+    let ino = dut_inode.take().expect("dut's inode");
+    assert!(!std::path::Path::new(&format!("/sys/fs/bpf/xnf/net-{ino}")).exists(), "xnf's pins of dut were left behind");
+}
