@@ -55,6 +55,18 @@ static __always_inline void put_ipv6(struct ipv6hdr *o, __u8 tc, __u32 label, __
 	__builtin_memcpy(&o->daddr, dst, 16);
 }
 
+/* GUE variant 1's UDP header: the source port carries 14 bits of the flow
+ * hash (ECMP paths and receive queues spread by it); the checksum is zero,
+ * over IPv6 too (RFC 6935 allows it for tunnels): the decap program does
+ * not check it, and computing it would read the whole packet. */
+static __always_inline void put_gue(struct udphdr *u, __u32 hash, __be16 port, __u32 inner)
+{
+	u->source = bpf_htons(0xc000 | (hash & 0x3fff));
+	u->dest = port;
+	u->len = bpf_htons(inner + sizeof(*u));
+	u->check = 0;
+}
+
 /* Bytes the mode puts in front of the inner packet for a backend of @family. */
 static __always_inline __u32 xnf_lb_overhead(__u8 mode, __u8 family)
 {
@@ -107,12 +119,8 @@ static __always_inline int xnf_lb_encap(struct xdp_md *ctx, const struct xnf_pkt
 		/* DF: a packet too big for the path is answered, never fragmented
 		 * (the backend's decap cannot reassemble). */
 		put_ipv4(o, tos, inner + extra, proto, src[0], b->addr[0], bpf_htons(0x4000));
-		if (s->mode == XNF_LB_GUE) {
-			u->source = bpf_htons(0xc000 | (hash & 0x3fff));
-			u->dest = s->gue_port;
-			u->len = bpf_htons(inner + sizeof(*u));
-			u->check = 0;
-		}
+		if (s->mode == XNF_LB_GUE)
+			put_gue(u, hash, s->gue_port, inner);
 	} else {
 		struct ipv6hdr *o = data + sizeof(struct ethhdr);
 		struct udphdr *u = (void *)(o + 1);
@@ -121,15 +129,8 @@ static __always_inline int xnf_lb_encap(struct xdp_md *ctx, const struct xnf_pkt
 			return -1;
 		put_eth(data, dmac, smac, ETH_P_IPV6);
 		put_ipv6(o, tos, hash, inner + extra - sizeof(*o), proto, src, b->addr);
-		if (s->mode == XNF_LB_GUE) {
-			/* A zero checksum over IPv6 (RFC 6935 allows it for tunnels):
-			 * the decap program does not check it, and computing it would
-			 * read the whole packet. */
-			u->source = bpf_htons(0xc000 | (hash & 0x3fff));
-			u->dest = s->gue_port;
-			u->len = bpf_htons(inner + sizeof(*u));
-			u->check = 0;
-		}
+		if (s->mode == XNF_LB_GUE)
+			put_gue(u, hash, s->gue_port, inner);
 	}
 	return 0;
 }

@@ -277,3 +277,25 @@ fn describe(dir: &Path) -> Result<String> {
 pub fn reuse_stages(map: &mut libbpf_rs::OpenMapMut<'_>, stages: &MapHandle) -> Result<()> {
     map.reuse_fd(stages.as_fd()).context("giving a stage its interface's stage array")
 }
+
+/// The interfaces `names` of this network namespace, checked for a network
+/// function that parses Ethernet frames: present, each named once, Ethernet
+/// and not the loopback; `why` ends the message of one that is not.
+pub fn ethernet_links(names: &[String], why: &str) -> Result<Vec<xnf_netns::netlink::Link>> {
+    let links = xnf_netns::netlink::links()?;
+    let mut out: Vec<xnf_netns::netlink::Link> = Vec::new();
+    for name in names {
+        let link = links
+            .iter()
+            .find(|l| &l.name == name)
+            .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
+        if out.iter().any(|l| &l.name == name) {
+            bail!("{name} is named twice");
+        }
+        if !link.ethernet || link.loopback {
+            bail!("{name} is not an Ethernet interface: {why}");
+        }
+        out.push(link.clone());
+    }
+    Ok(out)
+}

@@ -55,30 +55,11 @@ pub fn attached_links() -> Result<Vec<Link>> {
     Ok(netlink::links()?.into_iter().filter(|l| filter_stage(l.ifindex).is_some()).collect())
 }
 
-fn resolve(names: &[String]) -> Result<Vec<Link>> {
-    let links = netlink::links()?;
-    let mut out: Vec<Link> = Vec::new();
-    for name in names {
-        let link = links
-            .iter()
-            .find(|l| &l.name == name)
-            .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
-        if out.iter().any(|l| &l.name == name) {
-            bail!("{name} is named twice");
-        }
-        if !link.ethernet || link.loopback {
-            bail!("{name} is not an Ethernet interface: the filter parses Ethernet frames");
-        }
-        out.push(link.clone());
-    }
-    Ok(out)
-}
-
 /// Attaches the filter in front of whatever else runs on `names`. All or
 /// nothing: on error, interfaces attached by this call are detached again.
 pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
     let _lock = StateLock::acquire(LOCK)?;
-    let targets = resolve(names)?;
+    let targets = entry::ethernet_links(names, "the filter parses Ethernet frames")?;
     for l in &targets {
         if filter_stage(l.ifindex).is_some() {
             bail!("the filter is already attached to {} (`xnf filter status`)", l.name);

@@ -57,32 +57,12 @@ pub fn attached_links() -> Result<Vec<Link>> {
     Ok(netlink::links()?.into_iter().filter(|l| lb_stage(l.ifindex).is_some()).collect())
 }
 
-/// The interfaces named, checked: present, Ethernet, each once.
-pub(crate) fn resolve(names: &[String], what: &str) -> Result<Vec<Link>> {
-    let links = netlink::links()?;
-    let mut out: Vec<Link> = Vec::new();
-    for name in names {
-        let link = links
-            .iter()
-            .find(|l| &l.name == name)
-            .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
-        if out.iter().any(|l| &l.name == name) {
-            bail!("{name} is named twice");
-        }
-        if !link.ethernet || link.loopback {
-            bail!("{name} is not an Ethernet interface: {what} works on Ethernet frames (balancers reach backends over Ethernet)");
-        }
-        out.push(link.clone());
-    }
-    Ok(out)
-}
-
 /// Attaches the lb to `names`, after the filter and before the forward
 /// stage. All or nothing: on error, interfaces attached by this call are
 /// detached again.
 pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
     let _lock = StateLock::acquire(LOCK)?;
-    let targets = resolve(names, "the lb")?;
+    let targets = entry::ethernet_links(names, "the lb works on Ethernet frames")?;
     for l in &targets {
         if lb_stage(l.ifindex).is_some() {
             bail!("the lb is already attached to {} (`xnf lb status`)", l.name);

@@ -300,7 +300,7 @@ fn own_addresses() -> Result<BTreeSet<IpAddr>> {
 /// error, interfaces attached by this call are detached again.
 pub fn attach(names: &[String], mode: XdpMode, gue_port: u16) -> Result<Vec<String>> {
     let _lock = StateLock::acquire(LOCK)?;
-    let targets = crate::attach::resolve(names, "decap")?;
+    let targets = xnf_core::entry::ethernet_links(names, "decap parses Ethernet frames (balancers reach backends over Ethernet)")?;
     for l in &targets {
         if decap_stage(l.ifindex).is_some() {
             bail!("decap is already attached to {} (`xnf lb decap status`); to change its mode or GUE port, detach it first", l.name);

@@ -176,6 +176,7 @@ pub struct LbMaps {
     vips: MapHandle,
     tables: MapHandle,
     backends: MapHandle,
+    /// The connection table (tests empty it).
     pub conntrack: MapHandle,
     config: MapHandle,
     stats: MapHandle,
@@ -192,10 +193,6 @@ impl LbMaps {
 
     pub fn set_config(&self, c: &RawConfig) -> Result<()> {
         self.config.update(&0u32.to_ne_bytes(), as_bytes(c), MapFlags::ANY).context("writing the outer source prefixes")
-    }
-
-    pub fn config(&self) -> Result<RawConfig> {
-        Ok(self.config.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.map(|v| from_bytes(&v)).unwrap_or_default())
     }
 
     pub fn set_backend(&self, id: u32, b: &RawBackend) -> Result<()> {
@@ -233,20 +230,6 @@ impl LbMaps {
         delete_if_present(&self.tables, &slot.to_ne_bytes())
     }
 
-    /// The backend ids of the table in `slot`, if it has one.
-    pub fn table(&self, slot: u32) -> Result<Option<Vec<u32>>> {
-        let Some(v) = self.tables.lookup(&slot.to_ne_bytes(), MapFlags::ANY)? else { return Ok(None) };
-        let id = u32::from_ne_bytes(v[..4].try_into()?);
-        let inner = MapHandle::from_map_id(id).context("opening a Maglev table")?;
-        let n = inner.info()?.info.max_entries;
-        let mut out = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let e = inner.lookup(&i.to_ne_bytes(), MapFlags::ANY)?.context("a table entry")?;
-            out.push(u32::from_ne_bytes(e[..4].try_into()?));
-        }
-        Ok(Some(out))
-    }
-
     pub fn set_service(&self, key: &RawServiceKey, s: &RawService) -> Result<()> {
         self.services.update(as_bytes(key), as_bytes(s), MapFlags::ANY).context("writing a service")
     }
@@ -266,10 +249,6 @@ impl LbMaps {
 
     pub fn add_vip(&self, a: IpAddr) -> Result<()> {
         self.vips.update(&addr_key(a), &1u32.to_ne_bytes(), MapFlags::ANY).context("writing a VIP")
-    }
-
-    pub fn delete_vip(&self, a: IpAddr) -> Result<()> {
-        delete_if_present(&self.vips, &addr_key(a))
     }
 
     pub fn vip_keys(&self) -> Vec<Vec<u8>> {

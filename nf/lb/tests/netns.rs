@@ -287,13 +287,30 @@ fn a_packet_too_big_once_encapsulated_is_answered_with_frag_needed_and_the_clien
 }
 
 #[test]
-fn a_bad_service_file_changes_nothing() {
+fn a_bad_service_file_changes_nothing_and_two_applies_at_once_leave_one_file_whole() {
     let lab = Lab::new("bad", "ipip");
     let before = xnf_ok(&lab.lb, &["lb", "status", "--json"]);
     let bad = services("ipip", &[1, 1, 1]).replace("weight = 1\n", "weight = 70000\n");
     let err = xnf_err(&lab.lb, &["lb", "apply", &lab.files.write("bad.toml", &bad)]);
     assert!(err.contains("line ") && err.contains("weight"), "the error does not name the line and field: {err}");
     assert_eq!(xnf_ok(&lab.lb, &["lb", "status", "--json"]), before, "a refused file changed the status");
+    let (_, who) = lab.connect(VIP4);
+    assert!(who < BACKENDS);
+    // Two applies at once: the lb's lock takes them one after the other,
+    // both succeed, and the data plane holds one file whole, not a mix.
+    let one = lab.files.write("one.toml", &services("gue", &[1, 1, 1]));
+    let two = lab.files.write("two.toml", &services("ipip", &[1, 0, 1]));
+    let (r1, r2) = std::thread::scope(|s| {
+        let a = s.spawn(|| xnf(&lab.lb, &["lb", "apply", &one]));
+        let b = s.spawn(|| xnf(&lab.lb, &["lb", "apply", &two]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(r1.status.success() && r2.status.success(), "{}{}", String::from_utf8_lossy(&r1.stderr), String::from_utf8_lossy(&r2.stderr));
+    let st: Value = serde_json::from_str(&xnf_ok(&lab.lb, &["lb", "status", "--json"])).unwrap();
+    let modes: Vec<&str> = st["services"].as_array().unwrap().iter().map(|s| s["mode"].as_str().unwrap()).collect();
+    let drained: Vec<bool> = st["services"][0]["backends"].as_array().unwrap().iter().map(|b| b["drained"].as_bool().unwrap()).collect();
+    let whole = (modes.iter().all(|m| m.starts_with("gue")) && drained == [false, false, false]) || (modes.iter().all(|m| *m == "ipip") && drained == [false, true, false]);
+    assert!(whole, "after two applies at once the lb holds a mix: {st}");
     let (_, who) = lab.connect(VIP4);
     assert!(who < BACKENDS);
     // Users run tools under `ip netns exec`: the same state is found.
