@@ -68,6 +68,15 @@ pub enum LabCmd {
     /// of flows that changed backend — the removed backend's and the
     /// collateral — against what `xnf lb plan` expects.
     Lb(Box<crate::experiments::lb::LbArgs>),
+    /// Seed 004: UDP to a socket in the sink namespace at rising offered
+    /// rates (--load-rates, default 0.1, 0.3, 1 Mpps), every interval
+    /// profiled (`xnf profile`): the receive path's stages per packet by
+    /// offered rate, checked against a CPU-bound co-runner's loss on the
+    /// CPU the stack is steered to (RPS), and what an XDP network function
+    /// dropping early skips (variants socket, no-socket, xdp-drop).
+    ///
+    /// The default topology is `pair` (gen -> sink); flame graphs with --flame DIR.
+    Stack(Box<crate::experiments::stack::StackArgs>),
     /// AF_XDP latency (seed 002): ping-pong between two namespaces over
     /// every combination of busy poll, need_wakeup, poll/spin on each side
     /// and batch size, repeated; every RTT recorded; runs grouped by
@@ -117,6 +126,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Afxdp(a) => experiment(*a),
         LabCmd::Filter(a) => crate::experiments::filter::main(*a),
         LabCmd::Lb(a) => crate::experiments::lb::main(*a),
+        LabCmd::Stack(a) => crate::experiments::stack::main(*a),
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Up(a) => up(a),
@@ -137,6 +147,7 @@ fn experiment<E: Experiment + Args>(mut a: Run<E>) -> Result<()> {
     let r = crate::engine::driver::run(&mut a.experiment, &a.common, &mut |line| eprintln!("xnf lab: {line}"))?;
     crate::engine::table::print(&r);
     a.experiment.print(&r);
+    crate::engine::profiling::print(&r);
     a.common.write(&r)
 }
 

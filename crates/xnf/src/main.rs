@@ -51,6 +51,10 @@ enum Command {
         /// The file: [[nf]] and [[chain]] tables (see nf/chain/README.md).
         file: std::path::PathBuf,
     },
+    /// Where the kernel's network path spends its time: stages of the
+    /// receive path from tracepoints, drops by reason, NAPI and XDP per
+    /// device, sampled stacks and a flame graph.
+    Profile(xnf_profile::cli::ProfileArgs),
     /// Build test topologies in namespaces, generate traffic and measure.
     #[command(subcommand)]
     Lab(xnf_lab::cli::LabCmd),
@@ -87,6 +91,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chain(cmd) => xnf_chain::cli::chain(cmd),
         Command::Apply { file } => xnf_chain::cli::apply(&file),
         Command::Lab(cmd) => xnf_lab::cli::run(cmd),
+        Command::Profile(a) => xnf_profile::cli::run(a),
         Command::Afxdp(cmd) => xnf_afxdp::cli::run(cmd),
         Command::Features { json, require } => xnf_core::features::command(json, &require),
     }

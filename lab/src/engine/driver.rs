@@ -56,9 +56,25 @@ pub struct Common {
     /// full-speed rate (the CPU-vs-offered-load curve).
     #[arg(long, value_name = "STEPS", num_args = 0..=1, default_missing_value = "10", default_value_t = 0)]
     pub load_curve: u32,
+    /// Offered rates of the load curve in packets per second, the same for
+    /// every variant (instead of --load-curve's steps up to each variant's
+    /// maximum).
+    #[arg(long, value_delimiter = ',', value_name = "PPS[,PPS...]")]
+    pub load_rates: Vec<f64>,
     /// Measured seconds per offered-rate step or search trial.
     #[arg(long, default_value_t = 2.0)]
     pub trial_seconds: f64,
+    /// Profile every variant (`xnf profile`, stacks sampled): each
+    /// full-speed interval and load step is measured again with the
+    /// profiler attached; the results show where the CPU time went, stage
+    /// by stage, and what the profiler cost. `--profile counts`: without
+    /// the per-packet tracepoints (no stages; the least overhead).
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "stages", value_name = "stages|counts")]
+    pub profile: Option<ProfileLevel>,
+    /// With --profile: write a flame graph (SVG) per profiled interval here.
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip)]
+    pub flame: Option<PathBuf>,
     /// Write every sample, the summary, ratios and the machine as JSON
     /// (input of `xnf lab report`).
     #[arg(long, value_name = "FILE")]
@@ -68,6 +84,16 @@ pub struct Common {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub csv: Option<PathBuf>,
+}
+
+/// How much `--profile` attaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileLevel {
+    /// Stages and packet records: tracepoints on every packet.
+    Stages,
+    /// Counts only: softirq, NAPI, XDP, drops, scheduling.
+    Counts,
 }
 
 /// The CPUs an experiment runs on.
@@ -84,6 +110,16 @@ impl Common {
         Timing { warmup: self.warmup, seconds: self.seconds, trial_seconds: self.trial_seconds }
     }
 
+    /// What is measured of each variant besides full speed.
+    pub fn plan(&self) -> measure::Plan {
+        let profile = self.profile.map(|l| xnf_profile::Options {
+            watch: xnf_profile::Watch { in_flight: 65536, counts_only: l == ProfileLevel::Counts, ..Default::default() },
+            stack_hz: Some(499),
+            prog_stats: false,
+        });
+        measure::Plan { load: measure::Load { steps: self.load_curve, pps: self.load_rates.clone() }, zero_loss: self.zero_loss, profile }
+    }
+
     /// Checks the options, naming the flag at fault; returns the CPUs.
     pub fn validate(&self, ncpu: usize) -> Result<Cpus> {
         ensure!(self.runs >= 1, "--runs must be at least 1");
@@ -93,6 +129,10 @@ impl Common {
             ensure!((0.0..100.0).contains(&tol), "--zero-loss tolerance must be in [0, 100) percent");
         }
         ensure!(self.load_curve <= 50, "--load-curve: at most 50 steps");
+        ensure!(self.load_rates.is_empty() || self.load_curve == 0, "--load-rates and --load-curve: give one of them");
+        ensure!(self.load_rates.iter().all(|r| (1.0..=1e9).contains(r)), "--load-rates: rates are packets per second, 1..=1e9");
+        ensure!(self.load_rates.len() <= 50, "--load-rates: at most 50 rates");
+        ensure!(self.flame.is_none() || self.profile.is_some(), "--flame needs --profile");
         let gen = self.cpu.unwrap_or(ncpu.saturating_sub(1));
         ensure!(gen < ncpu, "--cpu {gen} does not exist (this machine has {ncpu})");
         Ok(Cpus { gen, count: ncpu })
@@ -102,7 +142,7 @@ impl Common {
     fn record(&self, cpus: Cpus, own: &impl Serialize) -> serde_json::Value {
         let mut o = serde_json::json!({
             "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen,
-            "zero_loss": self.zero_loss, "load_steps": self.load_curve,
+            "zero_loss": self.zero_loss, "load_steps": self.load_curve, "load_rates": self.load_rates, "profile": self.profile,
         });
         if let (Some(o), Ok(serde_json::Value::Object(own))) = (o.as_object_mut(), serde_json::to_value(own)) {
             o.extend(own);
@@ -263,7 +303,8 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     e.adapt(&mut spec)?;
     let points = points(e);
     let timing = c.timing();
-    let per_variant = measure::planned_seconds(&timing, c.load_curve, c.zero_loss.is_some());
+    let plan = c.plan();
+    let per_variant = measure::planned_seconds(&timing, &plan);
     let mut pg = Progress::new(per_variant * (points.len() * variants.len() * c.runs as usize) as f64);
     let mut res = Results::new(E::NAME, &c.record(cpus, e), e.params());
     let mut zl = Vec::new();
@@ -292,7 +333,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                 let running = e.set_up(t, point, v, cpus, &pg)?;
                 let gens = measure::start_generators(gen_ns, &gen_if, &at.traffic, &gen_cpus, 0)?;
                 let probe = Probe { gens: &gens, counters: running.counters()? };
-                let measured = measure::variant(&probe, &l, &timing, c.load_curve, c.zero_loss, &mut pg)?;
+                let measured = measure::variant(&probe, &l, &timing, &plan, &mut pg)?;
                 drop(probe);
                 // Paused before stopping: a live-frame call sized while
                 // paused (cheap tries) would otherwise run its many tries at
@@ -300,8 +341,8 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                 // on a slow path.
                 gens.set_rate(measure::PAUSED)?;
                 gens.stop()?;
-                running.finish(&measured.0).with_context(|| l.variant.clone())?;
-                measure::record(&mut res, &mut zl, &l, measured);
+                running.finish(&measured.samples).with_context(|| l.variant.clone())?;
+                measure::record(&mut res, &mut zl, &l, measured, c.flame.as_deref())?;
                 pg.advance(per_variant);
             }
         }

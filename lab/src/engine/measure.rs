@@ -42,6 +42,10 @@ pub struct Counters<'a> {
     /// Called at every reading, after the counters: an experiment's own
     /// counters taken at the same instants (None: nothing more).
     pub on_read: Option<Box<dyn Fn() -> Result<()> + 'a>>,
+    /// A CPU-bound co-runner's progress (work units done), read with the
+    /// counters: its rate per interval is what the traffic left it
+    /// (`xnf lab stack`, seed 004's inference).
+    pub corunner: Option<Received<'a>>,
 }
 
 /// The counters of one measured path, and the generator that feeds it.
@@ -57,6 +61,7 @@ pub struct Counts {
     dut_rx: u64,
     dut_tx: Option<u64>,
     received: u64,
+    corunner: Option<u64>,
     cpus: Vec<CpuTimes>,
 }
 
@@ -71,6 +76,7 @@ impl Probe<'_> {
                 None => None,
             },
             received: (p.received)().context("reading the receive counter")?,
+            corunner: p.corunner.as_ref().map(|c| c()).transpose()?,
             cpus: cpu::sample()?,
         });
         if let Some(hook) = &p.on_read {
@@ -115,6 +121,22 @@ impl Probe<'_> {
         self.gens.set_rate(rate)?;
         Ok(sample(l, kind, &a, &b, sending))
     }
+
+    /// [`interval`](Self::interval) again with `xnf profile` attached
+    /// while the generator sends (loaded and read while it is paused).
+    fn profiled(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64, o: &xnf_profile::Options) -> Result<(Sample, xnf_profile::Profile)> {
+        let a = self.pause_and_read()?;
+        let session = xnf_profile::Session::start(o)?;
+        let t0 = self.resume(rate)?;
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        self.gens.set_rate(PAUSED)?;
+        let sending = t0.elapsed().as_secs_f64();
+        self.drain()?;
+        let prof = session.stop()?;
+        let b = self.read()?;
+        self.gens.set_rate(rate)?;
+        Ok((sample(l, kind, &a, &b, sending), prof))
+    }
 }
 
 /// Waits 50 ms, then until `count` reads the same 20 ms apart (at most
@@ -150,7 +172,11 @@ pub fn sample(l: &Labels, kind: SampleKind, a: &Counts, b: &Counts, secs: f64) -
         }
         _ => Loss { gen_to_dut: sent as i64 - dut_rx, in_dut: dut_rx - received as i64, dut_to_sink: 0 },
     };
-    Sample::of(l, kind, secs, (sent, received), loss, &cpu::delta(&b.cpus, &a.cpus))
+    let mut s = Sample::of(l, kind, secs, (sent, received), loss, &cpu::delta(&b.cpus, &a.cpus));
+    if let (Some(x), Some(y)) = (a.corunner, b.corunner) {
+        s.corunner_per_s = Some(y.saturating_sub(x) as f64 / secs);
+    }
+    s
 }
 
 /// Timing of measurements.
@@ -181,15 +207,44 @@ fn at_rate(p: &Probe, l: &Labels, t: &Timing, rate: f64, kind: SampleKind) -> Re
 }
 
 /// The CPU-vs-offered-load curve (seed 001 §5.3.6): `steps` rates evenly
-/// spaced up to `top` (the variant's full-speed rate), one interval each.
-pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, steps: u32, progress: &mut dyn FnMut(&str)) -> Result<Vec<Sample>> {
-    (1..=steps)
-        .map(|i| {
-            let rate = top * i as f64 / steps as f64;
-            progress(&format!("offered load {:.3} Mpps ({i}/{steps})", rate / 1e6));
-            at_rate(p, l, t, rate, SampleKind::Load { offered_pps: rate, step: i })
+/// spaced up to `top` (the variant's full-speed rate), or the given
+/// `rates` (the same for every variant), one interval each.
+pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, load: &Load, progress: &mut dyn FnMut(&str)) -> Result<Vec<Sample>> {
+    load.rates(top)
+        .into_iter()
+        .enumerate()
+        .map(|(i, rate)| {
+            let step = i as u32 + 1;
+            progress(&format!("offered load {:.3} Mpps ({step}/{})", rate / 1e6, load.count()));
+            at_rate(p, l, t, rate, SampleKind::Load { offered_pps: rate, step })
         })
         .collect()
+}
+
+/// The offered rates of a load curve: `steps` up to each variant's
+/// full-speed rate, or fixed `pps`.
+#[derive(Clone, Debug, Default)]
+pub struct Load {
+    pub steps: u32,
+    pub pps: Vec<f64>,
+}
+
+impl Load {
+    pub fn count(&self) -> usize {
+        if self.pps.is_empty() {
+            self.steps as usize
+        } else {
+            self.pps.len()
+        }
+    }
+
+    fn rates(&self, top: f64) -> Vec<f64> {
+        if self.pps.is_empty() {
+            (1..=self.steps).map(|i| top * i as f64 / self.steps as f64).collect()
+        } else {
+            self.pps.clone()
+        }
+    }
 }
 
 /// The zero-loss search up to `top` with `tolerance` % loss; every trial is
@@ -209,39 +264,68 @@ pub fn zero_loss(p: &Probe, l: &Labels, t: &Timing, top: f64, tolerance: f64, pr
     Ok((result, samples))
 }
 
+/// What is measured of each variant besides its full-speed interval.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub load: Load,
+    /// The zero-loss search's loss tolerance, in percent.
+    pub zero_loss: Option<f64>,
+    /// Profile the full-speed interval and each load step in a twin interval.
+    pub profile: Option<xnf_profile::Options>,
+}
+
+/// Everything measured of one variant at one point.
+pub struct Measured {
+    pub samples: Vec<Sample>,
+    pub zero_loss: Option<f64>,
+    /// Each profiled twin: the unprofiled sample, the profiled one, its profile.
+    pub profiled: Vec<(Sample, Sample, xnf_profile::Profile)>,
+}
+
 /// Everything measured of one variant at one point: the full-speed
-/// interval, then the load curve (`load_steps` > 0) and the zero-loss
-/// search (`zero_loss` = tolerance %) when asked for. Returns the samples
-/// and the zero-loss rate.
-pub fn variant(
-    p: &Probe,
-    l: &Labels,
-    t: &Timing,
-    load_steps: u32,
-    zero_loss: Option<f64>,
-    pg: &mut Progress,
-) -> Result<(Vec<Sample>, Option<f64>)> {
+/// interval, then the load curve and the zero-loss search when asked for;
+/// with a profile, each full-speed and load interval again, profiled.
+pub fn variant(p: &Probe, l: &Labels, t: &Timing, plan: &Plan, pg: &mut Progress) -> Result<Measured> {
     pg.message("full speed");
     let max = at_full_speed(p, l, t)?;
     let top = max.sent as f64 / max.seconds;
     let mut samples = vec![max];
-    if load_steps > 0 {
-        samples.extend(load_curve(p, l, t, top, load_steps, &mut |m| pg.message(m))?);
+    if plan.load.count() > 0 {
+        samples.extend(load_curve(p, l, t, top, &plan.load, &mut |m| pg.message(m))?);
     }
-    let mut rate = None;
-    if let Some(tol) = zero_loss {
+    let mut profiled = Vec::new();
+    if let Some(o) = &plan.profile {
+        for s in &samples {
+            let (rate, secs) = match s.kind {
+                SampleKind::Load { offered_pps, .. } => (offered_pps as u64, t.trial_seconds),
+                _ => (0, t.seconds),
+            };
+            pg.message(&format!("profiling ({})", if rate == 0 { "full speed".to_string() } else { format!("{:.3} Mpps", rate as f64 / 1e6) }));
+            p.gens.set_rate(rate.max(1))?;
+            std::thread::sleep(Duration::from_secs_f64(t.warmup.max(0.5)));
+            let (twin, prof) = p.profiled(l, s.kind, rate, secs, o)?;
+            profiled.push((s.clone(), twin, prof));
+        }
+    }
+    let mut zero_loss = None;
+    if let Some(tol) = plan.zero_loss {
         let (r, s) = self::zero_loss(p, l, t, top, tol, &mut |m| pg.message(m))?;
         samples.extend(s);
-        rate = Some(r.rate);
+        zero_loss = Some(r.rate);
     }
-    Ok((samples, rate))
+    Ok(Measured { samples, zero_loss, profiled })
 }
 
-/// Keeps what [`variant`] measured: its samples, and its zero-loss rate
-/// for the summary.
-pub fn record(res: &mut Results, zl: &mut Vec<(String, Point, f64)>, l: &Labels, (samples, rate): (Vec<Sample>, Option<f64>)) {
-    res.samples.extend(samples);
-    zl.extend(rate.map(|r| (l.variant.clone(), l.point.clone(), r)));
+/// Keeps what [`variant`] measured: its samples, its zero-loss rate for
+/// the summary, its profiles.
+pub fn record(res: &mut Results, zl: &mut Vec<(String, Point, f64)>, l: &Labels, m: Measured, flame: Option<&std::path::Path>) -> Result<()> {
+    res.samples.extend(m.samples);
+    zl.extend(m.zero_loss.map(|r| (l.variant.clone(), l.point.clone(), r)));
+    for (plain, twin, prof) in m.profiled {
+        let run = super::profiling::ProfiledRun::new(&res.experiment, &res.label(&l.point), &plain, &twin, prof, flame)?;
+        res.profiles.push(run);
+    }
+    Ok(())
 }
 
 /// Checks frame sizes (0 = IMIX), naming the flag at fault.
@@ -292,7 +376,9 @@ pub fn udp_traffic(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
 }
 
 /// Planned seconds of one variant's measurement, for the progress bar.
-pub fn planned_seconds(t: &Timing, load_steps: u32, search: bool) -> f64 {
+pub fn planned_seconds(t: &Timing, plan: &Plan) -> f64 {
     let step = t.warmup.max(0.5) + t.trial_seconds + 0.1;
-    t.warmup + t.seconds + load_steps as f64 * step + if search { 8.0 * step } else { 0.0 }
+    let once = t.warmup + t.seconds + plan.load.count() as f64 * step;
+    let profiled = if plan.profile.is_some() { once + 0.5 * (1 + plan.load.count()) as f64 } else { 0.0 };
+    once + profiled + if plan.zero_loss.is_some() { 8.0 * step } else { 0.0 }
 }

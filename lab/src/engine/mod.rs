@@ -9,6 +9,7 @@ pub mod generator;
 pub mod measure;
 pub mod nft;
 pub mod params;
+pub mod profiling;
 pub mod progress;
 pub mod results;
 pub mod routes;

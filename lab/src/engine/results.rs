@@ -112,6 +112,10 @@ pub struct Sample {
     /// absent in the other experiments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transactions_per_s: Option<f64>,
+    /// Work units per second a CPU-bound co-runner got during the interval
+    /// (`xnf lab stack`); absent in the other experiments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corunner_per_s: Option<f64>,
 }
 
 /// What a sample is of.
@@ -144,6 +148,7 @@ impl Sample {
             ns_per_packet: per_packet(cpu::busy_ns(cpus)),
             softirq_ns_per_packet: per_packet(cpu::softirq_ns(cpus)),
             transactions_per_s: None,
+            corunner_per_s: None,
         }
     }
 
@@ -199,6 +204,9 @@ pub struct Results {
     /// chain's losses hop by hop, the generator's verification).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// With --profile: where each variant's CPU time went, per profiled interval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub profiles: Vec<super::profiling::ProfiledRun>,
 }
 
 /// Seconds since the Unix epoch.
@@ -232,6 +240,7 @@ impl Results {
             summary: Vec::new(),
             ratios: Vec::new(),
             details: serde_json::Map::new(),
+            profiles: Vec::new(),
         }
     }
 
@@ -445,6 +454,7 @@ mod tests {
             ns_per_packet: 100.0,
             softirq_ns_per_packet: 90.0,
             transactions_per_s: None,
+            corunner_per_s: None,
         }
     }
 

@@ -549,6 +549,7 @@ impl Running for ChainRun<'_> {
                 self.readings.borrow_mut().push(read_dut(self.dut, with_chain)?);
                 Ok(())
             })),
+            corunner: None,
         })
     }
 

@@ -8,3 +8,4 @@ pub mod gen;
 pub mod latency;
 pub mod lb;
 pub mod router;
+pub mod stack;

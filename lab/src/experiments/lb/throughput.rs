@@ -371,6 +371,7 @@ impl Running for LbRun<'_> {
                 self.readings.borrow_mut().push((per, forwarded));
                 Ok(())
             })),
+            corunner: None,
         })
     }
 

@@ -1,0 +1,151 @@
+//! `--profile` on any experiment: each full-speed interval and load step
+//! is measured again with `xnf profile` attached (all CPUs, stacks
+//! sampled), so that each variant's rate stands next to where its CPU time
+//! went — stage by stage per packet the experiment counted, its XDP
+//! programs, its drops, its hottest functions and a flame graph — and the
+//! profiler's overhead is the difference between the two intervals.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use xnf_profile::Profile;
+
+use super::results::{Point, Results, Sample, SampleKind};
+
+/// The generator's own XDP program (BPF_PROG_TEST_RUN live frames): not
+/// part of the path measured.
+const GENERATOR: &str = "xnf_gen";
+
+/// One profiled interval and its unprofiled twin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProfiledRun {
+    pub variant: String,
+    pub point: Point,
+    pub run: u32,
+    /// The load step's offered rate; None at full speed.
+    pub offered_pps: Option<f64>,
+    /// Received Mpps without and with the profiler.
+    pub mpps: f64,
+    pub profiled_mpps: f64,
+    /// CPU ns per received packet without and with the profiler.
+    pub ns_per_packet: f64,
+    pub profiled_ns_per_packet: f64,
+    /// The co-runner's rate in the unprofiled interval (`xnf lab stack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corunner_per_s: Option<f64>,
+    /// Packets received in the profiled interval: the denominator below.
+    pub packets: u64,
+    /// NET_RX softirq ns per packet by stage, then the softirq total.
+    pub stages: Vec<(String, f64)>,
+    /// The path's XDP programs (not the generator's): ns per packet.
+    pub xdp_ns_per_packet: f64,
+    /// Hottest functions: (name, self %).
+    pub top: Vec<(String, f64)>,
+    /// The flame graph written, if any.
+    pub flame: Option<String>,
+    /// The whole profile (without its stacks: see the flame graph).
+    pub profile: Profile,
+}
+
+impl ProfiledRun {
+    /// From the unprofiled sample, its profiled twin and the profile; the
+    /// flame graph goes into `flame_dir` when given.
+    pub fn new(experiment: &str, label: &str, plain: &Sample, twin: &Sample, mut prof: Profile, flame_dir: Option<&Path>) -> Result<ProfiledRun> {
+        let packets = twin.received;
+        let offered_pps = match twin.kind {
+            SampleKind::Load { offered_pps, .. } | SampleKind::Search { offered_pps } => Some(offered_pps),
+            SampleKind::Max => None,
+        };
+        let xdp_ns: u64 = prof.xdp_programs.iter().filter(|x| x.name != GENERATOR).map(|x| x.ns).sum();
+        let stacks = prof.stacks.take();
+        let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
+        let flame = match (flame_dir, &stacks) {
+            (Some(dir), Some(st)) => {
+                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                let step = offered_pps.map_or("max".to_string(), |r| format!("{:.3}Mpps", r / 1e6));
+                let name = format!("{experiment}-{}-{label}-run{}-{step}.svg", plain.variant, plain.run + 1);
+                let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-._".contains(c) { c } else { '_' }).collect();
+                let path = dir.join(name);
+                let title = format!("xnf lab {experiment}: {} at {label}, run {}, {step}", plain.variant, plain.run + 1);
+                std::fs::write(&path, xnf_profile::flame::svg(st, &title)).with_context(|| format!("writing {}", path.display()))?;
+                Some(path.display().to_string())
+            }
+            _ => None,
+        };
+        Ok(ProfiledRun {
+            variant: plain.variant.clone(),
+            point: plain.point.clone(),
+            run: plain.run,
+            offered_pps,
+            mpps: plain.mpps,
+            profiled_mpps: twin.mpps,
+            ns_per_packet: plain.ns_per_packet,
+            profiled_ns_per_packet: twin.ns_per_packet,
+            corunner_per_s: plain.corunner_per_s,
+            packets,
+            stages: prof.per_packet(packets),
+            xdp_ns_per_packet: xdp_ns as f64 / packets.max(1) as f64,
+            top,
+            flame,
+            profile: prof,
+        })
+    }
+
+    /// The profiler's cost: the fall in rate at full speed, the rise in CPU
+    /// per packet at a fixed offered rate, in percent.
+    pub fn overhead_pct(&self) -> f64 {
+        match self.offered_pps {
+            None => 100.0 * (1.0 - self.profiled_mpps / self.mpps),
+            Some(_) => 100.0 * (self.profiled_ns_per_packet / self.ns_per_packet - 1.0),
+        }
+    }
+
+    pub fn stage(&self, name: &str) -> f64 {
+        self.stages.iter().find(|(n, _)| n == name).map_or(0.0, |s| s.1)
+    }
+}
+
+/// Prints where each variant's time went: one row per profiled interval,
+/// the kernel path and the XDP path side by side.
+pub fn print(r: &Results) {
+    if r.profiles.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = xnf_profile::model::STAGES.iter().map(|s| s.0).collect();
+    println!("\nwhere the time went (xnf profile, twin intervals; NET_RX softirq ns per packet received, all CPUs):");
+    let heads: String = names.iter().map(|n| format!(" {n:>7}")).collect();
+    println!("{:<13} {:<22} {:>3} {:>9} {:>7} {:>8}{heads} {:>8} {:>7}  top functions (self %)", "variant", "point", "run", "offered", "Mpps", "overhead", "softirq", "XDP");
+    for p in &r.profiles {
+        let stages: String = names.iter().map(|n| format!(" {:>7.0}", p.stage(n))).collect();
+        let top: Vec<String> = p.top.iter().take(3).map(|(n, pct)| format!("{n} {pct:.0}")).collect();
+        println!(
+            "{:<13} {:<22} {:>3} {:>9} {:>7.3} {:>7.1}%{stages} {:>8.0} {:>7.0}  {}",
+            p.variant,
+            r.label(&p.point),
+            p.run + 1,
+            p.offered_pps.map_or("max".into(), |o| format!("{:.3}", o / 1e6)),
+            p.profiled_mpps,
+            p.overhead_pct(),
+            p.stage("softirq"),
+            p.xdp_ns_per_packet,
+            top.join(", ")
+        );
+    }
+    let mut drops: Vec<String> = Vec::new();
+    for p in &r.profiles {
+        for d in p.profile.drops.iter().take(3) {
+            drops.push(format!("{} run {}: {} {} in {}", p.variant, p.run + 1, d.count, d.reason, d.location));
+        }
+    }
+    if !drops.is_empty() {
+        println!("drops (reason from the kernel's BTF, where): {}", drops.join("; "));
+    }
+    let lost: u64 = r.profiles.iter().map(|p| p.profile.lost.packets + p.profile.lost.stacks + p.profile.lost.devices + p.profile.lost.drops).sum();
+    println!("profiler: lost {lost} records over all intervals; its programs used {:.2} % of the CPUs (median)", median_cost(r));
+}
+
+fn median_cost(r: &Results) -> f64 {
+    let mut v: Vec<f64> = r.profiles.iter().map(|p| p.profile.cost.cpu_pct).collect();
+    super::results::median(&mut v)
+}

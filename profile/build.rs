@@ -1,0 +1,3 @@
+fn main() {
+    xnf_build::skeletons(&["stages", "sample"]);
+}

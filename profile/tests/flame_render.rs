@@ -1,0 +1,63 @@
+//! The flame graph renders in a real browser: the SVG of a short sampling
+//! of this machine is screenshotted by headless Chromium and the picture
+//! must hold both colour families (kernel warm, user cool) in quantity.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xnf_profile::sample::{SampleOptions, Sampler};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+#[test]
+fn the_flame_graph_renders_with_kernel_and_user_frames() {
+    // Something busy in user space and in the kernel meanwhile.
+    let busy = std::thread::spawn(|| {
+        let t0 = Instant::now();
+        let mut x = 1u64;
+        while t0.elapsed() < Duration::from_millis(800) {
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+            let _ = std::fs::metadata("/proc/self/stat");
+        }
+    });
+    let s = Sampler::start(&SampleOptions { cpus: (0..std::thread::available_parallelism().unwrap().get()).collect(), frequency: 999 }).unwrap();
+    busy.join().unwrap();
+    let stacks = s.stop().unwrap();
+    assert!(stacks.samples > 100, "{}", stacks.samples);
+    let dir = std::env::temp_dir().join(format!("xnf-flame-render-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("flame.svg");
+    std::fs::write(&svg, xnf_profile::flame::svg(&stacks, "render test")).unwrap();
+    assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} not found: install chromium (make deps does)");
+    let png = dir.join("shot.png");
+    let mut child = Command::new(CHROMIUM)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars", "--window-size=1200,800"])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", svg.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting chromium");
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(90), "chromium did not finish");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut decoder = png::Decoder::new(std::fs::File::open(&png).expect("no screenshot"));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let ch = info.color_type.samples();
+    let px: Vec<[u8; 3]> = buf[..info.buffer_size()].chunks_exact(ch).map(|p| [p[0], p[1], p[2]]).collect();
+    // Kernel frames: red well above blue; user frames: blue well above red.
+    let warm = px.iter().filter(|p| p[0] >= 200 && p[2] <= 110).count();
+    let cool = px.iter().filter(|p| p[2] >= 200 && p[0] <= 120).count();
+    assert!(warm > 2000, "kernel frames drawn: {warm} warm pixels");
+    assert!(cool > 500, "user frames drawn: {cool} cool pixels");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
