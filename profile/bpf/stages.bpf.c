@@ -65,6 +65,7 @@ struct task_struct {
 const volatile __u64 cpu_mask = 0;              /* 0: every CPU (< 64 otherwise) */
 const volatile __u32 netns_filter = 0;          /* namespace inode, 0: all */
 const volatile __u32 reason_consumed = 0xffffffff; /* SKB_CONSUMED in this kernel */
+const volatile __u32 follow_every = 1;          /* follow 1 packet in N */
 
 struct cpu_state {
 	__u64 last;             /* time of the previous boundary event */
@@ -73,6 +74,8 @@ struct cpu_state {
 	__u64 ksoftirqd_in;     /* ksoftirqd switched in, 0: not running */
 	__u32 prev;             /* previous boundary event */
 	__u32 in_rx;
+	__u32 seen;             /* packets into the stack, for follow_every */
+	__u32 pad;
 };
 
 struct {
@@ -238,8 +241,12 @@ static __always_inline __u32 stage_of(__u32 prev, __u32 next)
 	}
 }
 
-/* Charges the time since the previous event to its stage; returns now. */
-static __always_inline void boundary(__u32 ev)
+/* Charges the time since the previous event to its stage. Returns the
+ * time read (0 outside the NET_RX softirq: the callers read it then), so
+ * that an event reads the clock once: in a VM a clock read is a good part
+ * of a probe's cost. A route lookup from the driver's stage is XDP's
+ * (bpf_fib_lookup) and leaves the stage as it is. */
+static __always_inline __u64 boundary(__u32 ev)
 {
 	__u32 zero = 0;
 	struct cpu_state *s = bpf_map_lookup_elem(&cpu_state, &zero);
@@ -249,7 +256,7 @@ static __always_inline void boundary(__u32 ev)
 
 	bump(&events, ev, 1);
 	if (!s || !s->in_rx)
-		return;
+		return 0;
 	now = bpf_ktime_get_ns();
 	st = stage_of(s->prev, ev);
 	t = bpf_map_lookup_elem(&stages, &st);
@@ -257,8 +264,22 @@ static __always_inline void boundary(__u32 ev)
 		t->ns += now - s->last;
 		t->intervals++;
 	}
-	s->prev = ev;
+	if (!(ev == EV_FIB && st == ST_DRIVER))
+		s->prev = ev;
 	s->last = now;
+	return now;
+}
+
+/* Whether this packet is followed: one in follow_every per CPU. */
+static __always_inline int follow(void)
+{
+	__u32 zero = 0;
+	struct cpu_state *s;
+
+	if (follow_every <= 1)
+		return 1;
+	s = bpf_map_lookup_elem(&cpu_state, &zero);
+	return s && s->seen++ % follow_every == 0;
 }
 
 /* The device's counters, or NULL when it is outside the namespace watched
@@ -295,7 +316,7 @@ static __always_inline struct prof_dev *device(struct net_device *dev)
 }
 
 /* A packet's end of life: its time since netif_receive_skb by outcome. */
-static __always_inline void end_of_life(__u64 skb, __u32 outcome)
+static __always_inline void end_of_life(__u64 skb, __u32 outcome, __u64 now)
 {
 	__u64 *start = bpf_map_lookup_elem(&inflight, &skb);
 	struct prof_outcomes *o;
@@ -304,7 +325,7 @@ static __always_inline void end_of_life(__u64 skb, __u32 outcome)
 
 	if (!start)
 		return;
-	d = bpf_ktime_get_ns() - *start;
+	d = (now ? now : bpf_ktime_get_ns()) - *start;
 	bpf_map_delete_elem(&inflight, &skb);
 	o = bpf_map_lookup_elem(&outcomes, &zero);
 	if (!o || outcome >= PROF_OUTCOMES)
@@ -418,12 +439,15 @@ int prof_receive(__u64 *ctx)
 
 	if (!cpu_wanted())
 		return 0;
-	boundary(EV_RECEIVE);
+	now = boundary(EV_RECEIVE);
 	d = device(dev);
 	if (!d)
 		return 0;
 	d->received++;
-	now = bpf_ktime_get_ns();
+	if (!follow())
+		return 0;
+	if (!now)
+		now = bpf_ktime_get_ns();
 	err = bpf_map_update_elem(&inflight, &skb, &now, BPF_NOEXIST);
 	if (err == -17 /* EEXIST: its end was not traced */) {
 		bump(&lost, LOST_RESTARTED, 1);
@@ -471,14 +495,15 @@ int prof_xmit(__u64 *ctx)
 {
 	struct net_device *dev = (void *)ctx[2];
 	struct prof_dev *d;
+	__u64 now;
 
 	if (!cpu_wanted())
 		return 0;
-	boundary(EV_XMIT);
+	now = boundary(EV_XMIT);
 	if ((d = device(dev)))
 		d->xmit++;
 	if ((int)ctx[1] == 0)
-		end_of_life(ctx[0], OUT_FORWARDED);
+		end_of_life(ctx[0], OUT_FORWARDED, now);
 	return 0;
 }
 
@@ -490,11 +515,11 @@ int prof_socket(__u64 *ctx)
 {
 	__u32 zero = 0, i;
 	struct rxq *q;
-	__u64 skb;
+	__u64 skb, now;
 
 	if (!cpu_wanted())
 		return 0;
-	boundary(EV_SOCKET);
+	now = boundary(EV_SOCKET);
 	q = bpf_map_lookup_elem(&rxq, &zero);
 	if (!q)
 		return 0;
@@ -502,7 +527,7 @@ int prof_socket(__u64 *ctx)
 		skb = q->skb[q->head & (RXQ - 1)];
 		q->head++;
 		if (bpf_map_lookup_elem(&inflight, &skb)) {
-			end_of_life(skb, OUT_DELIVERED);
+			end_of_life(skb, OUT_DELIVERED, now);
 			break;
 		}
 	}
@@ -513,7 +538,7 @@ SEC("tp_btf/skb_copy_datagram_iovec")
 int prof_copy(__u64 *ctx)
 {
 	bump(&events, EV_COPY, 1);
-	end_of_life(ctx[0], OUT_DELIVERED);
+	end_of_life(ctx[0], OUT_DELIVERED, 0);
 	return 0;
 }
 
@@ -523,20 +548,20 @@ int prof_kfree(__u64 *ctx)
 	__u64 skb = ctx[0];
 	__u32 reason = (__u32)ctx[2];
 	struct prof_drop_key k = { .reason = reason, .location = ctx[1] };
-	__u64 one = 1, *n;
+	__u64 one = 1, *n, now;
 
 	if (!cpu_wanted())
 		return 0;
-	boundary(EV_FREE);
+	now = boundary(EV_FREE);
 	if (reason == reason_consumed) {
-		end_of_life(skb, OUT_CONSUMED);
+		end_of_life(skb, OUT_CONSUMED, now);
 		return 0;
 	}
 	/* Under a namespace filter a drop counts when its packet was followed
 	 * or its device is in the namespace. */
-	if (!bpf_map_lookup_elem(&inflight, &skb) && !dev_wanted(BPF_CORE_READ((struct sk_buff *)skb, dev)))
+	if (netns_filter && !bpf_map_lookup_elem(&inflight, &skb) && !dev_wanted(BPF_CORE_READ((struct sk_buff *)skb, dev)))
 		return 0;
-	end_of_life(skb, OUT_DROPPED);
+	end_of_life(skb, OUT_DROPPED, now);
 	n = bpf_map_lookup_elem(&drops, &k);
 	if (n)
 		(*n)++;
@@ -550,8 +575,7 @@ int prof_consume(__u64 *ctx)
 {
 	if (!cpu_wanted())
 		return 0;
-	boundary(EV_FREE);
-	end_of_life(ctx[0], OUT_CONSUMED);
+	end_of_life(ctx[0], OUT_CONSUMED, boundary(EV_FREE));
 	return 0;
 }
 

@@ -53,6 +53,10 @@ pub struct ProfileArgs {
     /// least overhead on a busy path.
     #[arg(long)]
     pub counts_only: bool,
+    /// Follow one packet in N to its end of life (the per-packet table is
+    /// the costliest probe); stages and counts still see every packet.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub follow_every: u32,
     /// Packets followed at once (the rest are counted as lost).
     #[arg(long, default_value_t = 65536, value_name = "N")]
     pub in_flight: u32,
@@ -108,7 +112,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         None => Vec::new(),
     };
     let netns = a.netns.as_ref().map(|n| Ok::<_, anyhow::Error>((n.clone(), netns_inode(n)?))).transpose()?;
-    let o = Options { watch: Watch { cpus, netns, in_flight: a.in_flight, counts_only: a.counts_only }, stack_hz: a.stack.then_some(a.frequency), prog_stats: a.prog_stats };
+    let o = Options { watch: Watch { cpus, netns, in_flight: a.in_flight, counts_only: a.counts_only, follow_every: a.follow_every }, stack_hz: a.stack.then_some(a.frequency), prog_stats: a.prog_stats };
     let session = Session::start(&o)?;
     eprintln!("xnf profile: watching for {} s (Ctrl-C to stop early)", a.seconds);
     if wait(a.seconds)? {
@@ -118,7 +122,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
     print!("{}", crate::table::render(&p));
     if let (Some(path), Some(st)) = (&a.flame, &p.stacks) {
         let title = format!("xnf profile: {:.1} s, CPUs {}", p.seconds, crate::table::cpu_list(&p.cpus));
-        std::fs::write(path, crate::flame::svg(st, &title)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, crate::flame::svg(&st.busy(), &title)).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("xnf profile: wrote {}", path.display());
     }
     if let Some(path) = &a.json {

@@ -190,6 +190,9 @@ pub struct Profile {
     pub softirq_hist: Hist,
     /// Packets into the stack (netif_receive_skb) in the namespace.
     pub packets: u64,
+    /// One packet in this many was followed to its end of life.
+    #[serde(default)]
+    pub follow_every: u32,
     pub outcomes: Vec<Outcome>,
     pub devices: Vec<Device>,
     pub drops: Vec<Drop>,

@@ -100,6 +100,13 @@ impl Stacks {
         v
     }
 
+    /// Without the idle task's samples (`swapper/N`, pid 0): a CPU waiting
+    /// for work is not where the network's time went.
+    pub fn busy(&self) -> Stacks {
+        let stacks: Vec<Stack> = self.stacks.iter().filter(|s| !s.frames.first().is_some_and(|c| c.starts_with("swapper"))).cloned().collect();
+        Stacks { samples: stacks.iter().map(|s| s.count).sum(), stacks, lost: self.lost.clone(), ..*self }
+    }
+
     /// Only the samples of `cpus`.
     pub fn on_cpus(&self, cpus: &[usize]) -> Stacks {
         let stacks: Vec<Stack> = self.stacks.iter().filter(|s| cpus.contains(&s.cpu)).cloned().collect();
@@ -239,6 +246,14 @@ mod tests {
         let idle = t.iter().find(|f| f.name == "cpu_idle").unwrap();
         assert_eq!((idle.self_samples, idle.total_samples), (3, 3), "recursion counted once");
         assert!(t.iter().all(|f| f.name != "gen" && f.name != "swapper"), "commands are not functions");
+    }
+
+    #[test]
+    fn busy_leaves_the_idle_task_out() {
+        let mut s = stacks();
+        s.stacks[2].frames[0] = "swapper/1".into();
+        let b = s.busy();
+        assert_eq!((b.samples, b.stacks.len()), (7, 2));
     }
 
     #[test]

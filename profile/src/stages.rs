@@ -52,6 +52,9 @@ pub struct Watch {
     /// Counts only: no tracepoint that fires per packet (no stages, no
     /// packet records), for the least overhead.
     pub counts_only: bool,
+    /// Follow one packet in N to its end of life (0 or 1: every packet):
+    /// the table's updates are the costliest part of a packet's probes.
+    pub follow_every: u32,
 }
 
 /// The programs that run once per packet (or more): left out with
@@ -67,6 +70,7 @@ pub struct Tracer {
     missing: Vec<&'static str>,
     reasons: Reasons,
     counts_only: bool,
+    follow_every: u32,
 }
 
 fn tracepoint_exists(tracefs: &str, event: &str) -> bool {
@@ -86,6 +90,7 @@ impl Tracer {
         ro.cpu_mask = w.cpus.iter().fold(0u64, |m, &c| m | 1 << c);
         ro.netns_filter = w.netns.as_ref().map_or(0, |n| n.1);
         ro.reason_consumed = reasons.value("SKB_CONSUMED").unwrap_or(u32::MAX);
+        ro.follow_every = w.follow_every.max(1);
         open.maps.inflight.set_max_entries(w.in_flight.max(1))?;
         for mut p in open.open_object_mut().progs_mut() {
             let name = p.name().to_string_lossy().into_owned();
@@ -103,7 +108,7 @@ impl Tracer {
             }
             links.push(p.attach().with_context(|| format!("attaching to tracepoint {}", tp.replace('/', ":")))?);
         }
-        Ok(Tracer { skel, _links: links, missing, reasons, counts_only: w.counts_only })
+        Ok(Tracer { skel, _links: links, missing, reasons, counts_only: w.counts_only, follow_every: w.follow_every.max(1) })
     }
 
     /// What each view is measured with on this kernel.
@@ -209,6 +214,7 @@ impl Tracer {
         p.drops = drops.into_iter().map(|((reason, location), count)| Drop { reason, location, count }).collect();
         p.drops.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
         p.measured_with = self.measured_with();
+        p.follow_every = self.follow_every;
         Ok(p)
     }
 }

@@ -65,7 +65,8 @@ pub fn render(p: &Profile) -> String {
         let stages: String = c.stage_ns.iter().map(|&n| format!(" {:>7.1}", ms(n))).collect();
         let _ = writeln!(s, "{:<4} {:>9} {:>9.1}{stages}  {:>8} {:>9} {:>8.1}ms", c.cpu, c.softirqs, ms(c.softirq_ns), c.tx_softirqs, c.switches, ms(c.ksoftirqd_ns));
     }
-    let _ = writeln!(s, "\npackets from netif_receive_skb to their end:");
+    let followed = if p.follow_every > 1 { format!(" (1 in {} followed)", p.follow_every) } else { String::new() };
+    let _ = writeln!(s, "\npackets from netif_receive_skb to their end{followed}:");
     for o in &p.outcomes {
         let _ = writeln!(s, "  {:<10} {:>10}  {}", o.name, o.count, quantiles(&o.latency));
     }
@@ -83,8 +84,9 @@ pub fn render(p: &Profile) -> String {
         }
     }
     let _ = writeln!(s, "\nrun-queue delay (wakeup to on CPU): {} wakeups, {}", p.runq.count(), quantiles(&p.runq));
-    if let Some(st) = &p.stacks {
-        let _ = writeln!(s, "\ntop functions ({} samples at {} Hz):\n  {:>7} {:>7}  function", st.samples, st.frequency, "self %", "total %");
+    if let Some(all) = &p.stacks {
+        let st = all.busy();
+        let _ = writeln!(s, "\ntop functions ({} samples at {} Hz; {} idle left out):\n  {:>7} {:>7}  function", st.samples, st.frequency, all.samples - st.samples, "self %", "total %");
         for f in st.top(15) {
             let _ = writeln!(s, "  {:>6.1}% {:>6.1}%  {}", f.self_pct, f.total_pct, f.name);
         }

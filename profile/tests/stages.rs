@@ -86,7 +86,7 @@ impl Pair {
 
     fn watch(&self, in_flight: u32) -> Options {
         let ino = std::fs::metadata(self.b.path()).unwrap().ino() as u32;
-        Options { watch: Watch { cpus: Vec::new(), netns: Some((self.b.name().to_string(), ino)), in_flight, counts_only: false }, stack_hz: None, prog_stats: true }
+        Options { watch: Watch { cpus: Vec::new(), netns: Some((self.b.name().to_string(), ino)), in_flight, counts_only: false, follow_every: 1 }, stack_hz: None, prog_stats: true }
     }
 
     /// A UDP socket in b.

@@ -58,7 +58,8 @@ impl ProfiledRun {
             SampleKind::Max => None,
         };
         let xdp_ns: u64 = prof.xdp_programs.iter().filter(|x| x.name != GENERATOR).map(|x| x.ns).sum();
-        let stacks = prof.stacks.take();
+        // The idle task is not where the time went.
+        let stacks = prof.stacks.take().map(|s| s.busy());
         let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
         let flame = match (flame_dir, &stacks) {
             (Some(dir), Some(st)) => {
