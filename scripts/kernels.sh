@@ -143,7 +143,7 @@ guest_only=("xnf-router vlan")
 # Binaries the guests leave to the host, each with why.
 skip_reason() {
 	case $1 in
-	lab-report_render) echo "renders HTML in Chromium: no kernel code" ;;
+	lab-report_render | profile-flame_render) echo "renders HTML/SVG in Chromium: no kernel code" ;;
 	lab-lab_*) echo "runs lab experiments, which measure and stay on the host (the lab's BPF programs are tested in the guest by lab, lab-packets and lab-fuzz_*)" ;;
 	*) return 1 ;;
 	esac
