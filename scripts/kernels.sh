@@ -23,7 +23,7 @@
 # image.
 #
 # Environment:
-#   XNF_GUEST_FUZZ_FRAMES  frames per fuzzer in a guest (default 50000)
+#   XNF_GUEST_FUZZ_FRAMES  frames per fuzzer in a guest (default 25000)
 #   XNF_GUEST_MEMORY       guest memory (default 2G)
 set -euo pipefail
 
@@ -161,7 +161,7 @@ kernel=\$(uname -r)
 echo "xnf kernels: Linux \$kernel (guest $series), \$(nproc) CPUs"
 [ "\$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" = bpf_fs ] || mount -t bpf bpf /sys/fs/bpf
 [ "\$(stat -f -c %T /sys/kernel/tracing 2>/dev/null)" = tracefs ] || mount -t tracefs nodev /sys/kernel/tracing
-export XNF_FUZZ_FRAMES=\${XNF_FUZZ_FRAMES:-${XNF_GUEST_FUZZ_FRAMES:-50000}}
+export XNF_FUZZ_FRAMES=\${XNF_FUZZ_FRAMES:-${XNF_GUEST_FUZZ_FRAMES:-25000}}
 export XNF_GUEST=$series
 limit=${XNF_GUEST_TIMEOUT:-600}
 failed=()
