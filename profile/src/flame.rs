@@ -140,26 +140,140 @@ mod tests {
         }
     }
 
+    /// Checks `svg` is well-formed XML, strictly enough for the names it
+    /// holds: every `<` opens a tag that is closed in order, every `&` is
+    /// one of the five predefined entities, attribute values are quoted
+    /// without `<`, `&` or `"` raw. Returns the element names in order.
+    fn well_formed(svg: &str) -> Vec<String> {
+        let entity = |t: &str, at: usize| ["&amp;", "&lt;", "&gt;", "&quot;", "&apos;"].iter().any(|e| t[at..].starts_with(e));
+        let mut open: Vec<String> = Vec::new();
+        let mut elements = Vec::new();
+        let mut rest = svg;
+        while let Some(lt) = rest.find('<') {
+            let text = &rest[..lt];
+            for (i, _) in text.match_indices('&') {
+                assert!(entity(text, i), "raw & in text {text:?}");
+            }
+            assert!(!text.contains('>'), "raw > in text {text:?}");
+            let gt = rest[lt..].find('>').expect("unclosed tag") + lt;
+            let tag = &rest[lt + 1..gt];
+            assert!(!tag.contains('<'), "< inside a tag: {tag}");
+            if let Some(name) = tag.strip_prefix('/') {
+                assert_eq!(open.pop().as_deref(), Some(name), "closing {name} out of order");
+            } else {
+                let self_closing = tag.ends_with('/');
+                let tag = tag.trim_end_matches('/');
+                let (name, mut attrs) = tag.split_once(' ').unwrap_or((tag, ""));
+                assert!(!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric()), "element name {name:?}");
+                while let Some(eq) = attrs.find("=\"") {
+                    let value_end = attrs[eq + 2..].find('"').expect("unquoted attribute") + eq + 2;
+                    let value = &attrs[eq + 2..value_end];
+                    for (i, _) in value.match_indices('&') {
+                        assert!(entity(value, i), "raw & in attribute {value:?}");
+                    }
+                    attrs = &attrs[value_end + 1..];
+                }
+                assert!(!attrs.contains('='), "unquoted attribute in {tag}");
+                elements.push(name.to_string());
+                if !self_closing {
+                    open.push(name.to_string());
+                }
+            }
+            rest = &rest[gt + 1..];
+        }
+        assert!(rest.trim().is_empty() && open.is_empty(), "unclosed: {open:?}");
+        elements
+    }
+
+    /// (name, x, y, width, fill) of each frame's rect, from its title.
+    fn frames(svg: &str) -> Vec<(String, f64, f64, f64, String)> {
+        let attr = |l: &str, a: &str| l.split(&format!(" {a}=\"")).nth(1).unwrap().split('"').next().unwrap().to_string();
+        svg.lines()
+            .filter(|l| l.starts_with("<g><title>"))
+            .map(|l| {
+                let name = l["<g><title>".len()..].split(" (").next().unwrap().to_string();
+                (name, attr(l, "x").parse().unwrap(), attr(l, "y").parse().unwrap(), attr(l, "width").parse().unwrap(), attr(l, "fill"))
+            })
+            .collect()
+    }
+
     #[test]
     fn one_rect_per_merged_frame_and_widths_add_up() {
         let s = svg(&stacks(), "t");
-        // gen, main, a<b>&c, other, idle, cpu_idle (+ the background).
-        assert_eq!(s.matches("<rect").count(), 6 + 1, "{s}");
-        let widths: Vec<f64> = s.lines().filter(|l| l.contains("<title>gen ") || l.contains("<title>idle ")).map(|l| l.split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap()).collect();
-        assert!((widths.iter().sum::<f64>() - WIDTH).abs() < 0.1, "{widths:?}");
+        well_formed(&s);
+        let f = frames(&s);
+        // gen, main, a<b>&c, other, idle, cpu_idle: "gen;main" merged.
+        let names: Vec<&str> = f.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(names, ["gen", "main", "a&lt;b&gt;&amp;c", "other", "idle", "cpu_idle"]);
+        assert_eq!(s.matches("<rect").count(), f.len() + 1, "one rect per frame and the background");
+        // The roots fill the width; children fit in their parent, side by side.
+        assert!((f[0].3 + f[4].3 - WIDTH).abs() < 0.05, "{f:?}");
+        assert!((f[0].3 - WIDTH * 0.9).abs() < 0.01 && (f[2].3 - WIDTH * 0.6).abs() < 0.01 && (f[3].3 - WIDTH * 0.3).abs() < 0.01, "{f:?}");
+        assert!((f[2].3 + f[3].3 - f[1].3).abs() < 0.05 && (f[3].1 - (f[2].1 + f[2].3)).abs() < 0.05, "{f:?}");
+        // Root at the bottom, 16 px per level.
+        assert!(f[0].2 > f[1].2 && (f[0].2 - f[1].2 - ROW).abs() < 0.01 && f[0].2 == f[4].2, "{f:?}");
+        // Titles carry samples and shares.
+        assert!(s.contains("<title>main (9 samples, 90.00 %)</title>"), "{s}");
+    }
+
+    #[test]
+    fn kernel_and_user_frames_are_in_two_colour_families() {
+        let f = frames(&svg(&stacks(), "t"));
+        let rgb = |fill: &str| -> Vec<u32> { fill.trim_start_matches("rgb(").trim_end_matches(')').split(',').map(|v| v.parse().unwrap()).collect() };
+        for (name, _, _, _, fill) in &f {
+            let c = rgb(fill);
+            match name.as_str() {
+                "gen" | "idle" => assert!(c[0] == c[1] && c[1] == c[2], "the command is grey: {name} {fill}"),
+                "main" => assert!(c[2] > c[0] + 60, "user frames are cool: {name} {fill}"),
+                _ => assert!(c[0] > c[2] + 60, "kernel frames are warm: {name} {fill}"),
+            }
+        }
     }
 
     #[test]
     fn names_are_escaped() {
-        let s = svg(&stacks(), "x & y");
-        assert!(s.contains("a&lt;b&gt;&amp;c") && s.contains("x &amp; y"));
+        let s = svg(&stacks(), "x & y <z>");
+        let elements = well_formed(&s);
+        assert_eq!(elements.iter().filter(|e| *e == "title").count(), 6);
+        assert!(s.contains("a&lt;b&gt;&amp;c") && s.contains("x &amp; y &lt;z&gt;"));
         assert!(!s.contains("a<b>"), "{s}");
+    }
+
+    #[test]
+    fn labels_are_cut_to_fit_their_frame() {
+        let mut st = stacks();
+        st.stacks[1].frames[2] = "a_function_name_much_too_long_for_a_third_of_the_width_of_the_graph_to_hold_it_whole".into();
+        st.stacks[0].count = 594;
+        st.stacks[1].count = 300;
+        st.stacks[2].count = 5;
+        let s = svg(&st, "t");
+        well_formed(&s);
+        let line = s.lines().find(|l| l.contains("<title>a_function_name_much")).unwrap();
+        let label = line.split("<text").nth(1).unwrap().split('>').nth(1).unwrap().split('<').next().unwrap();
+        assert!(label.ends_with("..") && label.len() < 60 && label.starts_with("a_function_name"), "{label}");
+        assert!((label.len() as f64) * CHAR <= WIDTH * 300.0 / 899.0, "{label}");
+        // A frame too narrow for three characters has no label at all.
+        let idle = s.lines().find(|l| l.contains("<title>cpu_idle")).unwrap();
+        assert!(!idle.contains("<text"), "{idle}");
     }
 
     #[test]
     fn tiny_frames_are_left_out() {
         let mut st = stacks();
-        st.stacks.push(Stack { cpu: 0, frames: vec!["rare".into()], kernel_from: 1, count: 0 });
-        assert!(!svg(&st, "t").contains("rare"));
+        st.stacks[0].count = 99_900;
+        st.stacks.push(Stack { cpu: 0, frames: vec!["rare".into(), "deeper".into()], kernel_from: 1, count: 99 });
+        st.stacks.push(Stack { cpu: 0, frames: vec!["gen".into(), "main".into(), "rare2".into()], kernel_from: 2, count: 99 });
+        st.stacks.push(Stack { cpu: 0, frames: vec!["kept".into()], kernel_from: 1, count: 101 });
+        let s = svg(&st, "t");
+        assert!(!s.contains("rare") && !s.contains("deeper"), "under 0.1 % of the samples: left out");
+        assert!(s.contains("<title>kept "), "0.1 % and over: drawn");
+    }
+
+    #[test]
+    fn output_is_deterministic() {
+        let mut st = stacks();
+        let a = svg(&st, "t");
+        st.stacks.reverse();
+        assert_eq!(a, svg(&st, "t"), "the order stacks come in does not matter");
     }
 }

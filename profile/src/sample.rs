@@ -17,6 +17,7 @@ use crate::skel::sample::{SampleSkel, SampleSkelBuilder};
 use crate::symbols::{KernelSymbols, UserSymbols};
 
 pub struct SampleOptions {
+    /// The CPUs to sample (each once); none: every online CPU.
     pub cpus: Vec<usize>,
     /// Samples per second per CPU.
     pub frequency: u64,
@@ -64,11 +65,15 @@ pub struct TopFunction {
 }
 
 impl Stacks {
-    /// Brendan Gregg's folded format, merged over CPUs, sorted.
+    /// Brendan Gregg's folded format (`root;...;leaf COUNT` per line), the
+    /// input of flamegraph.pl and most other flame graph tools: merged over
+    /// CPUs, sorted. A `;` in a name (a command may hold one) becomes `:`,
+    /// a line break a space, so that every line still parses.
     pub fn folded(&self) -> String {
         let mut m: std::collections::BTreeMap<String, u64> = Default::default();
         for s in &self.stacks {
-            *m.entry(s.frames.join(";")).or_default() += s.count;
+            let frames: Vec<String> = s.frames.iter().map(|f| f.replace(';', ":").replace(['\n', '\r'], " ")).collect();
+            *m.entry(frames.join(";")).or_default() += s.count;
         }
         m.into_iter().map(|(k, v)| format!("{k} {v}\n")).collect()
     }
@@ -123,8 +128,22 @@ pub struct Sampler {
     started: Instant,
 }
 
-fn paranoid() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
+/// A sysctl's value as text, `?` when unreadable.
+fn sysctl(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/{}", name.replace('.', "/"))).map(|s| s.trim().to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// A CPU list of /sys/devices/system/cpu (`0-3,6`) expanded.
+fn cpu_list(name: &str) -> Vec<usize> {
+    let text = std::fs::read_to_string(format!("/sys/devices/system/cpu/{name}")).unwrap_or_default();
+    text.trim()
+        .split(',')
+        .filter_map(|r| match r.split_once('-') {
+            Some((a, b)) => Some(a.parse().ok()?..=b.parse().ok()?),
+            None => r.parse().ok().map(|c| c..=c),
+        })
+        .flatten()
+        .collect()
 }
 
 /// linux/perf_event.h: close the event's descriptor on exec.
@@ -143,9 +162,14 @@ fn cpu_clock(cpu: usize, frequency: u64) -> Result<OwnedFd> {
     let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const _, -1i32, cpu as i32, -1i32, PERF_FLAG_FD_CLOEXEC) };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
+        let max_rate = sysctl("kernel.perf_event_max_sample_rate");
         match e.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => bail!("perf events refused ({e}; kernel.perf_event_paranoid = {}): run as root (CAP_PERFMON)", paranoid()),
-            Some(libc::ENODEV) | Some(libc::EINVAL) if !std::path::Path::new(&format!("/sys/devices/system/cpu/cpu{cpu}")).exists() => bail!("CPU {cpu} does not exist"),
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                bail!("perf events on CPU {cpu} refused ({e}; kernel.perf_event_paranoid = {}): run as root (CAP_PERFMON)", sysctl("kernel.perf_event_paranoid"))
+            }
+            Some(libc::EINVAL) if max_rate.parse::<u64>().is_ok_and(|m| frequency > m) => {
+                bail!("{frequency} Hz is above kernel.perf_event_max_sample_rate ({max_rate}): sample less often, or raise it with sysctl")
+            }
             _ => bail!("opening a cpu-clock perf event on CPU {cpu}: {e}"),
         }
     }
@@ -154,13 +178,41 @@ fn cpu_clock(cpu: usize, frequency: u64) -> Result<OwnedFd> {
 }
 
 impl Sampler {
+    /// Opens a cpu-clock event per CPU (`perf_event_open(PERF_TYPE_SOFTWARE,
+    /// PERF_COUNT_SW_CPU_CLOCK)` in frequency mode, every process) and
+    /// attaches the sampling program to each. The events are opened before
+    /// the program is loaded so that a refusal names what decides it
+    /// (kernel.perf_event_paranoid) rather than a BPF load error. Every
+    /// error is one line that says what to do.
     pub fn start(o: &SampleOptions) -> Result<Sampler> {
+        anyhow::ensure!(o.frequency > 0, "a sampling frequency of 0 Hz samples nothing: give at least 1 Hz");
+        // Without sysfs (an unusual container) perf_event_open judges alone.
+        let online = cpu_list("online");
+        let mut cpus = match (o.cpus.is_empty(), online.is_empty()) {
+            (false, _) => o.cpus.clone(),
+            (true, false) => online.clone(),
+            // SAFETY: sysconf reads a value.
+            (true, true) => (0..unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize).collect(),
+        };
+        // A CPU listed twice would get two events: its samples counted twice.
+        cpus.sort_unstable();
+        cpus.dedup();
+        for &cpu in &cpus {
+            if !online.is_empty() && !online.contains(&cpu) {
+                let possible = cpu_list("possible");
+                let have = compact_cpus(&online);
+                if possible.contains(&cpu) {
+                    bail!("CPU {cpu} is offline: bring it online (echo 1 > /sys/devices/system/cpu/cpu{cpu}/online) or sample CPUs {have}");
+                }
+                bail!("CPU {cpu} does not exist: this machine has CPUs {have}");
+            }
+        }
+        let events = cpus.iter().map(|&cpu| Ok((cpu, cpu_clock(cpu, o.frequency)?))).collect::<Result<Vec<_>>>()?;
         let open = SampleSkelBuilder::default().open(xnf_core::maps::object_storage()).context("opening the sampling BPF object")?;
-        let skel = open.load().context("loading the sampling program")?;
+        let skel = open.load().context("loading the sampling program (needs root: CAP_BPF and CAP_PERFMON)")?;
         let mut links = Vec::new();
-        for &cpu in &o.cpus {
+        for (cpu, fd) in events {
             use std::os::fd::{AsRawFd, IntoRawFd};
-            let fd = cpu_clock(cpu, o.frequency)?;
             let link = skel.progs.prof_sample.attach_perf_event(fd.as_raw_fd()).with_context(|| format!("attaching the sampler on CPU {cpu}"))?;
             // The link owns the event now: libbpf closes it on detach.
             let _ = fd.into_raw_fd();
@@ -169,7 +221,9 @@ impl Sampler {
         Ok(Sampler { skel, _links: links, frequency: o.frequency, started: Instant::now() })
     }
 
-    /// Detaches, reads and symbolises.
+    /// Detaches, reads the counts and stacks, and symbolises them: kernel
+    /// frames from /proc/kallsyms, user frames through each process's
+    /// /proc/PID/maps (read now: a process gone by then gives `[unknown]`).
     pub fn stop(self) -> Result<Stacks> {
         let seconds = self.started.elapsed().as_secs_f64();
         let Sampler { skel, _links, frequency, .. } = self;
@@ -186,12 +240,18 @@ impl Sampler {
             let (pid, kstack, ustack, cpu) = (word(0), word(4) as i32, word(8) as i32, word(12) as usize);
             let comm = String::from_utf8_lossy(k[16..32].split(|&c| c == 0).next().unwrap_or_default()).into_owned();
             let mut frames = vec![comm];
-            for ip in ips(&m.stacks, ustack)?.iter().rev() {
-                frames.push(user.resolve(pid, *ip));
+            if stack_lost(ustack) {
+                frames.push(LOST_USER.into());
+            }
+            for ip in lookup_addresses(ips(&m.stacks, ustack)?).rev() {
+                frames.push(user.resolve(pid, ip));
             }
             let kernel_from = frames.len();
-            for ip in ips(&m.stacks, kstack)?.iter().rev() {
-                frames.push(kernel.as_ref().and_then(|s| s.resolve(*ip)).map_or_else(|| format!("{ip:#x}"), str::to_string));
+            if stack_lost(kstack) {
+                frames.push(LOST_KERNEL.into());
+            }
+            for ip in lookup_addresses(ips(&m.stacks, kstack)?).rev() {
+                frames.push(kernel.as_ref().and_then(|s| s.resolve(ip)).map_or_else(|| format!("{ip:#x}"), str::to_string));
             }
             *stacks.entry((cpu, frames, kernel_from)).or_default() += count;
             samples += count;
@@ -202,6 +262,48 @@ impl Sampler {
         stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
         Ok(Stacks { frequency, seconds, samples, lost, stacks })
     }
+}
+
+/// The frame in place of a stack the stack map could not hold (counted in
+/// [`SampleLost`]): the sample still counts, under its command.
+pub const LOST_USER: &str = "[lost user stack]";
+/// The same for a kernel stack.
+pub const LOST_KERNEL: &str = "[lost kernel stack]";
+
+/// Whether a stack id is a stack that was there but not stored: its hash
+/// bucket held another stack (EEXIST) or the map was full (ENOMEM). Other
+/// negative ids mean no stack (EFAULT: no kernel stack in user mode, no
+/// user stack in a kernel thread).
+fn stack_lost(id: i32) -> bool {
+    id == -libc::EEXIST || id == -libc::ENOMEM
+}
+
+/// `cpus` as a compact list (`0-3,6`).
+fn compact_cpus(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { cpus[i].to_string() } else { format!("{}-{}", cpus[i], cpus[j]) });
+        i = j + 1;
+    }
+    if out.is_empty() {
+        "(none online)".into()
+    } else {
+        out.join(",")
+    }
+}
+
+/// The addresses to look up for a stack's instruction pointers (leaf
+/// first): the leaf is where the CPU was; every other frame is a return
+/// address, the instruction after a call, which at the end of a function
+/// (a call to something that does not return) already belongs to the next
+/// one: one byte back is still the call.
+fn lookup_addresses(ips: Vec<u64>) -> impl DoubleEndedIterator<Item = u64> {
+    ips.into_iter().enumerate().map(|(i, ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
 }
 
 /// The instruction pointers of stack `id` (leaf first); none for a negative id.
@@ -246,6 +348,14 @@ mod tests {
         let idle = t.iter().find(|f| f.name == "cpu_idle").unwrap();
         assert_eq!((idle.self_samples, idle.total_samples), (3, 3), "recursion counted once");
         assert!(t.iter().all(|f| f.name != "gen" && f.name != "swapper"), "commands are not functions");
+        assert_eq!(t[0].self_pct, 40.0);
+        assert_eq!(syscall.self_pct, 30.0);
+        let main = t.iter().find(|f| f.name == "main").unwrap();
+        assert_eq!((main.self_samples, main.self_pct, main.total_pct), (0, 0.0, 70.0));
+        // Ties on self samples go to more total samples, then by name.
+        let names: Vec<&str> = t.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["veth_xmit", "do_syscall_64", "cpu_idle", "main"]);
+        assert_eq!(stacks().top(2).len(), 2);
     }
 
     #[test]
@@ -254,6 +364,34 @@ mod tests {
         s.stacks[2].frames[0] = "swapper/1".into();
         let b = s.busy();
         assert_eq!((b.samples, b.stacks.len()), (7, 2));
+    }
+
+    #[test]
+    fn folded_lines_parse_whatever_the_names() {
+        let mut s = stacks();
+        s.stacks[2].frames[0] = "a;b\nc".into();
+        let f = s.folded();
+        assert!(f.contains("a:b c;cpu_idle;cpu_idle 3\n"), "{f}");
+        assert_eq!(f.lines().count(), 3);
+    }
+
+    #[test]
+    fn return_addresses_are_looked_up_one_byte_back() {
+        assert_eq!(lookup_addresses(vec![0x100, 0x200, 0x300]).collect::<Vec<_>>(), [0x100, 0x1ff, 0x2ff]);
+        assert_eq!(lookup_addresses(vec![]).count(), 0);
+    }
+
+    #[test]
+    fn only_stacks_the_map_could_not_hold_are_lost() {
+        assert!(stack_lost(-libc::EEXIST) && stack_lost(-libc::ENOMEM));
+        assert!(!stack_lost(-libc::EFAULT) && !stack_lost(-1) && !stack_lost(0) && !stack_lost(7));
+    }
+
+    #[test]
+    fn cpu_lists_compact() {
+        assert_eq!(compact_cpus(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(compact_cpus(&[]), "(none online)");
+        assert!(cpu_list("online").contains(&0), "CPU 0 is online");
     }
 
     #[test]
