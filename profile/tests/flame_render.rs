@@ -33,11 +33,19 @@ fn the_flame_graph_renders_with_kernel_and_user_frames() {
     let dir = std::env::temp_dir().join(format!("xnf-flame-render-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let svg = dir.join("flame.svg");
-    std::fs::write(&svg, xnf_profile::flame::svg(&stacks, "render test")).unwrap();
+    let text = xnf_profile::flame::svg(&stacks, "render test");
+    std::fs::write(&svg, &text).unwrap();
+    // The graph is as tall as the deepest stack (a JIT's 127 frames make
+    // it 2,000 px): the window must hold it all, or the wide frames at the
+    // bottom are out of the picture.
+    let height: u32 = text.split("height=\"").nth(1).and_then(|h| h.split('"').next()).and_then(|h| h.parse::<f64>().ok()).expect("the svg's height") as u32;
+    // At most the command, 127 user and 127 kernel frames: 4,120 px.
+    assert!((100..=4_200).contains(&height), "svg height {height}");
     assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} not found: install chromium (make deps does)");
     let png = dir.join("shot.png");
     let mut child = Command::new(CHROMIUM)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars", "--window-size=1200,800"])
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run", "--hide-scrollbars"])
+        .arg(format!("--window-size=1200,{height}"))
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", svg.display()))
@@ -63,7 +71,7 @@ fn the_flame_graph_renders_with_kernel_and_user_frames() {
     let mut reader = decoder.read_info().unwrap();
     let mut buf = vec![0; reader.output_buffer_size()];
     let info = reader.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1200, 800));
+    assert_eq!((info.width, info.height), (1200, height));
     let ch = info.color_type.samples();
     assert!(ch >= 3, "screenshot is not in colour: {:?}", info.color_type);
     let px: Vec<[u8; 3]> = buf[..info.buffer_size()].chunks_exact(ch).map(|p| [p[0], p[1], p[2]]).collect();
