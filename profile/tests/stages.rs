@@ -183,9 +183,14 @@ fn a_datagram_to_a_closed_port_is_dropped_with_no_socket_by_name() {
     const N: usize = 100;
     let p = pair("closed");
     let _xdp = p.xdp(2);
+    // Two profiles at once (two operators, or a lab run beside a manual
+    // one): each has its own programs and maps and sees every drop.
     let session = Session::start(&p.watch(65536)).unwrap();
+    let other = Session::start(&p.watch(65536)).unwrap();
     p.send(CLOSED, N, 10, &|_| ());
     until("the drops", || session.peek().unwrap().drops_named("NO_SOCKET") >= N as u64);
+    until("the other's drops", || other.peek().unwrap().drops_named("NO_SOCKET") >= N as u64);
+    assert_eq!(other.stop().unwrap().drops_named("NO_SOCKET"), N as u64);
     let prof = session.stop().unwrap();
     assert_eq!(prof.drops_named("NO_SOCKET"), N as u64, "{:?}", prof.drops);
     assert!(prof.drops.iter().any(|d| d.reason == "NO_SOCKET" && d.location.contains("udp")), "dropped in UDP: {:?}", prof.drops);

@@ -161,6 +161,54 @@ pub fn install<P>(
     Ok(p)
 }
 
+/// Installs `stage` on each of `targets`, all or nothing, for a network
+/// function's attach (`what` names it in the error): `load` and `prog` as
+/// for [`install`]; `then` runs after each install (say, registering the
+/// port in the function's maps). When one fails, the stage comes out again
+/// where this call put it, with `undo` for each — and only there: a slot
+/// the install refused is another function's and stays as it is.
+#[allow(clippy::too_many_arguments)]
+pub fn install_each<P>(
+    targets: &[xnf_netns::netlink::Link],
+    mode: XdpMode,
+    stage: Stage,
+    what: &str,
+    load: impl Fn(&MapHandle) -> Result<P>,
+    prog: impl Fn(&P) -> BorrowedFd<'_>,
+    then: impl Fn(&xnf_netns::netlink::Link) -> Result<()>,
+    undo: impl Fn(&xnf_netns::netlink::Link),
+) -> Result<()> {
+    let take_out = |l: &xnf_netns::netlink::Link| {
+        let _ = remove(l.ifindex, stage);
+        undo(l);
+    };
+    for (i, l) in targets.iter().enumerate() {
+        let r = install(l.ifindex, &l.name, mode, stage, &load, &prog).and_then(|_| then(l).inspect_err(|_| take_out(l)));
+        if let Err(e) = r {
+            targets[..i].iter().for_each(take_out);
+            return Err(e.context(format!("attaching {what} to {}", l.name)));
+        }
+    }
+    Ok(())
+}
+
+/// The interfaces `names` where `prog_name` holds `stage`, as ifindexes,
+/// for a network function's detach; `missing(name)` is the message for an
+/// interface that does not have it.
+pub fn holding(names: &[String], stage: Stage, prog_name: &str, missing: impl Fn(&str) -> String) -> Result<Vec<u32>> {
+    let links = xnf_netns::netlink::links()?;
+    names
+        .iter()
+        .map(|name| {
+            let link = links.iter().find(|l| &l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace"))?;
+            match installed(link.ifindex, stage, prog_name) {
+                Some(_) => Ok(link.ifindex),
+                None => bail!("{}", missing(name)),
+            }
+        })
+        .collect()
+}
+
 /// Puts `prog` into `stage`'s slot. A slot another network function holds
 /// (a program of another name: the router's and the chain's both use the
 /// forward stage) is refused, never replaced behind that function's back.

@@ -111,28 +111,21 @@ impl Probe<'_> {
     /// One interval: pause and read, resume at `rate` for `secs`, pause and
     /// read. The rate is over the time the generator was sending.
     fn interval(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64) -> Result<Sample> {
-        let a = self.pause_and_read()?;
-        let t0 = self.resume(rate)?;
-        std::thread::sleep(Duration::from_secs_f64(secs));
-        self.gens.set_rate(PAUSED)?;
-        let sending = t0.elapsed().as_secs_f64();
-        self.drain()?;
-        let b = self.read()?;
-        self.gens.set_rate(rate)?;
-        Ok(sample(l, kind, &a, &b, sending))
+        Ok(self.interval_with(l, kind, rate, secs, None)?.0)
     }
 
-    /// [`interval`](Self::interval) again with `xnf profile` attached
-    /// while the generator sends (loaded and read while it is paused).
-    fn profiled(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64, o: &xnf_profile::Options) -> Result<(Sample, xnf_profile::Profile)> {
+    /// [`interval`](Self::interval), with `xnf profile` attached while the
+    /// generator sends when `profile` is given (loaded and read while it is
+    /// paused).
+    fn interval_with(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64, profile: Option<&xnf_profile::Options>) -> Result<(Sample, Option<xnf_profile::Profile>)> {
         let a = self.pause_and_read()?;
-        let session = xnf_profile::Session::start(o)?;
+        let session = profile.map(xnf_profile::Session::start).transpose()?;
         let t0 = self.resume(rate)?;
         std::thread::sleep(Duration::from_secs_f64(secs));
         self.gens.set_rate(PAUSED)?;
         let sending = t0.elapsed().as_secs_f64();
         self.drain()?;
-        let prof = session.stop()?;
+        let prof = session.map(xnf_profile::Session::stop).transpose()?;
         let b = self.read()?;
         self.gens.set_rate(rate)?;
         Ok((sample(l, kind, &a, &b, sending), prof))
@@ -303,8 +296,8 @@ pub fn variant(p: &Probe, l: &Labels, t: &Timing, plan: &Plan, pg: &mut Progress
             pg.message(&format!("profiling ({})", if rate == 0 { "full speed".to_string() } else { format!("{:.3} Mpps", rate as f64 / 1e6) }));
             p.gens.set_rate(rate.max(1))?;
             std::thread::sleep(Duration::from_secs_f64(t.warmup.max(0.5)));
-            let (twin, prof) = p.profiled(l, s.kind, rate, secs, o)?;
-            profiled.push((s.clone(), twin, prof));
+            let (twin, prof) = p.interval_with(l, s.kind, rate, secs, Some(o))?;
+            profiled.push((s.clone(), twin, prof.expect("profiled")));
         }
     }
     let mut zero_loss = None;

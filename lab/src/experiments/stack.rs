@@ -157,7 +157,7 @@ impl Experiment for Stack {
         pg.message("the co-runner's rate without traffic");
         let baseline = co.rate(Duration::from_secs(1));
         self.baselines.lock().expect("lock").push((params::label(&self.params(), p), baseline));
-        *self.corunner.lock().expect("lock") = Some(co.count.clone());
+        *self.corunner.lock().expect("lock") = Some(co.0.count.clone());
         let note = format!("RPS steers the sink's packets to CPU {cpu}, where the co-runner ({:.0} units/s alone) and the socket's reader run", baseline);
         let traffic = measure::udp_traffic(t, p)?;
         Ok(AtPoint { guard: Box::new(co), traffic, notes: vec![note] })
@@ -201,28 +201,55 @@ impl Running for Run<'_> {
         let roles = self.t.roles()?;
         let (ns, dev) = self.t.endpoint(&roles.sink)?;
         let received: Received = match &self.reader {
-            Some(r) => Box::new(|| Ok(r.count.load(Ordering::Relaxed))),
+            Some(r) => Box::new(|| Ok(r.0.count.load(Ordering::Relaxed))),
             None => Box::new(|| Ok(self.attachment.action_counts()?.0)),
         };
         Ok(Counters { dut_in: (ns, dev), dut_out: None, received, on_read: None, corunner: Some(Box::new(|| Ok(self.corunner.load(Ordering::Relaxed)))) })
     }
 }
 
-/// A CPU-bound thread pinned to one CPU, counting work units (a fixed
-/// number of multiply-adds each): what the network leaves it is its rate.
-struct CoRunner {
+/// A thread counting into `count` until told to stop (when dropped).
+struct Counting {
     count: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl CoRunner {
-    fn start(cpu: usize) -> Result<CoRunner> {
+impl Counting {
+    /// Runs `body(count, stop)` in a thread pinned to `cpu`; returns once it is pinned.
+    fn spawn(cpu: usize, body: impl FnOnce(&AtomicU64, &AtomicBool) + Send + 'static) -> Result<Counting> {
         let (count, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
         let (c, s) = (count.clone(), stop.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
-            let _ = tx.send(crate::engine::cpu::pin(0, cpu));
+            let pinned = crate::engine::cpu::pin(0, cpu);
+            let ok = pinned.is_ok();
+            let _ = tx.send(pinned);
+            if ok {
+                body(&c, &s);
+            }
+        });
+        rx.recv().context("starting a thread")??;
+        Ok(Counting { count, stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A CPU-bound thread pinned to one CPU, counting work units (a fixed
+/// number of multiply-adds each): what the network leaves it is its rate.
+struct CoRunner(Counting);
+
+impl CoRunner {
+    fn start(cpu: usize) -> Result<CoRunner> {
+        Ok(CoRunner(Counting::spawn(cpu, |c, s| {
             let mut x = 1u64;
             while !s.load(Ordering::Relaxed) {
                 for _ in 0..10_000 {
@@ -230,60 +257,33 @@ impl CoRunner {
                 }
                 c.fetch_add(1, Ordering::Relaxed);
             }
-        });
-        rx.recv().context("the co-runner thread")??;
-        Ok(CoRunner { count, stop, thread: Some(thread) })
+        })?))
     }
 
     /// Units per second over `d`.
     fn rate(&self, d: Duration) -> f64 {
-        let (a, t0) = (self.count.load(Ordering::Relaxed), Instant::now());
+        let (a, t0) = (self.0.count.load(Ordering::Relaxed), Instant::now());
         std::thread::sleep(d);
-        (self.count.load(Ordering::Relaxed) - a) as f64 / t0.elapsed().as_secs_f64()
+        (self.0.count.load(Ordering::Relaxed) - a) as f64 / t0.elapsed().as_secs_f64()
     }
 }
 
-impl Drop for CoRunner {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The socket's reader: a thread in the sink namespace on the stack CPU.
-struct Reader {
-    count: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+/// The socket's reader: a thread in the sink namespace on the stack CPU,
+/// counting datagrams.
+struct Reader(Counting);
 
 impl Reader {
     fn start(ns: &xnf_netns::Netns, addr: SocketAddr, cpu: usize) -> Result<Reader> {
         let sock = ns.run(move || UdpSocket::bind(addr))?.with_context(|| format!("binding the sink's socket to {addr}"))?;
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-        let (count, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
-        let (c, s) = (count.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let _ = crate::engine::cpu::pin(0, cpu);
+        Ok(Reader(Counting::spawn(cpu, move |c, s| {
             let mut buf = [0u8; 2048];
             while !s.load(Ordering::Relaxed) {
                 if sock.recv(&mut buf).is_ok() {
                     c.fetch_add(1, Ordering::Relaxed);
                 }
             }
-        });
-        Ok(Reader { count, stop, thread: Some(thread) })
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        })?))
     }
 }
 

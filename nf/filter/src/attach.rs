@@ -67,17 +67,8 @@ pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
     }
     maps_or_create()?;
     let dir = pin_dir()?;
-    let mut done: Vec<&Link> = Vec::new();
-    for l in &targets {
-        let load = |stages: &libbpf_rs::MapHandle| FilterProgram::load(Some(&dir), Some(stages));
-        if let Err(e) = entry::install(l.ifindex, &l.name, mode, Stage::Filter, load, |p| p.prog().as_fd()) {
-            for d in &done {
-                let _ = entry::remove(d.ifindex, Stage::Filter);
-            }
-            return Err(e.context(format!("attaching the filter to {}", l.name)));
-        }
-        done.push(l);
-    }
+    let load = |stages: &libbpf_rs::MapHandle| FilterProgram::load(Some(&dir), Some(stages));
+    entry::install_each(&targets, mode, Stage::Filter, "the filter", load, |p| p.prog().as_fd(), |_| Ok(()), |_| ())?;
     Ok(targets.into_iter().map(|l| l.name).collect())
 }
 
@@ -85,15 +76,7 @@ pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
 /// lists and counters go too.
 pub fn detach(names: &[String]) -> Result<()> {
     let _lock = StateLock::acquire(LOCK)?;
-    let links = netlink::links()?;
-    let mut todo = Vec::new();
-    for name in names {
-        let link = links.iter().find(|l| &l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace"))?;
-        if filter_stage(link.ifindex).is_none() {
-            bail!("the filter is not attached to {name} (`xnf filter status` lists where it is)");
-        }
-        todo.push(link.ifindex);
-    }
+    let todo = entry::holding(names, Stage::Filter, PROG_NAME, |name| format!("the filter is not attached to {name} (`xnf filter status` lists where it is)"))?;
     for ifindex in todo {
         entry::remove(ifindex, Stage::Filter)?;
     }

@@ -70,20 +70,9 @@ pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
     }
     let maps = maps_or_create()?;
     let dir = pin_dir()?;
-    let mut done: Vec<&Link> = Vec::new();
-    for l in &targets {
-        let load = |stages: &libbpf_rs::MapHandle| LbProgram::load(Some(&dir), Some(stages));
-        let r = entry::install(l.ifindex, &l.name, mode, Stage::Lb, load, |p| p.prog().as_fd()).and_then(|_| maps.add_port(l.ifindex));
-        if let Err(e) = r {
-            for d in &done {
-                let _ = entry::remove(d.ifindex, Stage::Lb);
-                let _ = maps.remove_port(d.ifindex);
-            }
-            let _ = entry::remove(l.ifindex, Stage::Lb);
-            return Err(e.context(format!("attaching the lb to {}", l.name)));
-        }
-        done.push(l);
-    }
+    let load = |stages: &libbpf_rs::MapHandle| LbProgram::load(Some(&dir), Some(stages));
+    let (add, undo) = (|l: &Link| maps.add_port(l.ifindex), |l: &Link| drop(maps.remove_port(l.ifindex)));
+    entry::install_each(&targets, mode, Stage::Lb, "the lb", load, |p| p.prog().as_fd(), add, undo)?;
     let encap = crate::apply::applied()?.map(|a| a.config.encap).unwrap_or_default();
     write_sources(&maps, &encap)?;
     Ok(targets.into_iter().map(|l| l.name).collect())
@@ -93,15 +82,7 @@ pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
 /// tables and connection table go too.
 pub fn detach(names: &[String]) -> Result<()> {
     let _lock = StateLock::acquire(LOCK)?;
-    let links = netlink::links()?;
-    let mut todo = Vec::new();
-    for name in names {
-        let link = links.iter().find(|l| &l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace"))?;
-        if lb_stage(link.ifindex).is_none() {
-            bail!("the lb is not attached to {name} (`xnf lb status` lists where it is)");
-        }
-        todo.push(link.ifindex);
-    }
+    let todo = entry::holding(names, Stage::Lb, PROG_NAME, |name| format!("the lb is not attached to {name} (`xnf lb status` lists where it is)"))?;
     let maps = open_maps()?;
     for ifindex in todo {
         entry::remove(ifindex, Stage::Lb)?;

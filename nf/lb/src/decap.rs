@@ -310,20 +310,12 @@ pub fn attach(names: &[String], mode: XdpMode, gue_port: u16) -> Result<Vec<Stri
     let maps = maps_or_create()?;
     maps.set_locals(&own_addresses()?)?;
     let dir = pin_dir()?;
-    let mut done: Vec<&Link> = Vec::new();
-    for l in &targets {
-        let load = |stages: &MapHandle| DecapProgram::load_stage(Some(&dir), gue_port, Some(stages));
-        if let Err(e) = entry::install(l.ifindex, &l.name, mode, Stage::Lb, load, |p| p.prog().as_fd()) {
-            for d in &done {
-                let _ = entry::remove(d.ifindex, Stage::Lb);
-            }
-            if attached_links().is_ok_and(|a| a.is_empty()) {
-                let _ = remove_state();
-            }
-            return Err(e.context(format!("attaching decap to {}", l.name)));
+    let load = |stages: &MapHandle| DecapProgram::load_stage(Some(&dir), gue_port, Some(stages));
+    entry::install_each(&targets, mode, Stage::Lb, "decap", load, |p| p.prog().as_fd(), |_| Ok(()), |_| ()).inspect_err(|_| {
+        if attached_links().is_ok_and(|a| a.is_empty()) {
+            let _ = remove_state();
         }
-        done.push(l);
-    }
+    })?;
     Ok(targets.into_iter().map(|l| l.name).collect())
 }
 
@@ -331,15 +323,7 @@ pub fn attach(names: &[String], mode: XdpMode, gue_port: u16) -> Result<Vec<Stri
 /// counters go too.
 pub fn detach(names: &[String]) -> Result<()> {
     let _lock = StateLock::acquire(LOCK)?;
-    let links = netlink::links()?;
-    let mut todo = Vec::new();
-    for name in names {
-        let link = links.iter().find(|l| &l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace"))?;
-        if decap_stage(link.ifindex).is_none() {
-            bail!("decap is not attached to {name} (`xnf lb decap status` lists where it is)");
-        }
-        todo.push(link.ifindex);
-    }
+    let todo = entry::holding(names, Stage::Lb, PROG_NAME, |name| format!("decap is not attached to {name} (`xnf lb decap status` lists where it is)"))?;
     for ifindex in todo {
         entry::remove(ifindex, Stage::Lb)?;
     }

@@ -183,14 +183,22 @@ pub struct Address {
     pub prefix_len: u8,
 }
 
+/// The kernel's address messages of one family (None: all).
+fn dump_addresses(family: Option<AddressFamily>) -> Result<Vec<AddressMessage>> {
+    let mut request = AddressMessage::default();
+    if let Some(f) = family {
+        request.header.family = f;
+    }
+    Rtnl::open()?.dump(RouteNetlinkMessage::GetAddress(request), |m| match m {
+        RouteNetlinkMessage::NewAddress(a) => Some(a),
+        _ => None,
+    })
+}
+
 /// Every address, IPv4 and IPv6, of every interface (in the calling
 /// thread's namespace): IPv4's local address, IPv6's address.
 pub fn addresses() -> Result<Vec<Address>> {
-    let request = AddressMessage::default();
-    let answer = Rtnl::open()?.dump(RouteNetlinkMessage::GetAddress(request), |m| match m {
-        RouteNetlinkMessage::NewAddress(a) => Some(a),
-        _ => None,
-    })?;
+    let answer = dump_addresses(None)?;
     let mut out = Vec::new();
     for a in answer {
         let mut local = None;
@@ -211,12 +219,7 @@ pub fn addresses() -> Result<Vec<Address>> {
 
 /// Every IPv4 address of every interface (in the calling thread's namespace).
 pub fn ipv4_addresses() -> Result<Vec<Ipv4Address>> {
-    let mut request = AddressMessage::default();
-    request.header.family = AddressFamily::Inet;
-    let answer = Rtnl::open()?.dump(RouteNetlinkMessage::GetAddress(request), |m| match m {
-        RouteNetlinkMessage::NewAddress(a) => Some(a),
-        _ => None,
-    })?;
+    let answer = dump_addresses(Some(AddressFamily::Inet))?;
     let mut out = Vec::new();
     for a in answer {
         let mut local = None;
