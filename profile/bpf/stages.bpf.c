@@ -66,6 +66,8 @@ const volatile __u64 cpu_mask = 0;              /* 0: every CPU (< 64 otherwise)
 const volatile __u32 netns_filter = 0;          /* namespace inode, 0: all */
 const volatile __u32 reason_consumed = 0xffffffff; /* SKB_CONSUMED in this kernel */
 const volatile __u32 follow_every = 1;          /* follow 1 packet in N */
+const volatile __u32 counts_only = 0;           /* no stages, no packet records */
+const volatile __u32 dev_slot_mask = PROF_DEV_SLOTS - 1; /* fewer: tests */
 
 struct cpu_state {
 	__u64 last;             /* time of the previous boundary event */
@@ -76,6 +78,11 @@ struct cpu_state {
 	__u32 in_rx;
 	__u32 seen;             /* packets into the stack, for follow_every */
 	__u32 pad;
+	/* A run of drops with one (reason, place), counted here and added to
+	 * the drops table when the next drop differs: a sink dropping every
+	 * frame costs a compare, not a hash lookup, per packet. The reader
+	 * adds what is pending. */
+	struct prof_drop_run drop;
 };
 
 struct {
@@ -147,6 +154,17 @@ struct {
 	__type(key, __u32);
 	__type(value, struct rxq);
 } rxq SEC(".maps");
+
+/* Device counters: a slot of the direct-mapped per-CPU array first (its
+ * lookup is a few instructions where a hash lookup is a helper call and a
+ * jhash, and it runs per NAPI poll and per redirect flush), the hash for
+ * the backlog and for devices whose slot is taken. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PROF_DEV_SLOTS);
+	__type(key, __u32);
+	__type(value, struct prof_dev_slot);
+} devslots SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -288,8 +306,24 @@ static __always_inline int follow(void)
 static __always_inline struct prof_dev *device(struct net_device *dev)
 {
 	__u64 k = (__u64)dev;
-	struct prof_dev *d = bpf_map_lookup_elem(&devices, &k);
+	struct prof_dev_slot *fast = 0;
+	struct prof_dev *d = 0;
+	__u32 slot;
 
+	/* The slot: Fibonacci hashing of the interface's index and namespace
+	 * (the verifier allows no arithmetic on the address itself; these
+	 * are plain loads through the BTF-typed pointer, not helper calls). */
+	if (dev) {
+		slot = (((dev->ifindex ^ (dev->nd_net.net->ns.inum << 8)) * 0x9E3779B1u) >> 26) & dev_slot_mask;
+		fast = bpf_map_lookup_elem(&devslots, &slot);
+	}
+
+	if (fast && (fast->key == k || !fast->key)) {
+		fast->key = k;
+		d = &fast->d;
+	} else {
+		d = bpf_map_lookup_elem(&devices, &k);
+	}
 	if (!d) {
 		struct prof_dev fresh = {};
 
@@ -392,7 +426,7 @@ SEC("tp_btf/napi_gro_receive_entry")
 int prof_gro_entry(__u64 *ctx)
 {
 	struct sk_buff *skb = (void *)ctx[0];
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct net_device *dev = skb->dev;
 	struct prof_dev *d;
 
 	if (!cpu_wanted())
@@ -415,7 +449,7 @@ SEC("tp_btf/netif_rx")
 int prof_netif_rx(__u64 *ctx)
 {
 	struct sk_buff *skb = (void *)ctx[0];
-	struct net_device *dev = BPF_CORE_READ(skb, dev);
+	struct net_device *dev = skb->dev;
 	struct prof_dev *d;
 
 	if (!cpu_wanted())
@@ -431,7 +465,7 @@ SEC("tp_btf/netif_receive_skb")
 int prof_receive(__u64 *ctx)
 {
 	__u64 skb = ctx[0], now;
-	struct net_device *dev = BPF_CORE_READ((struct sk_buff *)skb, dev);
+	struct net_device *dev = ((struct sk_buff *)ctx[0])->dev;
 	struct prof_dev *d;
 	struct rxq *q;
 	__u32 zero = 0;
@@ -542,17 +576,44 @@ int prof_copy(__u64 *ctx)
 	return 0;
 }
 
-SEC("tp_btf/kfree_skb")
-int prof_kfree(__u64 *ctx)
+/* Adds a run of drops to the drops table. */
+static __always_inline void add_drops(struct prof_drop_run *r)
 {
-	__u64 skb = ctx[0];
-	__u32 reason = (__u32)ctx[2];
-	struct prof_drop_key k = { .reason = reason, .location = ctx[1] };
-	__u64 one = 1, *n, now;
+	struct prof_drop_key k = { .reason = r->reason, .location = r->location };
+	__u64 *n = bpf_map_lookup_elem(&drops, &k);
 
-	if (!cpu_wanted())
-		return 0;
-	now = boundary(EV_FREE);
+	if (n)
+		*n += r->pending;
+	else if (bpf_map_update_elem(&drops, &k, &r->pending, BPF_NOEXIST) && !bpf_map_lookup_elem(&drops, &k))
+		bump(&lost, LOST_DROPS, r->pending);
+}
+
+/* Counts a drop: one more of the CPU's current run, or the start of a
+ * new run (the previous one goes to the table). */
+static __always_inline void count_drop(__u32 reason, __u64 location)
+{
+	__u32 zero = 0;
+	struct cpu_state *s = bpf_map_lookup_elem(&cpu_state, &zero);
+
+	if (!s)
+		return;
+	if (s->drop.pending && s->drop.reason == reason && s->drop.location == location) {
+		s->drop.pending++;
+		return;
+	}
+	if (s->drop.pending)
+		add_drops(&s->drop);
+	s->drop.reason = reason;
+	s->drop.location = location;
+	s->drop.pending = 1;
+}
+
+/* With stages: the free is a boundary and the end of its packet's life.
+ * Returns whether it is a drop to count. */
+static __always_inline int freed(__u64 skb, __u32 reason)
+{
+	__u64 now = boundary(EV_FREE);
+
 	if (reason == reason_consumed) {
 		end_of_life(skb, OUT_CONSUMED, now);
 		return 0;
@@ -562,11 +623,27 @@ int prof_kfree(__u64 *ctx)
 	if (netns_filter && !bpf_map_lookup_elem(&inflight, &skb) && !dev_wanted(BPF_CORE_READ((struct sk_buff *)skb, dev)))
 		return 0;
 	end_of_life(skb, OUT_DROPPED, now);
-	n = bpf_map_lookup_elem(&drops, &k);
-	if (n)
-		(*n)++;
-	else if (bpf_map_update_elem(&drops, &k, &one, BPF_NOEXIST) && !bpf_map_lookup_elem(&drops, &k))
-		bump(&lost, LOST_DROPS, 1);
+	return 1;
+}
+
+SEC("tp_btf/kfree_skb")
+int prof_kfree(__u64 *ctx)
+{
+	__u64 skb = ctx[0], location = ctx[1];
+	__u32 reason = (__u32)ctx[2];
+
+	if (!cpu_wanted())
+		return 0;
+	if (counts_only) {
+		/* Counting only, a drop is a counter: no stage boundary, no
+		 * clock read, no packet to end (a sink dropping every frame
+		 * gets here once per packet). */
+		if (reason == reason_consumed || (netns_filter && !dev_wanted(BPF_CORE_READ((struct sk_buff *)skb, dev))))
+			return 0;
+	} else if (!freed(skb, reason)) {
+		return 0;
+	}
+	count_drop(reason, location);
 	return 0;
 }
 
@@ -583,7 +660,7 @@ SEC("tp_btf/napi_poll")
 int prof_napi_poll(__u64 *ctx)
 {
 	struct napi_struct *napi = (void *)ctx[0];
-	struct net_device *dev = BPF_CORE_READ(napi, dev);
+	struct net_device *dev = napi->dev;
 	int work = (int)ctx[1], budget = (int)ctx[2];
 	struct prof_dev *d;
 	__u32 b;

@@ -76,6 +76,8 @@ struct prof_outcomes {
 	__u64 runq_hist[PROF_BUCKETS];  /* wakeup .. on CPU */
 };
 
+#define PROF_DEV_SLOTS 64       /* per-CPU direct-mapped device counters */
+
 struct prof_dev {
 	__u64 polls;
 	__u64 work;
@@ -96,6 +98,22 @@ struct prof_dev {
 	__u32 ifindex;
 	__u32 wanted;           /* in the namespace watched */
 	__u32 init;
+};
+
+/* A device's counters in the per-CPU direct-mapped table, tagged with
+ * the struct net_device address they belong to (0: free). */
+struct prof_dev_slot {
+	__u64 key;
+	struct prof_dev d;
+};
+
+/* Per-CPU state the reader also needs: the drops of the last (reason,
+ * place) not yet added to the drops table. */
+struct prof_drop_run {
+	__u64 location;
+	__u64 pending;
+	__u32 reason;
+	__u32 pad;
 };
 
 struct prof_drop_key {

@@ -112,7 +112,7 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         None => Vec::new(),
     };
     let netns = a.netns.as_ref().map(|n| Ok::<_, anyhow::Error>((n.clone(), netns_inode(n)?))).transpose()?;
-    let o = Options { watch: Watch { cpus, netns, in_flight: a.in_flight, counts_only: a.counts_only, follow_every: a.follow_every }, stack_hz: a.stack.then_some(a.frequency), prog_stats: a.prog_stats };
+    let o = Options { watch: Watch { cpus, netns, in_flight: a.in_flight, counts_only: a.counts_only, follow_every: a.follow_every, device_slots: 0 }, stack_hz: a.stack.then_some(a.frequency), prog_stats: a.prog_stats };
     let session = Session::start(&o)?;
     eprintln!("xnf profile: watching for {} s (Ctrl-C to stop early)", a.seconds);
     if wait(a.seconds)? {

@@ -188,6 +188,10 @@ pub struct Profile {
     pub softirqs: u64,
     pub softirq_ns: u64,
     pub softirq_hist: Hist,
+    /// Counting only: no stages, no packet records, no softirq durations;
+    /// softirq runs and time are the kernel's own accounting.
+    #[serde(default)]
+    pub counts_only: bool,
     /// Packets into the stack (netif_receive_skb) in the namespace.
     pub packets: u64,
     /// One packet in this many was followed to its end of life.

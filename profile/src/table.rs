@@ -38,14 +38,8 @@ pub fn cpu_list(cpus: &[usize]) -> String {
     out.join(",")
 }
 
-/// The whole profile as text.
-pub fn render(p: &Profile) -> String {
-    let mut s = String::new();
-    let polled: u64 = p.devices.iter().map(|d| d.work).sum();
-    let cpu_ns = p.seconds * 1e9 * p.cpus.len().max(1) as f64;
-    let scope = p.netns.as_ref().map_or("all namespaces".to_string(), |n| format!("namespace {n} (packets, devices, drops; stages are per CPU)"));
-    let _ = writeln!(s, "xnf profile: {:.2} s on CPUs {}, {scope}", p.seconds, cpu_list(&p.cpus));
-    let _ = writeln!(s, "{polled} frames polled by NAPI, {} packets into the stack (netif_receive_skb)\n", p.packets);
+/// The softirq's stages, per CPU, and the packets by end of life.
+fn stages(s: &mut String, p: &Profile, polled: u64, cpu_ns: f64) {
     let _ = writeln!(
         s,
         "NET_RX softirq: {} runs, {:.1} ms ({:.1} % of the CPUs' time); per run {}",
@@ -69,6 +63,32 @@ pub fn render(p: &Profile) -> String {
     let _ = writeln!(s, "\npackets from netif_receive_skb to their end{followed}:");
     for o in &p.outcomes {
         let _ = writeln!(s, "  {:<10} {:>10}  {}", o.name, o.count, quantiles(&o.latency));
+    }
+}
+
+/// The whole profile as text.
+pub fn render(p: &Profile) -> String {
+    let mut s = String::new();
+    let polled: u64 = p.devices.iter().map(|d| d.work).sum();
+    let cpu_ns = p.seconds * 1e9 * p.cpus.len().max(1) as f64;
+    let scope = p.netns.as_ref().map_or("all namespaces".to_string(), |n| format!("namespace {n} (packets, devices, drops; stages are per CPU)"));
+    let _ = writeln!(s, "xnf profile: {:.2} s on CPUs {}, {scope}", p.seconds, cpu_list(&p.cpus));
+    let _ = writeln!(s, "{polled} frames polled by NAPI, {} packets into the stack (netif_receive_skb)\n", p.packets);
+    if p.counts_only {
+        // Counting only: the kernel's accounting, no stages, no packets.
+        let _ = writeln!(
+            s,
+            "NET_RX softirq: {} runs (/proc/softirqs); softirq time {:.1} ms ({:.1} % of the CPUs' time, /proc/stat); stages and packets not measured (counts only)",
+            p.softirqs,
+            ms(p.softirq_ns),
+            100.0 * p.softirq_ns as f64 / cpu_ns
+        );
+        let _ = writeln!(s, "\n{:<4} {:>9} {:>9}  {:>8} {:>9} {:>10}", "cpu", "softirqs", "ms", "NET_TX", "switches", "ksoftirqd");
+        for c in &p.per_cpu {
+            let _ = writeln!(s, "{:<4} {:>9} {:>9.1}  {:>8} {:>9} {:>8.1}ms", c.cpu, c.softirqs, ms(c.softirq_ns), c.tx_softirqs, c.switches, ms(c.ksoftirqd_ns));
+        }
+    } else {
+        stages(&mut s, p, polled, cpu_ns);
     }
     devices(&mut s, p);
     if !p.drops.is_empty() {

@@ -3,7 +3,8 @@
 //! datagrams crosses): N datagrams to a socket give N packet records and N
 //! frames polled; a closed port shows NO_SOCKET by name; frames dropped by
 //! XDP show in the device's XDP drops and never in the stack; a packet
-//! table too small for the traffic reports the rest as lost.
+//! table too small for the traffic reports the rest as lost; counting only,
+//! drops and polls stay exact and the softirq runs are the kernel's.
 //!
 //! The tracepoints are global: the tests take turns (one lock) and the
 //! profiles are limited to b's namespace.
@@ -86,7 +87,8 @@ impl Pair {
 
     fn watch(&self, in_flight: u32) -> Options {
         let ino = std::fs::metadata(self.b.path()).unwrap().ino() as u32;
-        Options { watch: Watch { cpus: Vec::new(), netns: Some((self.b.name().to_string(), ino)), in_flight, counts_only: false, follow_every: 1 }, stack_hz: None, prog_stats: true }
+        let watch = Watch { cpus: Vec::new(), netns: Some((self.b.name().to_string(), ino)), in_flight, counts_only: false, follow_every: 1, device_slots: 0 };
+        Options { watch, stack_hz: None, prog_stats: true }
     }
 
     /// A UDP socket in b.
@@ -252,4 +254,36 @@ fn a_full_packet_table_is_reported_as_lost_not_silently_missing() {
     assert_eq!(prof.lost.packets, N as u64 - TABLE as u64, "{:?}", prof.lost);
     assert!(prof.lost.any());
     assert!(xnf_profile::table::render(&prof).contains(&format!("{} packets not followed (table full)", N - TABLE as usize)));
+}
+
+#[test]
+fn counting_only_keeps_drops_and_polls_exact_and_takes_the_softirqs_from_the_kernel() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    const N: usize = 400;
+    let p = pair("counts");
+    let _xdp = p.xdp(2);
+    let mut o = p.watch(65536);
+    o.watch.counts_only = true;
+    // One device slot: of a's and b's devices (a's polls the ICMP errors
+    // b sends back) one is counted in the slot, the other in the hash.
+    o.watch.device_slots = 1;
+    let session = Session::start(&o).unwrap();
+    // Bursts of 4, each waited for: at least N / 4 NET_RX runs.
+    p.send(CLOSED, N, 4, &|sent| until("the drops", || session.peek().unwrap().drops_named("NO_SOCKET") >= sent as u64));
+    let prof = session.stop().unwrap();
+    // Each CPU's run of equal drops is pending until a different one: the
+    // reader adds it, so the count is exact.
+    assert_eq!(prof.drops_named("NO_SOCKET"), N as u64, "{:?}", prof.drops);
+    assert_eq!(device(&prof, &p.b_if).work, N as u64, "{:?}", prof.devices);
+    // No per-packet tracepoint: no packet records, no stage boundaries.
+    assert!(prof.counts_only);
+    assert_eq!(prof.outcomes.iter().map(|o| o.count).sum::<u64>(), 0, "{:?}", prof.outcomes);
+    assert_eq!(prof.packets, 0);
+    assert!(prof.events.iter().any(|(e, n)| e == "net:netif_receive_skb" && *n == 0), "{:?}", prof.events);
+    assert!(prof.stages.iter().all(|s| s.ns == 0) && prof.softirq_hist.buckets.iter().all(|&b| b == 0), "{:?}", prof.stages);
+    // The softirq runs are the kernel's (/proc/softirqs), per CPU.
+    assert!(prof.softirqs >= (N / 4) as u64, "{} NET_RX runs", prof.softirqs);
+    assert_eq!(prof.per_cpu.iter().map(|c| c.softirqs).sum::<u64>(), prof.softirqs);
+    assert!(prof.measured_with.iter().any(|m| m.contains("/proc/softirqs")), "{:?}", prof.measured_with);
+    assert!(xnf_profile::table::render(&prof).contains("stages and packets not measured (counts only)"));
 }

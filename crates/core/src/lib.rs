@@ -12,6 +12,7 @@ pub mod features;
 pub mod class;
 pub mod fwd;
 pub mod maps;
+pub mod procstat;
 pub mod runtime;
 pub mod sources;
 pub mod state;

@@ -118,7 +118,8 @@ pub fn print(r: &Results) {
     let heads: String = names.iter().map(|n| format!(" {n:>7}")).collect();
     println!("{:<13} {:<22} {:>3} {:>9} {:>7} {:>8}{heads} {:>8} {:>7}  top functions (self %)", "variant", "point", "run", "offered", "Mpps", "overhead", "softirq", "XDP");
     for p in &r.profiles {
-        let stages: String = names.iter().map(|n| format!(" {:>7.0}", p.stage(n))).collect();
+        // Counting only, no stage is measured; the softirq time is the kernel's.
+        let stages: String = names.iter().map(|n| if p.profile.counts_only { format!(" {:>7}", "-") } else { format!(" {:>7.0}", p.stage(n)) }).collect();
         let top: Vec<String> = p.top.iter().take(3).map(|(n, pct)| format!("{n} {pct:.0}")).collect();
         println!(
             "{:<13} {:<22} {:>3} {:>9} {:>7.3} {:>7.1}%{stages} {:>8.0} {:>7.0}  {}",
@@ -142,11 +143,12 @@ pub fn print(r: &Results) {
     if !drops.is_empty() {
         println!("drops (reason from the kernel's BTF, where): {}", drops.join("; "));
     }
-    let lost: u64 = r.profiles.iter().map(|p| p.profile.lost.packets + p.profile.lost.stacks + p.profile.lost.devices + p.profile.lost.drops).sum();
-    println!("profiler: lost {lost} records over all intervals; its programs used {:.2} % of the CPUs (median)", median_cost(r));
-}
-
-fn median_cost(r: &Results) -> f64 {
-    let mut v: Vec<f64> = r.profiles.iter().map(|p| p.profile.cost.cpu_pct).collect();
-    super::results::median(&mut v)
+    let l = |f: fn(&xnf_profile::model::Lost) -> u64| r.profiles.iter().map(|p| f(&p.profile.lost)).sum::<u64>();
+    println!(
+        "profiler: lost over all intervals: {} packet records, {} stacks, {} devices, {} drop entries; its cost is the overhead column (the fall in rate, or the rise in CPU per packet, against the unprofiled twin)",
+        l(|x| x.packets),
+        l(|x| x.stacks),
+        l(|x| x.devices),
+        l(|x| x.drops)
+    );
 }
