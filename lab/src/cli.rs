@@ -182,6 +182,10 @@ pub struct LatencyArgs {
     /// Seed of the run order and of k-means.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// With --profile, each method's best configuration runs once more
+    /// with the profiler attached.
+    #[command(flatten)]
+    pub profiling: crate::engine::profiling::ProfileArgs,
     /// Write every RTT, the summaries and the clusters as JSON (input of `xnf lab report`).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -220,6 +224,7 @@ pub fn latency(a: LatencyArgs) -> Result<()> {
         ping_cpu: a.ping_cpu.unwrap_or(ncpu.saturating_sub(1)),
         fwd_cpu: a.fwd_cpu,
         seed: a.seed,
+        profiling: a.profiling,
     };
     let r = crate::experiments::latency::run(&o, &mut |line| eprintln!("xnf lab: {line}"))?;
     crate::experiments::latency::print(&r);

@@ -29,6 +29,7 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--variants", "xdp-filter", "--xdp-filter", "/nonexistent/xdp-filter"][..], "scripts/peers.sh", 1),
             (&["--flood", "syn", "--variants", "nft-raw"][..], "--flood syn", 1),
             (&["--variants", "nft-synproxy"][..], "--flood syn", 1),
+            (&["--flame", "/tmp/xnf-flames"][..], "--flame needs --profile", 1),
         ],
     );
 }
@@ -146,7 +147,22 @@ fn nftables_drop_the_flood_in_dut_and_without_a_filter_the_victim_gets_it() {
 
 #[test]
 fn xnf_drops_the_flood_by_port_and_by_a_blocklist() {
-    let r = short_run("xnf", &["--variants", "xnf,nft-raw", "--blocklist", "0,20000", "--sources", "256"]);
+    // Profiled (counting only): a twin of each flooded interval.
+    let r = short_run("xnf", &["--variants", "xnf,nft-raw", "--blocklist", "0,20000", "--sources", "256", "--profile", "counts"]);
+    let profiles = r["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 4, "one per variant and blocklist at max, none without a flood");
+    for p in profiles {
+        assert!(p["offered_pps"].is_null() && p["profile"]["counts_only"] == true, "{}", p["variant"]);
+        let dut_in = p["profile"]["devices"].as_array().unwrap().iter().find(|d| d["namespace"].as_str().unwrap().ends_with("-dut") && d["name"] == "xnfin");
+        assert!(dut_in.is_some_and(|d| num(&d["work"]) > 0.0), "{}: dut's ingress polled: {}", p["variant"], p["profile"]["devices"]);
+        // nftables drops in the stack with the kernel's reason; xnf in XDP, before any skb.
+        let netfilter: f64 = p["profile"]["drops"].as_array().unwrap().iter().filter(|d| d["reason"] == "NETFILTER_DROP").map(|d| num(&d["count"])).sum();
+        if p["variant"] == "nft-raw" {
+            assert!(netfilter > 0.0, "nft-raw: {}", p["profile"]["drops"]);
+        } else {
+            assert_eq!(netfilter, 0.0, "xnf: {}", p["profile"]["drops"]);
+        }
+    }
     for blocklist in [0, 20000] {
         for v in ["xnf", "nft-raw"] {
             let at: Vec<&Value> = r["samples"].as_array().unwrap().iter().filter(|s| s["variant"] == v && s["point"]["blocklist"] == blocklist).collect();

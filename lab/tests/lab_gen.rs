@@ -34,6 +34,7 @@ fn bad_input_is_refused_with_one_line_and_a_failing_status() {
             (&["--dsts", "10", "--dst-base", "10.0.0.1"][..], "lab's ranges", 1),
             (&["--dst-list", "/nonexistent/xnf-targets"][..], "reading --dst-list", 1),
             (&["--frobnicate"][..], "--frobnicate", 2),
+            (&["--flame", "/tmp/xnf-flames"][..], "--flame needs --profile", 1),
         ],
     );
 }
@@ -41,9 +42,11 @@ fn bad_input_is_refused_with_one_line_and_a_failing_status() {
 #[test]
 fn sends_verifies_and_writes_json() {
     let json = std::env::temp_dir().join(format!("xnf-gen-{}.json", std::process::id()));
-    let (out, pid) = lab("gen", &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab("gen", &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--profile", "counts", "--json", json.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("verified: every frame arrived"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("verified: every frame arrived"));
+    assert!(stdout.contains("where the time went (xnf profile, attached for the whole run)"), "{stdout}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(json).unwrap();
     assert_eq!(r["experiment"], "gen");
@@ -51,6 +54,11 @@ fn sends_verifies_and_writes_json() {
     assert_eq!((run["sent"].as_u64(), run["received"].as_u64()), (Some(9960), Some(9960)), "{run}");
     assert_eq!(run["per_cpu"].as_array().unwrap().iter().map(|c| c["sent"].as_u64().unwrap()).collect::<Vec<_>>(), [4980, 4980]);
     assert_eq!(run["verification"]["exact"], true, "{run}");
+    // The profile saw the sink's NAPI poll the frames (those in flight when
+    // the generator stopped arrive after the profile ends).
+    let sink = run["profile"]["devices"].as_array().unwrap().iter().find(|d| d["namespace"].as_str().unwrap().ends_with("-sink")).cloned();
+    let polled = sink.as_ref().and_then(|d| d["work"].as_u64()).unwrap_or(0);
+    assert!(polled > 0 && polled <= 9960, "{}", run["profile"]["devices"]);
     let samples = r["samples"].as_array().unwrap();
     assert!(!samples.is_empty());
     assert!(samples.iter().all(|s| s["variant"] == "gen" && s["point"]["size"] == 0 && s["point"]["queues"] == 2));

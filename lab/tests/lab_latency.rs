@@ -21,6 +21,7 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--saturation", "fast"][..], "--saturation fast", 1),
             (&["--ping-cpu", "99"][..], "--ping-cpu 99", 1),
             (&["--repeats", "x"][..], "--repeats", 2),
+            (&["--flame", "/tmp/xnf-flames"][..], "--flame needs --profile", 1),
         ],
     );
 }
@@ -30,7 +31,7 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
     let dir = std::env::temp_dir();
     let json = dir.join(format!("xnf-lab-latency-{}.json", std::process::id()));
     let html = json.with_extension("html");
-    let (out, pid) = lab("latency", &["--repeats", "1", "--count", "60", "--batch", "1", "--saturation", "20000", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab("latency", &["--repeats", "1", "--count", "60", "--batch", "1", "--saturation", "20000", "--profile", "counts", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
@@ -53,6 +54,14 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
         assert!(f("min") > 0.0 && f("min") <= f("q1") && f("q1") <= f("median") && f("median") <= f("q3") && f("q3") <= f("p99") && f("p99") <= f("max"), "{}: {s}", x["label"]);
         assert_eq!(x["config"]["zero_copy"], false, "veth has copy mode only");
     }
+    // --profile: each method's best configuration once more, profiled.
+    let profiles = r["profiles"].as_array().unwrap();
+    assert_eq!(profiles.len(), 3, "afxdp, udp, af-packet: {profiles:?}");
+    for p in profiles {
+        assert!(p["probes"].as_u64().unwrap() >= 57 && p["profiled_median_us"].as_f64().unwrap() > 0.0, "{}", p["label"]);
+        assert!(p["profile"]["counts_only"] == true && p["profile"]["softirqs"].as_u64().unwrap() > 0, "{}", p["label"]);
+    }
+    assert!(stdout.contains("where the time went (xnf profile; NET_RX softirq ns per probe"), "{stdout}");
     let c = &r["clustering"];
     let k = c["k"].as_u64().unwrap();
     assert!((2..=8).contains(&k), "{c}");

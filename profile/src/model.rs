@@ -128,6 +128,7 @@ impl Device {
     /// Frames the driver polled that went nowhere the tracepoints see: on a
     /// device with an XDP program, XDP_DROP (there is no tracepoint per
     /// verdict; this is polled - passed - TX - redirected - aborted).
+    /// Counting only, `to_stack` is not counted: XDP_PASS is in here too.
     pub fn xdp_dropped(&self) -> u64 {
         self.work.saturating_sub(self.to_stack + self.xdp_tx + self.xdp_tx_drops + self.xdp_redirect + self.xdp_redirect_err + self.xdp_exception)
     }

@@ -153,7 +153,8 @@ impl Tracer {
         ];
         if self.kernel.is_some() {
             v[0] = "stages: not measured (counts only: no tracepoint that fires per packet, no packet records)".into();
-            v.insert(1, "softirq: NET_RX and NET_TX runs from /proc/softirqs, time from /proc/stat (every softirq vector; tick-sampled without CONFIG_IRQ_TIME_ACCOUNTING)".into());
+            v[1] = "softirq: NET_RX and NET_TX runs from /proc/softirqs, time from /proc/stat (every softirq vector; tick-sampled without CONFIG_IRQ_TIME_ACCOUNTING)".into();
+            v[2] = "devices: napi:napi_poll, xdp:xdp_devmap_xmit (redirects, per bulk), xdp:xdp_redirect_err, xdp:xdp_bulk_tx (XDP_TX), xdp:xdp_exception; frames into the stack not counted".into();
         }
         for m in &self.missing {
             v.push(format!("{}: not in this kernel, its boundary is merged into the neighbouring stage", m.replace('/', ":")));

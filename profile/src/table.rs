@@ -124,13 +124,15 @@ pub fn render(p: &Profile) -> String {
         l.stacks,
         if l.any() { "  <- incomplete: see README" } else { "" }
     );
-    let _ = writeln!(
-        s,
-        "profiler cost (with --prog-stats): {} program runs, {:.0} ns each, {:.2} % of the watched CPUs",
-        p.cost.runs,
-        p.cost.ns as f64 / p.cost.runs.max(1) as f64,
-        p.cost.cpu_pct
-    );
+    if p.cost.runs > 0 {
+        let _ = writeln!(
+            s,
+            "profiler cost (with --prog-stats): {} program runs, {:.0} ns each, {:.2} % of the watched CPUs",
+            p.cost.runs,
+            p.cost.ns as f64 / p.cost.runs.max(1) as f64,
+            p.cost.cpu_pct
+        );
+    }
     let _ = writeln!(s, "measured with:");
     for m in &p.measured_with {
         let _ = writeln!(s, "  {m}");
@@ -146,22 +148,26 @@ fn devices(s: &mut String, p: &Profile) {
     if p.devices.is_empty() {
         return;
     }
+    // Counting only, frames into the stack are not counted: what the
+    // tracepoints do not see is XDP_DROP and XDP_PASS together.
+    let rest_head = if p.counts_only { "drop+pass*" } else { "xdp-drop*" };
     let _ = writeln!(
         s,
-        "\ndevices:\n  {:<16} {:<12} {:>8} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>7} {:>9}",
-        "namespace", "device", "polls", "frames", "/poll", "full%", "to-stack", "xdp-tx", "redirect", "rd-err", "aborted", "xdp-drop*"
+        "\ndevices:\n  {:<16} {:<12} {:>8} {:>9} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>7} {:>10}",
+        "namespace", "device", "polls", "frames", "/poll", "full%", "to-stack", "xdp-tx", "redirect", "rd-err", "aborted", rest_head
     );
     for d in &p.devices {
+        let to_stack = if p.counts_only { "-".to_string() } else { d.to_stack.to_string() };
         let _ = writeln!(
             s,
-            "  {:<16} {:<12} {:>8} {:>9} {:>6.1} {:>5.1}% {:>9} {:>9} {:>9} {:>7} {:>7} {:>9}",
+            "  {:<16} {:<12} {:>8} {:>9} {:>6.1} {:>5.1}% {:>9} {:>9} {:>9} {:>7} {:>7} {:>10}",
             d.namespace,
             d.name,
             d.polls,
             d.work,
             d.work as f64 / d.polls.max(1) as f64,
             100.0 * d.full_budget as f64 / d.polls.max(1) as f64,
-            d.to_stack,
+            to_stack,
             d.xdp_tx,
             d.xdp_redirect,
             d.xdp_redirect_err,
@@ -169,7 +175,11 @@ fn devices(s: &mut String, p: &Profile) {
             d.xdp_dropped()
         );
     }
-    let _ = writeln!(s, "  * frames polled that went to no traced place: XDP_DROP (there is no tracepoint per XDP verdict)");
+    let _ = writeln!(
+        s,
+        "  * frames polled that went to no traced place: {}",
+        if p.counts_only { "XDP_DROP or XDP_PASS (counting only: frames into the stack are not counted)" } else { "XDP_DROP (there is no tracepoint per XDP verdict)" }
+    );
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ use serde::Serialize;
 
 use super::measure::{self, Counters, Labels, Probe, Timing};
 use super::params::{self, Param, Point, Value};
+use super::profiling::ProfileArgs;
+pub use super::profiling::ProfileLevel;
 use super::progress::Progress;
 use super::results::{Results, Sample};
 use super::topology::{BuiltTopology, TopologySpec};
@@ -64,17 +66,9 @@ pub struct Common {
     /// Measured seconds per offered-rate step or search trial.
     #[arg(long, default_value_t = 2.0)]
     pub trial_seconds: f64,
-    /// Profile every variant (`xnf profile`, stacks sampled): each
-    /// full-speed interval and load step is measured again with the
-    /// profiler attached; the results show where the CPU time went, stage
-    /// by stage, and what the profiler cost. `--profile counts`: without
-    /// the per-packet tracepoints (no stages; the least overhead).
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "stages", value_name = "stages|counts")]
-    pub profile: Option<ProfileLevel>,
-    /// With --profile: write a flame graph (SVG) per profiled interval here.
-    #[arg(long, value_name = "DIR")]
-    #[serde(skip)]
-    pub flame: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub profiling: ProfileArgs,
     /// Write every sample, the summary, ratios and the machine as JSON
     /// (input of `xnf lab report`).
     #[arg(long, value_name = "FILE")]
@@ -84,16 +78,6 @@ pub struct Common {
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
     pub csv: Option<PathBuf>,
-}
-
-/// How much `--profile` attaches.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum ProfileLevel {
-    /// Stages and packet records: tracepoints on every packet.
-    Stages,
-    /// Counts only: softirq, NAPI, XDP, drops, scheduling.
-    Counts,
 }
 
 /// The CPUs an experiment runs on.
@@ -112,13 +96,7 @@ impl Common {
 
     /// What is measured of each variant besides full speed.
     pub fn plan(&self) -> measure::Plan {
-        let profile = self.profile.map(|l| xnf_profile::Options {
-            // One packet in 8 followed to its end: the table's updates are
-            // the costliest probes, and the latencies need no more.
-            watch: xnf_profile::Watch { in_flight: 65536, counts_only: l == ProfileLevel::Counts, follow_every: 8, ..Default::default() },
-            stack_hz: Some(499),
-            prog_stats: false,
-        });
+        let profile = self.profiling.options();
         measure::Plan { load: measure::Load { steps: self.load_curve, pps: self.load_rates.clone() }, zero_loss: self.zero_loss, profile }
     }
 
@@ -134,7 +112,7 @@ impl Common {
         ensure!(self.load_rates.is_empty() || self.load_curve == 0, "--load-rates and --load-curve: give one of them");
         ensure!(self.load_rates.iter().all(|r| (1.0..=1e9).contains(r)), "--load-rates: rates are packets per second, 1..=1e9");
         ensure!(self.load_rates.len() <= 50, "--load-rates: at most 50 rates");
-        ensure!(self.flame.is_none() || self.profile.is_some(), "--flame needs --profile");
+        self.profiling.check()?;
         let gen = self.cpu.unwrap_or(ncpu.saturating_sub(1));
         ensure!(gen < ncpu, "--cpu {gen} does not exist (this machine has {ncpu})");
         Ok(Cpus { gen, count: ncpu })
@@ -144,7 +122,7 @@ impl Common {
     fn record(&self, cpus: Cpus, own: &impl Serialize) -> serde_json::Value {
         let mut o = serde_json::json!({
             "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen,
-            "zero_loss": self.zero_loss, "load_steps": self.load_curve, "load_rates": self.load_rates, "profile": self.profile,
+            "zero_loss": self.zero_loss, "load_steps": self.load_curve, "load_rates": self.load_rates, "profile": self.profiling.profile,
         });
         if let (Some(o), Ok(serde_json::Value::Object(own))) = (o.as_object_mut(), serde_json::to_value(own)) {
             o.extend(own);
@@ -344,7 +322,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                 gens.set_rate(measure::PAUSED)?;
                 gens.stop()?;
                 running.finish(&measured.samples).with_context(|| l.variant.clone())?;
-                measure::record(&mut res, &mut zl, &l, measured, c.flame.as_deref())?;
+                measure::record(&mut res, &mut zl, &l, measured, c.profiling.flame.as_deref())?;
                 pg.advance(per_variant);
             }
         }

@@ -5,9 +5,10 @@
 //! programs, its drops, its hottest functions and a flame graph — and the
 //! profiler's overhead is the difference between the two intervals.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use xnf_profile::Profile;
 
@@ -16,6 +17,50 @@ use super::results::{Point, Results, Sample, SampleKind};
 /// The generator's own XDP program (BPF_PROG_TEST_RUN live frames): not
 /// part of the path measured.
 const GENERATOR: &str = "xnf_gen";
+
+/// `--profile` and `--flame`, on every experiment.
+#[derive(Args, Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ProfileArgs {
+    /// Profile each measured interval again with `xnf profile` attached
+    /// (all CPUs, stacks sampled): the results show where the CPU time
+    /// went, stage by stage, and what the profiler cost (the difference
+    /// between the two intervals). `--profile counts`: nothing that runs
+    /// per packet (no stages; the least overhead).
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "stages", value_name = "stages|counts")]
+    pub profile: Option<ProfileLevel>,
+    /// With --profile: write a flame graph (SVG) per profiled interval here.
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip)]
+    pub flame: Option<PathBuf>,
+}
+
+/// How much `--profile` attaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProfileLevel {
+    /// Stages and packet records: tracepoints on every packet.
+    Stages,
+    /// Counts only: NAPI, XDP, drops, scheduling; softirqs from /proc.
+    Counts,
+}
+
+impl ProfileArgs {
+    pub fn check(&self) -> Result<()> {
+        ensure!(self.flame.is_none() || self.profile.is_some(), "--flame needs --profile");
+        Ok(())
+    }
+
+    /// The profiler's options, when profiling.
+    pub fn options(&self) -> Option<xnf_profile::Options> {
+        self.profile.map(|l| xnf_profile::Options {
+            // One packet in 8 followed to its end: the table's updates are
+            // the costliest probes, and the latencies need no more.
+            watch: xnf_profile::Watch { in_flight: 65536, counts_only: l == ProfileLevel::Counts, follow_every: 8, ..Default::default() },
+            stack_hz: Some(499),
+            prog_stats: false,
+        })
+    }
+}
 
 /// One profiled interval and its unprofiled twin.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,14 +108,10 @@ impl ProfiledRun {
         let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
         let flame = match (flame_dir, &stacks) {
             (Some(dir), Some(st)) => {
-                std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
                 let step = offered_pps.map_or("max".to_string(), |r| format!("{:.3}Mpps", r / 1e6));
-                let name = format!("{experiment}-{}-{label}-run{}-{step}.svg", plain.variant, plain.run + 1);
-                let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-._".contains(c) { c } else { '_' }).collect();
-                let path = dir.join(name);
+                let name = format!("{experiment}-{}-{label}-run{}-{step}", plain.variant, plain.run + 1);
                 let title = format!("xnf lab {experiment}: {} at {label}, run {}, {step}", plain.variant, plain.run + 1);
-                std::fs::write(&path, xnf_profile::flame::svg(st, &title)).with_context(|| format!("writing {}", path.display()))?;
-                Some(path.display().to_string())
+                Some(write_flame(dir, &name, &title, st)?)
             }
             _ => None,
         };
@@ -105,6 +146,16 @@ impl ProfiledRun {
     pub fn stage(&self, name: &str) -> f64 {
         self.stages.iter().find(|(n, _)| n == name).map_or(0.0, |s| s.1)
     }
+}
+
+/// Writes a flame graph as `dir/name.svg` (the name made safe for a file
+/// system) and returns its path.
+pub fn write_flame(dir: &Path, name: &str, title: &str, stacks: &xnf_profile::sample::Stacks) -> Result<String> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "-._".contains(c) { c } else { '_' }).collect();
+    let path = dir.join(format!("{name}.svg"));
+    std::fs::write(&path, xnf_profile::flame::svg(stacks, title)).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path.display().to_string())
 }
 
 /// Prints where each variant's time went: one row per profiled interval,

@@ -31,6 +31,7 @@ use serde::Serialize;
 use crate::engine::driver::{AtPoint, Common, Cpus, Experiment, Running};
 use crate::engine::measure::{self, Counters, Received};
 use crate::engine::params::{self, Param, Point, Value};
+use crate::engine::profiling::ProfileLevel;
 use crate::engine::progress::Progress;
 use crate::engine::results::Results;
 use crate::engine::topology::{BuiltTopology, FunctionKind, TopologySpec};
@@ -91,7 +92,7 @@ pub fn main(mut a: StackArgs) -> Result<()> {
     if a.common.topology == "line" {
         a.common.topology = "pair".into();
     }
-    a.common.profile = Some(crate::engine::driver::ProfileLevel::Stages);
+    a.common.profiling.profile = Some(ProfileLevel::Stages);
     if a.common.load_rates.is_empty() && a.common.load_curve == 0 {
         a.common.load_rates = DEFAULT_RATES.to_vec();
     }

@@ -64,6 +64,7 @@ use serde::Serialize;
 
 use crate::engine::driver::{alternated, variant_name};
 use crate::engine::params::{Axis, Param, Point};
+use crate::engine::profiling::{ProfileArgs, ProfiledRun};
 use crate::engine::progress::Progress;
 use crate::engine::results::{Labels, Results};
 use crate::engine::topology::{BuiltTopology, RouteSpec, TopologySpec};
@@ -192,6 +193,9 @@ pub struct FilterArgs {
     /// xdp-filter's binary [default: /opt/xnf/peers/sbin/xdp-filter, built by scripts/peers.sh].
     #[arg(long, value_name = "PATH")]
     pub xdp_filter: Option<PathBuf>,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub profiling: ProfileArgs,
     /// Write every sample, the summary, ratios and the curves as JSON (input of `xnf lab report`).
     #[arg(long, value_name = "FILE")]
     #[serde(skip)]
@@ -267,7 +271,7 @@ impl FilterArgs {
             variants::xdp_filter_binary(self.xdp_filter.as_deref())?;
         }
         Flood::by_port(self.port, self.sources)?;
-        Ok(())
+        self.profiling.check()
     }
 }
 
@@ -322,7 +326,9 @@ pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
     options["app_cpu"] = app_cpu.into();
     options["rx_cpu"] = c.rx.into();
     let mut res = Results::new("filter", &options, vec![blocklist_param()]);
-    let per_variant = a.rates.len() as f64 * (a.warmup + a.seconds + 0.2);
+    let profiled = if a.profiling.profile.is_some() { a.rates.iter().filter(|&&r| r != Rate::Pps(0)).count() as f64 * (a.seconds + 0.5) } else { 0.0 };
+    let per_variant = a.rates.len() as f64 * (a.warmup + a.seconds + 0.2) + profiled;
+    let profile = a.profiling.options();
     let mut pg = Progress::new(per_variant * (a.blocklist.len() * variants.len() * a.runs as usize) as f64);
     let mut extras = Vec::new();
     for &size in &a.blocklist {
@@ -353,11 +359,15 @@ pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
                 // every XDP change makes its thread again.
                 napi::threaded(dut, &din)?;
                 napi::pin(&din, c.rx)?;
-                let measured = path.measure(&l, &setup, &a.rates, a.warmup, a.seconds, &mut |i| pg.message(&format!("flood {}", a.rates[i])))?;
+                let say = &mut |i: usize, twin: bool| pg.message(&format!("flood {}{}", a.rates[i], if twin { ", profiling" } else { "" }));
+                let measured = path.measure(&l, &setup, &a.rates, (a.warmup, a.seconds), profile.as_ref(), say)?;
                 drop(setup);
-                for (i, (s, e)) in measured.into_iter().enumerate() {
-                    extras.push(summary::Interval::of(&s, i, a.rates[i], e));
-                    res.samples.push(s);
+                for (i, m) in measured.into_iter().enumerate() {
+                    if let Some((twin, prof)) = m.twin {
+                        res.profiles.push(ProfiledRun::new("filter", &label, &m.sample, &twin, prof, a.profiling.flame.as_deref())?);
+                    }
+                    extras.push(summary::Interval::of(&m.sample, i, a.rates[i], m.extra));
+                    res.samples.push(m.sample);
                 }
                 pg.advance(per_variant);
             }
@@ -393,6 +403,7 @@ impl Drop for TempDir {
 pub fn main(a: FilterArgs) -> Result<()> {
     let r = run(&a, &mut |line| eprintln!("xnf lab: {line}"))?;
     summary::print(&r);
+    crate::engine::profiling::print(&r);
     if let Some(path) = &a.json {
         r.write_json(path)?;
         crate::engine::results::wrote(path);

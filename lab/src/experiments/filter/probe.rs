@@ -123,19 +123,28 @@ impl Path<'_> {
     }
 
     /// Every rate of `rates` in turn under `setup`: `warmup` seconds, then
-    /// an interval of `seconds`; `each` is told which step is measured.
-    pub fn measure(&self, l: &Labels, setup: &Setup, rates: &[Rate], warmup: f64, seconds: f64, each: &mut dyn FnMut(usize)) -> Result<Vec<(Sample, Extra)>> {
+    /// an interval of `seconds`, and with `profile` a twin interval with
+    /// `xnf profile` attached (not at rate 0: no flood, nothing to divide
+    /// by); `each` is told which step is measured.
+    pub fn measure(&self, l: &Labels, setup: &Setup, rates: &[Rate], t: (f64, f64), profile: Option<&xnf_profile::Options>, each: &mut dyn FnMut(usize, bool)) -> Result<Vec<Measured>> {
+        let (warmup, seconds) = t;
         let mut gens: Option<Generator> = None;
         let mut out = Vec::new();
         for (i, &rate) in rates.iter().enumerate() {
-            each(i);
+            each(i, false);
             self.pace(&mut gens, rate)?;
             std::thread::sleep(Duration::from_secs_f64(warmup));
-            let a = self.read(gens.as_ref(), setup)?;
-            std::thread::sleep(Duration::from_secs_f64(seconds));
-            let b = self.read(gens.as_ref(), setup)?;
-            anyhow::ensure!(self.rr.alive(), "the victim's request/response service stopped (its error follows when it is stopped)");
-            out.push(sample(l, kind(rate, i), &a, &b, self.syn));
+            let (sample, extra) = self.interval(l, kind(rate, i), gens.as_ref(), setup, seconds)?;
+            let twin = match profile {
+                Some(o) if rate != Rate::Pps(0) => {
+                    each(i, true);
+                    let session = xnf_profile::Session::start(o)?;
+                    let (twin, _) = self.interval(l, kind(rate, i), gens.as_ref(), setup, seconds)?;
+                    Some((twin, session.stop()?))
+                }
+                _ => None,
+            };
+            out.push(Measured { sample, extra, twin });
         }
         if let Some(g) = gens {
             // Paused first: a stop waits for the live-frame call in progress.
@@ -144,6 +153,21 @@ impl Path<'_> {
         }
         Ok(out)
     }
+
+    fn interval(&self, l: &Labels, kind: SampleKind, gens: Option<&Generator>, setup: &Setup, seconds: f64) -> Result<(Sample, Extra)> {
+        let a = self.read(gens, setup)?;
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        let b = self.read(gens, setup)?;
+        anyhow::ensure!(self.rr.alive(), "the victim's request/response service stopped (its error follows when it is stopped)");
+        Ok(sample(l, kind, &a, &b, self.syn))
+    }
+}
+
+/// One flood rate's interval, and its profiled twin with the profile.
+pub struct Measured {
+    pub sample: Sample,
+    pub extra: Extra,
+    pub twin: Option<(Sample, xnf_profile::Profile)>,
 }
 
 /// Paced rates (and no flood) are steps of a load curve, step i+1;

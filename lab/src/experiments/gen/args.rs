@@ -166,6 +166,11 @@ pub struct GenArgs {
     /// cannot hold at high rates are counted, not checked).
     #[arg(long)]
     pub verify: bool,
+    /// With --profile the run itself is profiled (there is no unprofiled
+    /// twin: its rates are with the profiler attached).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub profiling: crate::engine::profiling::ProfileArgs,
     /// Write one sample per second and the summary as JSON (experiment
     /// "gen", variant "gen"; input of `xnf lab report`).
     #[arg(long, value_name = "FILE")]

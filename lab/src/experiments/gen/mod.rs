@@ -71,6 +71,12 @@ pub struct Report {
     pub loss_pct: f64,
     pub per_cpu: Vec<CpuReport>,
     pub verification: Option<Verification>,
+    /// With --profile: the run's profile (its stacks in the flame graph).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<xnf_profile::Profile>,
+    /// The flame graph written, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flame: Option<String>,
     #[serde(skip)]
     pub results: Option<Results>,
 }
@@ -102,7 +108,7 @@ pub fn run_plan(p: &Plan, args: &impl Serialize, status: &mut dyn FnMut(&str)) -
 
     let capture_done = AtomicBool::new(false);
     let (ipv6, tcp) = (p.ipv6, p.tcp.is_some());
-    let (outcome, tally) = std::thread::scope(|s| -> Result<_> {
+    let (outcome, tally, profile) = std::thread::scope(|s| -> Result<_> {
         let reader = p.verify.then(|| {
             s.spawn(|| -> Result<Tally> {
                 let mut t = Tally::default();
@@ -110,7 +116,9 @@ pub fn run_plan(p: &Plan, args: &impl Serialize, status: &mut dyn FnMut(&str)) -
                 Ok(t)
             })
         });
+        let session = p.profile.as_ref().map(xnf_profile::Session::start).transpose()?;
         let sent = send(p, gen_ns, gen_if, &cfg, counter, &point, kind, &mut results, status);
+        let profile = session.map(xnf_profile::Session::stop).transpose();
         // Frames in flight reach the sink before the capture stops.
         // (The reader stops only when told: told before any error returns.)
         let settled = crate::engine::measure::until_still(&|| Ok(counter.total()?.packets), Duration::from_secs(2));
@@ -120,9 +128,22 @@ pub fn run_plan(p: &Plan, args: &impl Serialize, status: &mut dyn FnMut(&str)) -
             None => None,
         };
         settled?;
-        Ok((sent?, tally))
+        Ok((sent?, tally, profile?))
     })?;
     let (per_thread, secs) = outcome;
+    let (profile, flame) = match profile {
+        Some(mut prof) => {
+            let flame = match (&p.flame, prof.stacks.take()) {
+                (Some(dir), Some(stacks)) => {
+                    let name = format!("gen-{}", std::process::id());
+                    Some(crate::engine::profiling::write_flame(dir, &name, &format!("xnf lab gen: {}", p.describe()), &stacks.busy())?)
+                }
+                _ => None,
+            };
+            (Some(prof), flame)
+        }
+        None => (None, None),
+    };
 
     let rx = counter.per_cpu()?;
     let total: SinkCounts = counter.total()?;
@@ -148,6 +169,8 @@ pub fn run_plan(p: &Plan, args: &impl Serialize, status: &mut dyn FnMut(&str)) -
         loss_pct: loss_pct(sent, total.packets),
         per_cpu,
         verification,
+        profile,
+        flame,
         results: None,
     };
     // The outcome in the JSON too: totals per CPU and the verification.
@@ -246,6 +269,12 @@ fn print(r: &Report) {
             _ => println!("flows: {} seen (too many to check one by one)", v.flows_seen),
         }
         println!("{}", if v.exact { "verified: every frame arrived, parsed, checksums valid, sizes and flows exactly as sent" } else { "NOT exact (see above)" });
+    }
+    if let Some(prof) = &r.profile {
+        println!("\nwhere the time went (xnf profile, attached for the whole run):\n{}", xnf_profile::table::render(prof));
+    }
+    if let Some(f) = &r.flame {
+        println!("flame graph: {f}");
     }
 }
 

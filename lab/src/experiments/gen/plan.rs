@@ -43,6 +43,9 @@ pub struct Plan {
     pub cpus: Vec<usize>,
     pub through_dut: Option<Dut>,
     pub verify: bool,
+    /// `xnf profile` attached while sending, and where its flame graph goes.
+    pub profile: Option<xnf_profile::Options>,
+    pub flame: Option<std::path::PathBuf>,
 }
 
 impl Plan {
@@ -243,7 +246,10 @@ pub fn plan(a: &GenArgs) -> Result<Plan> {
         cpus,
         through_dut: a.through_dut,
         verify: a.verify,
+        profile: a.profiling.options(),
+        flame: a.profiling.flame.clone(),
     };
+    a.profiling.check()?;
     ensure!(p.flows() <= u32::MAX as u64, "{} flows (ports × addresses): at most {}", p.flows(), u32::MAX);
     let n = p.threads() as u64;
     if let Some(r) = p.rate {

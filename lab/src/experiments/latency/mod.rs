@@ -21,12 +21,14 @@
 
 pub mod kmeans;
 pub mod pingpong;
+pub mod profiled;
 pub mod report;
 pub mod stats;
 
 use anyhow::{ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::profiling::ProfileArgs;
 use crate::engine::progress::Progress;
 use crate::engine::results::Machine;
 use pingpong::{Config, Method, Overhead, Path};
@@ -51,6 +53,9 @@ pub struct Options {
     pub fwd_cpu: usize,
     /// Seed of the run order and of k-means.
     pub seed: u64,
+    /// `--profile`: each method's best configuration once more, profiled.
+    #[serde(default)]
+    pub profiling: ProfileArgs,
 }
 
 impl Options {
@@ -67,7 +72,7 @@ impl Options {
             ensure!((1..=10_000_000).contains(&r), "--saturation {r}: rates are 1..=10000000 probes per second");
         }
         ensure!(self.ping_cpu < ncpu && self.fwd_cpu < ncpu, "--ping-cpu {} / --fwd-cpu {}: this machine has {ncpu} CPUs", self.ping_cpu, self.fwd_cpu);
-        Ok(())
+        self.profiling.check()
     }
 
     /// The matrix: every AF_XDP combination (copy mode: veth has no
@@ -202,6 +207,9 @@ pub struct LatencyResults {
     pub runs: Vec<Run>,
     pub clustering: Option<Clustering>,
     pub saturation: Vec<Run>,
+    /// With --profile: each method's best configuration, profiled.
+    #[serde(default)]
+    pub profiles: Vec<profiled::LatencyProfile>,
     pub notes: Vec<String>,
 }
 
@@ -299,7 +307,7 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
     })
 }
 
-fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, o: &Options) -> Result<Run> {
+pub(crate) fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, o: &Options) -> Result<Run> {
     let r = pingpong::run(p, c, rate, count, o.ping_cpu, o.fwd_cpu).with_context(|| format!("{} at {rate} probes/s", c.label()))?;
     Ok(Run { config: *c, label: c.label(), rate_pps: rate, repeat, sent: r.sent, lost: r.lost, summary: Summary::of_ns(&r.rtts_ns), rtts_ns: r.rtts_ns, cluster: None })
 }
@@ -330,6 +338,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
     }
     let clustering = cluster(&mut runs, o.max_k, o.seed);
     let saturation = saturation(&path, o, &runs, &mut pg)?;
+    let profiles = profiled::best_profiled(&path, o, &runs, &mut pg)?;
     drop(path);
     pg.finish();
     let mut notes = vec![
@@ -353,6 +362,7 @@ pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
         runs,
         clustering,
         saturation,
+        profiles,
         notes,
     })
 }
@@ -364,8 +374,7 @@ fn saturation(p: &Path, o: &Options, runs: &[Run], pg: &mut Progress) -> Result<
     if o.saturation_rates.is_empty() {
         return Ok(out);
     }
-    for method in [Method::Afxdp, Method::Udp, Method::AfPacket] {
-        let Some(best) = runs.iter().filter(|r| r.config.method == method && r.summary.n > 0).min_by(|a, b| a.summary.median.total_cmp(&b.summary.median)) else { continue };
+    for best in best_per_method(runs) {
         for &rate in &o.saturation_rates {
             pg.set_prefix(format!("saturation: {} at {rate} probes/s", best.label));
             let count = (rate / 2).clamp(1000, 200_000);
@@ -379,6 +388,14 @@ fn saturation(p: &Path, o: &Options, runs: &[Run], pg: &mut Progress) -> Result<
         }
     }
     Ok(out)
+}
+
+/// For each method, the matrix run with the lowest median RTT.
+pub fn best_per_method(runs: &[Run]) -> Vec<&Run> {
+    [Method::Afxdp, Method::Udp, Method::AfPacket]
+        .into_iter()
+        .filter_map(|method| runs.iter().filter(|r| r.config.method == method && r.summary.n > 0).min_by(|a, b| a.summary.median.total_cmp(&b.summary.median)))
+        .collect()
 }
 
 /// The terminal summary: runs by configuration (median of repeats),
@@ -433,6 +450,7 @@ pub fn print(r: &LatencyResults) {
             println!("{:<44} {:>8} probes/s  median {:>7.1} µs  p99 {:>8.1} µs  lost {}/{}", s.label, s.rate_pps, s.summary.median, s.summary.p99, s.lost, s.sent);
         }
     }
+    profiled::print(&r.profiles);
     for n in &r.notes {
         println!("note: {n}");
     }
@@ -443,7 +461,7 @@ mod tests {
     use super::*;
 
     fn opts() -> Options {
-        Options { rate: 5000, count: 2000, repeats: 3, batches: vec![1, 64], max_k: 8, saturation_rates: vec![], ping_cpu: 1, fwd_cpu: 0, seed: 1 }
+        Options { rate: 5000, count: 2000, repeats: 3, batches: vec![1, 64], max_k: 8, saturation_rates: vec![], ping_cpu: 1, fwd_cpu: 0, seed: 1, profiling: ProfileArgs::default() }
     }
 
     #[test]
