@@ -8,14 +8,15 @@ use anyhow::{bail, ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 
-use crate::model::{Cpu, Device, Drop, Hist, Lost, Outcome, Profile, Stage, EVENTS, OUTCOMES, STAGES};
+use xnf_core::procstat::{self, CpuTimes};
 
-/// `PROF_DEV_SLOTS` in bpf/stages.h.
-const PROF_DEV_SLOTS: u32 = 64;
+use crate::model::{Cpu, Device, Drop, Hist, Lost, Outcome, Profile, Stage, EVENTS, OUTCOMES, STAGES};
 use crate::reasons::Reasons;
 use crate::skel::stages::{StagesSkel, StagesSkelBuilder};
 use crate::symbols::KernelSymbols;
-use xnf_core::procstat::{self, CpuTimes};
+
+/// `PROF_DEV_SLOTS` in bpf/stages.h.
+const PROF_DEV_SLOTS: u32 = 64;
 
 /// Each program's tracepoint (system/event in tracefs); optional ones are
 /// left unloaded on kernels without them.
