@@ -1,7 +1,8 @@
 //! `xnf lab report` renders in a real browser: a results file with a size
 //! sweep of three variants, fixed-load and zero-loss-search samples is
 //! turned into HTML, headless Chromium screenshots it, and the pixels must
-//! show every variant's colour in quantity.
+//! show every variant's colour in quantity; profiled intervals (`--profile`)
+//! add the stages' bars, in the stage palette's colours.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,6 +17,11 @@ const CHROMIUM: &str = "/usr/bin/chromium";
 /// swatches alone give about a third of these numbers (about 800, 900, 50).
 const VARIANTS: [(&str, f64, usize); 3] = [("kernel", 1.1, 1800), ("xnf", 2.9, 1800), ("xdp-drop", 6.0, 400)];
 const SIZES: [u32; 7] = [64, 128, 256, 512, 1024, 1518, 0];
+/// The first stage's colour (driver) in the report's stage palette, and
+/// how many pixels of it the screenshot must hold: the two driver
+/// segments give about 3,000, the legend and the table's swatch 270.
+const DRIVER: (&str, usize) = ("#440154", 1500);
+const HEIGHT: u32 = 4800;
 
 fn point(size: u32) -> Value {
     json!({"size": size, "flows": 4, "ipv6": false, "routes": 0, "queues": 1, "netfilter": false})
@@ -46,6 +52,31 @@ fn sample(variant: &str, size: u32, run: u32, kind: Value, offered_mpps: f64, mp
         obj.insert(k.clone(), v.clone());
     }
     s
+}
+
+/// A profiled interval at 64 B, run 1: stages (ns per packet, then the
+/// softirq total) unless counting only.
+fn profiled(variant: &str, offered_pps: Option<f64>, stages: &[(&str, f64)], counts_only: bool) -> Value {
+    let drops = vec![xnf_profile::model::Drop { reason: "NETFILTER_DROP".into(), location: "nf_hook_slow".into(), count: 4321 }];
+    let profile = xnf_profile::Profile { counts_only, drops, ..Default::default() };
+    json!({
+        "variant": variant, "point": point(64), "run": 0, "offered_pps": offered_pps,
+        "mpps": 1.0, "profiled_mpps": 0.93, "ns_per_packet": 900.0, "profiled_ns_per_packet": 960.0,
+        "packets": 2_000_000u64, "stages": stages, "xdp_ns_per_packet": 35.0,
+        "top": [["fib_table_lookup", 8.2], ["ip_forward", 5.1], ["__dev_queue_xmit", 4.4]],
+        "flame": "/nonexistent/flame.svg", "profile": profile,
+    })
+}
+
+fn profiles() -> Vec<Value> {
+    let kernel = [("driver", 130.0), ("gro", 40.0), ("ip-rcv", 90.0), ("route", 45.0), ("local", 0.0), ("forward", 85.0), ("xmit", 70.0), ("softirq", 460.0)];
+    let xnf = [("driver", 110.0), ("gro", 0.0), ("ip-rcv", 0.0), ("route", 0.0), ("local", 0.0), ("forward", 0.0), ("xmit", 25.0), ("softirq", 135.0)];
+    vec![
+        profiled("kernel", None, &kernel, false),
+        profiled("xnf", None, &xnf, false),
+        profiled("kernel", Some(1e6), &kernel, false),
+        profiled("xdp-drop", None, &[("softirq", 20.0)], true),
+    ]
 }
 
 fn results() -> Value {
@@ -83,7 +114,7 @@ fn results() -> Value {
         "started_unix": 1_700_000_000u64,
         "options": {"runs": 3, "seconds": 2.0, "sizes": "64,128,256,512,1024,1518,imix", "zero_loss": 0.0},
         "notes": ["veth: all of the chain runs on the generator's CPU", "rates < 10 Mpps & \"limited\" by the generator"],
-        "samples": samples, "summary": summary, "ratios": ratios,
+        "samples": samples, "summary": summary, "ratios": ratios, "profiles": profiles(),
     })
 }
 
@@ -183,12 +214,17 @@ fn report_renders_every_chart_in_chromium() {
     assert!(dom.contains("Throughput vs packet size") && dom.contains("IMIX"));
     assert!(dom.contains("Loss vs offered rate") && dom.contains("xnf (search trials)"));
     assert_eq!(dom.matches("<polyline").count(), html.matches("<polyline").count(), "polylines lost in parsing");
+    assert!(dom.contains("Where the time went (xnf profile)") && dom.contains("NETFILTER_DROP"));
+    assert_eq!(dom.matches("<svg class=\"chart hbars\"").count(), 1, "the stages' bars");
+    assert_eq!(dom.matches("<g class=\"bar\"").count(), 2, "a bar per full-speed interval with stages");
 
     let png_path = dir.join("report.png");
-    chromium(&dir, &[&format!("--screenshot={}", png_path.display()), "--window-size=1280,2400", &url]);
+    chromium(&dir, &[&format!("--screenshot={}", png_path.display()), &format!("--window-size=1280,{HEIGHT}"), &url]);
     let img = decode(&png_path);
-    assert_eq!((img.width, img.height), (1280, 2400));
-    let background = count_near(&img, [0xf6, 0xf7, 0xf9]) + count_near(&img, [0xff, 0xff, 0xff]);
+    assert_eq!((img.width, img.height), (1280, HEIGHT));
+    // Near the page's grey or white (a pixel such as #fafbfc is near both).
+    let near = |p: &[u8; 3], want: [u8; 3]| p.iter().zip(want).all(|(a, b)| a.abs_diff(b) <= 8);
+    let background = img.rgb.iter().filter(|p| near(p, [0xf6, 0xf7, 0xf9]) || near(p, [0xff, 0xff, 0xff])).count();
     let ink = img.rgb.len() - background;
     assert!(ink > img.rgb.len() / 50, "the page looks blank: {ink} of {} pixels drawn", img.rgb.len());
     let mut colours = Vec::new();
@@ -201,6 +237,11 @@ fn report_renders_every_chart_in_chromium() {
     colours.sort();
     colours.dedup();
     assert_eq!(colours.len(), VARIANTS.len(), "variants share a colour: {colours:?}");
+    let (driver, want) = DRIVER;
+    assert!(html.contains(&format!(r#"data-stage="driver" data-colour="{driver}""#)), "the stage palette changed: update DRIVER");
+    assert!(!colours.contains(&driver.to_string()), "a stage shares a variant's colour");
+    let n = count_near(&img, hex(driver));
+    assert!(n >= want, "driver stage ({driver}): {n} pixels of its colour in the screenshot, want {want}: the stages' bars are not drawn");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -2,11 +2,14 @@
 //! throughput against every swept parameter (or a bar per variant when
 //! nothing was swept), CPU against offered load, loss against offered rate.
 
+use maud::{html, Markup};
+
 use crate::engine::params::{Axis, Point, Value};
+use crate::engine::profiling::ProfiledRun;
 use crate::engine::results::{median, Results, Sample, SampleKind, Summary};
 
 use super::data::{self, is_load, is_search, offered_pps, samples_at, softirq_pct, Palette, Sweep};
-use super::svg::{Chart, Layer, Pt, Scale, Series, Slot, Style};
+use super::svg::{fmt_tick, nice_ticks, Chart, Layer, Pt, Scale, Series, Slot, Style};
 
 /// A section of the report: a heading and its charts.
 pub struct Section {
@@ -244,4 +247,138 @@ fn add_loss_series(chart: &mut Chart, r: &Results, point: &Point, variant: &str,
     if let Some(z) = r.summary_of(variant, point).and_then(|s| s.zero_loss_mpps) {
         chart.vline(z, colour, &format!("{variant} zero-loss rate"), variant);
     }
+}
+
+/// The receive path's stages (`xnf_profile::model::STAGES`, in order along
+/// the path): viridis, apart from the variants' and the CPU kinds' colours.
+pub const STAGE_COLOURS: [&str; 7] = ["#440154", "#443983", "#31688e", "#21918c", "#35b779", "#90d743", "#fde725"];
+/// Softirq time no stage accounts for (drawn only when above 1 % of it).
+const OTHER_STAGE: (&str, &str) = ("other softirq", "#c8c8c8");
+
+/// A profiled interval's segments: (stage, colour, ns per packet).
+fn stage_segments(p: &ProfiledRun) -> Vec<(&'static str, &'static str, f64)> {
+    let mut segs: Vec<(&str, &str, f64)> = xnf_profile::model::STAGES.iter().zip(STAGE_COLOURS).map(|((n, _), c)| (*n, c, p.stage(n))).collect();
+    let other = p.stage("softirq") - segs.iter().map(|s| s.2).sum::<f64>();
+    if other > 0.01 * p.stage("softirq") {
+        segs.push((OTHER_STAGE.0, OTHER_STAGE.1, other));
+    }
+    segs
+}
+
+/// NET_RX softirq ns per packet by stage, stacked: one horizontal bar per
+/// profiled full-speed interval that measured stages, grouped by point and
+/// within a point in variant order, so the kernel's path and the XDP path
+/// stand side by side (seed 004's breakdown). None without such intervals.
+pub fn stage_bars(r: &Results) -> Option<Markup> {
+    const W: f64 = 760.0;
+    const RIGHT: f64 = 56.0;
+    const ROW: f64 = 20.0;
+    const BAR: f64 = 14.0;
+    const HEAD: f64 = 18.0;
+    let mut bars: Vec<&ProfiledRun> = r.profiles.iter().filter(|p| p.offered_pps.is_none() && !p.profile.counts_only).collect();
+    if bars.is_empty() {
+        return None;
+    }
+    let palette = Palette::of(r);
+    let mut variants: Vec<&str> = palette.variants(|_| true).collect();
+    let mut points: Vec<&Point> = Vec::new();
+    for p in &bars {
+        if !variants.contains(&p.variant.as_str()) {
+            variants.push(&p.variant);
+        }
+        if !points.contains(&&p.point) {
+            points.push(&p.point);
+        }
+    }
+    bars.sort_by_key(|p| (points.iter().position(|q| **q == p.point), variants.iter().position(|v| *v == p.variant), p.run));
+    let label = |p: &ProfiledRun| format!("{} run {}", p.variant, p.run + 1);
+    let left = (bars.iter().map(|p| label(p).chars().count()).max().unwrap_or(0) as f64 * 6.8 + 16.0).clamp(90.0, 260.0);
+    let plot_w = W - left - RIGHT;
+    let segs: Vec<Vec<(&str, &str, f64)>> = bars.iter().map(|p| stage_segments(p)).collect();
+    let max = segs.iter().map(|s| s.iter().map(|x| x.2).sum::<f64>()).fold(0.0, f64::max);
+    let ticks = nice_ticks(0.0, max, 5);
+    let step = ticks.get(1).map_or(1.0, |t| t - ticks[0]);
+    let hi = ticks.last().copied().unwrap_or(1.0).max(f64::MIN_POSITIVE);
+    let px = |v: f64| v / hi * plot_w;
+
+    // The legend: each stage drawn, in path order, in rows that fit.
+    let mut legend: Vec<(&str, &str)> = Vec::new();
+    for (name, colour, _) in segs.iter().flatten().filter(|s| s.2 > 0.0) {
+        if !legend.iter().any(|l| l.0 == *name) {
+            legend.push((name, colour));
+        }
+    }
+    let order = |n: &str| xnf_profile::model::STAGES.iter().position(|s| s.0 == n).unwrap_or(usize::MAX);
+    legend.sort_by_key(|l| order(l.0));
+    let (mut lx, mut ly) = (left, 0.0);
+    let mut items = Vec::new();
+    for (name, colour) in &legend {
+        let w = 24.0 + name.chars().count() as f64 * 6.8 + 14.0;
+        if lx > left && lx + w > W - 8.0 {
+            lx = left;
+            ly += 18.0;
+        }
+        items.push((lx, ly, *name, *colour));
+        lx += w;
+    }
+    let top = 48.0 + ly + 18.0 + 10.0;
+
+    // Rows: a heading per point, then its bars.
+    let mut rows = Vec::new();
+    let mut y = 0.0;
+    let mut at: Option<&Point> = None;
+    for (p, s) in bars.iter().zip(&segs) {
+        if at != Some(&p.point) {
+            rows.push(html! { text class="tick group" x="6" y=(format!("{:.1}", y + 13.0)) { (r.label(&p.point)) } });
+            y += HEAD;
+            at = Some(&p.point);
+        }
+        // Each segment starts where the ones before it end.
+        let starts = s.iter().scan(0.0, |acc, seg| {
+            let at = *acc;
+            *acc += seg.2;
+            Some(at)
+        });
+        let parts = html! {
+            @for ((name, colour, v), x0) in s.iter().zip(starts).filter(|(s, _)| s.2 > 0.0) {
+                rect x=(format!("{:.1}", px(x0))) y=(format!("{:.1}", y + (ROW - BAR) / 2.0)) width=(format!("{:.1}", px(*v))) height=(BAR) fill=(colour) data-stage=(name) {
+                    title { (format!("{} run {}, {name}: {v:.0} ns/packet", p.variant, p.run + 1)) }
+                }
+            }
+        };
+        let total: f64 = s.iter().map(|x| x.2).sum();
+        rows.push(html! {
+            g class="bar" data-variant=(p.variant) {
+                text class="legend-label" x="-8" y=(format!("{:.1}", y + 14.0)) text-anchor="end" { (label(p)) }
+                (parts)
+                text class="value" x=(format!("{:.1}", px(total) + 5.0)) y=(format!("{:.1}", y + 14.0)) { (format!("{total:.0}")) }
+            }
+        });
+        y += ROW;
+    }
+    let plot_h = y + 4.0;
+    let height = top + plot_h + 46.0;
+    Some(html! {
+        svg class="chart hbars" xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {W} {height:.1}")) width=(W) height=(format!("{height:.1}")) role="img" aria-label="Time per packet by stage" {
+            text class="title" x=(left) y="20" { "NET_RX softirq time per packet by stage" }
+            text class="subtitle" x=(left) y="38" { "full speed, profiled intervals; all CPUs; total at the end of each bar" }
+            g transform="translate(0,48)" {
+                @for (x, y, name, colour) in &items {
+                    g class="legend" data-stage=(name) data-colour=(colour) {
+                        rect x=(format!("{:.1}", x + 5.0)) y=(format!("{:.1}", y + 3.0)) width="14" height="12" fill=(colour) {}
+                        text class="legend-label" x=(format!("{:.1}", x + 24.0)) y=(format!("{:.1}", y + 13.0)) { (name) }
+                    }
+                }
+            }
+            g transform=(format!("translate({left:.1},{top:.1})")) {
+                @for t in &ticks {
+                    line x1=(format!("{:.1}", px(*t))) x2=(format!("{:.1}", px(*t))) y1="0" y2=(format!("{plot_h:.1}")) stroke="#e6e6e6" {}
+                    text class="tick" x=(format!("{:.1}", px(*t))) y=(format!("{:.1}", plot_h + 16.0)) text-anchor="middle" { (fmt_tick(*t, step)) }
+                }
+                @for row in &rows { (row) }
+                path d=(format!("M0,0V{plot_h:.1}H{plot_w:.1}")) fill="none" stroke="#555" {}
+            }
+            text class="axis" x=(format!("{:.1}", left + plot_w / 2.0)) y=(format!("{:.1}", top + plot_h + 38.0)) text-anchor="middle" { "ns per packet received (NET_RX softirq)" }
+        }
+    })
 }

@@ -101,6 +101,7 @@ pub fn results(r: &Results, sections: &[Section]) -> String {
         (ratio_table(r))
         @for s in sections { (charts(s)) }
         (summary_table(r))
+        (super::profiles::section(r))
     };
     page(&Head { experiment: &r.experiment, started_unix: r.started_unix, machine: &r.machine, options: &r.options, notes: &r.notes }, body)
 }
@@ -159,11 +160,11 @@ fn summary_table(r: &Results) -> Markup {
 }
 
 /// A variant's name after a swatch of its chart colour.
-fn variant_cell(variant: &str, palette: &Palette) -> Markup {
+pub(super) fn variant_cell(variant: &str, palette: &Palette) -> Markup {
     html! { span class="swatch" style=(format!("background:{}", palette.colour(variant))) {} (variant) }
 }
 
-fn fmt_num(v: f64, decimals: usize) -> String {
+pub(super) fn fmt_num(v: f64, decimals: usize) -> String {
     if v.is_finite() {
         format!("{v:.decimals$}")
     } else {
@@ -217,5 +218,18 @@ svg .legend-label { font-size: 12px; }
 svg .axis { font-size: 12px; fill: #3d444d; }
 svg .tick { fill: #57606a; }
 svg .value { font-size: 11px; font-weight: 600; }
+h3 { font-size: 15px; font-weight: 600; margin: 20px 0 8px; }
+.explain { color: #57606a; max-width: 980px; }
+.scroll { overflow-x: auto; }
+td.dash { color: #8c959f; }
+section.profiles td, section.profiles th { white-space: nowrap; padding: 5px 7px; }
+section.profiles .swatch.stage { display: block; margin: 0 0 3px auto; }
+section.profiles td.top { font-size: 12px; line-height: 1.3; }
+figure.wide { max-width: 800px; }
+svg.chart.hbars { max-width: 760px; }
+details.flame { margin: 8px 0; background: #fff; border: 1px solid #d8dee4; border-radius: 6px; padding: 6px 10px; }
+details.flame summary { cursor: pointer; font-weight: 600; }
+details.flame svg { display: block; width: 100%; height: auto; margin-top: 8px; }
+details.flame svg text { font-family: monospace; font-size: 11px; fill: #000; }
 footer { margin-top: 32px; color: #8c959f; font-size: 12px; }
 "#;

@@ -5,11 +5,13 @@
 //! against offered rate.
 //!
 //! [`data`] selects what to draw (the axes are whatever parameters the file
-//! sweeps), [`charts`] draws it with [`svg`], [`html`] lays out the page.
+//! sweeps), [`charts`] draws it with [`svg`], [`html`] lays out the page,
+//! [`profiles`] adds where the time went when the run was profiled.
 
 pub mod charts;
 pub mod data;
 pub mod html;
+pub mod profiles;
 pub mod svg;
 
 use std::path::{Path, PathBuf};
@@ -85,7 +87,7 @@ mod tests {
         .unwrap()
     }
 
-    fn results() -> Results {
+    pub(super) fn results() -> Results {
         serde_json::from_value(serde_json::json!({
             "experiment": "router", "machine": Machine::default(), "started_unix": 1_700_000_000u64,
             "options": {"runs": 3, "ipv6": false}, "samples": [], "summary": [], "ratios": [], "params": params::legacy(),
@@ -116,7 +118,7 @@ mod tests {
     }
 
     /// Every tag closed in order, nothing left open (self-closing tags count as closed).
-    fn assert_balanced(xml: &str) {
+    pub(super) fn assert_balanced(xml: &str) {
         let mut stack: Vec<String> = Vec::new();
         let mut rest = xml;
         while let Some(i) = rest.find('<') {
