@@ -18,6 +18,12 @@
 //! - `no-socket`: XDP_PASS, no socket: the stack drops NO_SOCKET (counted
 //!   by the XDP program as passed);
 //! - `xdp-drop`: XDP_DROP, the early-drop network function (counted by it).
+//!
+//! Where iperf3 is installed, an iperf3 baseline at each point: the same
+//! offered rates from a user-space sender to iperf3's server on the stack
+//! CPU (see [`iperf3`]), variant `iperf3` in the results.
+
+mod iperf3;
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,6 +68,9 @@ pub struct Stack {
     /// after the generator's].
     #[arg(long)]
     pub stack_cpu: Option<usize>,
+    /// No iperf3 baseline (measured by default where iperf3 is installed).
+    #[arg(long)]
+    pub no_iperf3: bool,
     /// The co-runner's rate without traffic, per point (work units/s).
     #[arg(skip)]
     #[serde(skip)]
@@ -70,10 +79,14 @@ pub struct Stack {
     #[arg(skip)]
     #[serde(skip)]
     corunner: Mutex<Option<Arc<AtomicU64>>>,
-    /// The stack CPU, once the CPUs are known.
+    /// The CPUs, once checked.
     #[arg(skip)]
     #[serde(skip)]
-    cpu: Mutex<Option<usize>>,
+    cpus: Mutex<Option<Cpus>>,
+    /// The iperf3 baseline: its plan, what it measured until `finish`.
+    #[arg(skip)]
+    #[serde(skip)]
+    iperf3: Mutex<iperf3::Baseline>,
 }
 
 /// `xnf lab stack` as the command line gives it.
@@ -96,6 +109,7 @@ pub fn main(mut a: StackArgs) -> Result<()> {
     if a.common.load_rates.is_empty() && a.common.load_curve == 0 {
         a.common.load_rates = DEFAULT_RATES.to_vec();
     }
+    a.stack.iperf3 = Mutex::new(iperf3::Baseline::new(a.stack.no_iperf3, &a.common));
     let r = crate::engine::driver::run(&mut a.stack, &a.common, &mut |line| eprintln!("xnf lab: {line}"))?;
     crate::engine::table::print(&r);
     crate::engine::profiling::print(&r);
@@ -135,7 +149,8 @@ impl Experiment for Stack {
         ensure!(cpus.count >= 2, "xnf lab stack needs 2 CPUs: one generates, the other runs the stack and the co-runner");
         let s = self.stack_cpu(cpus);
         ensure!(s < cpus.count && s != cpus.gen, "--stack-cpu {s}: use a CPU other than the generator's ({}) below {}", cpus.gen, cpus.count);
-        *self.cpu.lock().expect("lock") = Some(s);
+        *self.cpus.lock().expect("lock") = Some(cpus);
+        self.iperf3.lock().expect("lock").check();
         Ok(())
     }
 
@@ -151,17 +166,21 @@ impl Experiment for Stack {
     fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
         let roles = t.roles()?;
         let (ns, dev) = t.endpoint(&roles.sink)?;
-        let cpu = self.cpu.lock().expect("lock").context("the CPUs were not checked")?;
+        let cpus = self.cpus.lock().expect("lock").context("the CPUs were not checked")?;
+        let cpu = self.stack_cpu(cpus);
         let rps = format!("/sys/class/net/{dev}/queues/rx-0/rps_cpus");
         ns.exec(&["sh", "-c", &format!("echo {:x} > {rps}", 1u64 << cpu)]).context("steering the sink's receive to the stack CPU (RPS)")?;
         let co = CoRunner::start(cpu)?;
         pg.message("the co-runner's rate without traffic");
         let baseline = co.rate(Duration::from_secs(1));
-        self.baselines.lock().expect("lock").push((params::label(&self.params(), p), baseline));
+        let label = params::label(&self.params(), p);
+        self.baselines.lock().expect("lock").push((label.clone(), baseline));
         *self.corunner.lock().expect("lock") = Some(co.0.count.clone());
-        let note = format!("RPS steers the sink's packets to CPU {cpu}, where the co-runner ({:.0} units/s alone) and the socket's reader run", baseline);
+        let mut notes = vec![format!("RPS steers the sink's packets to CPU {cpu}, where the co-runner ({:.0} units/s alone) and the socket's reader run", baseline)];
+        let path = iperf3::Path { gen: t.endpoint(&roles.gen)?.0, gen_cpu: cpus.gen, sink: ns, sink_dev: &dev, sink_addr: t.addr(&roles.sink, false)?, stack_cpu: cpu, corunner: co.0.count.clone() };
+        notes.extend(self.iperf3.lock().expect("lock").at(&path, p, &label, p.u32("size")?, pg));
         let traffic = measure::udp_traffic(t, p)?;
-        Ok(AtPoint { guard: Box::new(co), traffic, notes: vec![note] })
+        Ok(AtPoint { guard: Box::new(co), traffic, notes })
     }
 
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, cpus: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
@@ -177,8 +196,9 @@ impl Experiment for Stack {
         Ok(Box::new(Run { t, attachment, reader, corunner }))
     }
 
-    /// The co-runner's baselines, the stack CPU and the table's rows.
+    /// The iperf3 baseline, the co-runner's baselines, the stack CPU and the table's rows.
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
+        self.iperf3.lock().expect("lock").finish(res);
         let b: serde_json::Map<String, serde_json::Value> = self.baselines.lock().expect("lock").iter().map(|(l, r)| (l.clone(), serde_json::json!(r))).collect();
         res.details.insert("baselines".into(), serde_json::Value::Object(b));
         if let Some(o) = res.options.as_object_mut() {
