@@ -17,17 +17,26 @@
 #include "xnf/csum.h"
 #include "router.h"
 #include "xnf/fib.h"
+#include "xnf/fib_cache.h"
 
 /* Not used by the program: puts these types into BTF, so that the skeleton
  * gives the control plane their Rust mirrors (src/program.rs). */
 const volatile struct {
 	enum xnf_router_limits limits;
+	enum xnf_fib_cache_limits cache_limits;
+	enum xnf_fib_cache_aside aside;
+	enum xnf_fib_cache_outcome outcome;
+	struct xnf_fib_ctl ctl;
+	struct xnf_fib_cache_key cache_key;
+	struct xnf_fib_cache_entry cache_entry;
 } xnf_btf_anchor = {};
 
 /* Set by the loader before load; the verifier prunes what they turn off. */
 const volatile __u32 fib_flags = 0;   /* 0 or BPF_FIB_LOOKUP_DIRECT */
 const volatile __u32 stats_slot = 0;  /* this interface's slot in ifaces/stats */
 const volatile __u8 generic = 0;      /* attached in skb (generic) mode */
+const volatile __u8 fib_cached = 0;   /* look routes up through the cache (fib_cache.h) */
+const volatile __u8 count_bytes = 1;  /* keep byte counters (0: packets and reasons only) */
 
 /*
  * Egress ports. A devmap (not bpf_redirect()) because the kernel then bulks
@@ -95,7 +104,7 @@ struct {
 	__type(value, struct xnf_vlan_egress);
 } vlan_egress SEC(".maps");
 
-static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
+static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len, __u32 outcome)
 {
 	struct xnf_router_stats *s;
 	__u32 slot = stats_slot;
@@ -103,8 +112,11 @@ static __always_inline __u32 count(__u32 action, __u32 reason, __u64 len)
 	s = bpf_map_lookup_elem(&stats, &slot);
 	if (s && action < XNF_VERDICTS && reason < XNF_R_MAX) {
 		s->packets[action]++;
-		s->bytes[action] += len;
+		if (count_bytes)
+			s->bytes[action] += len;
 		s->reasons[reason]++;
+		if (fib_cached && outcome < XNF_FC_MAX)
+			s->cache[outcome]++;
 	}
 	return action;
 }
@@ -241,7 +253,15 @@ static __always_inline int decrement_hops(struct xdp_md *ctx, const struct xnf_p
 	return -1;
 }
 
-static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
+/* The forward lookup, through the cache when the instance has it. */
+static __always_inline long lookup(struct xdp_md *ctx, struct bpf_fib_lookup *p, __u32 *outcome)
+{
+	if (fib_cached)
+		return fib_lookup_cached(ctx, p, fib_flags, outcome);
+	return bpf_fib_lookup(ctx, p, sizeof(*p), fib_flags);
+}
+
+static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *outcome)
 {
 	__u32 trailer = ctx->data_end - ctx->data;
 	struct bpf_fib_lookup p = {};
@@ -262,7 +282,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason)
 		return XDP_PASS;
 
 	p.ifindex = iif;
-	rc = bpf_fib_lookup(ctx, &p, sizeof(p), fib_flags);
+	rc = lookup(ctx, &p, outcome);
 	if (f.family == AF_INET && fib_forwards(rc)) {
 		*reason = fib_check_source(ctx, &f, iif, p.ifindex, rpf, fib_flags);
 		if (*reason)
@@ -299,10 +319,19 @@ SEC("xdp")
 int xnf_router(struct xdp_md *ctx)
 {
 	__u64 len = ctx->data_end - ctx->data;
-	__u32 reason = XNF_R_FORWARDED;
-	__u32 action = route(ctx, &reason);
+	__u32 reason = XNF_R_FORWARDED, outcome = XNF_FC_MAX;
+	__u32 action = route(ctx, &reason, &outcome);
 
-	return count(action, reason, len);
+	return count(action, reason, len, outcome);
+}
+
+/* Run by the follower (BPF_PROG_TEST_RUN) to renew the cache's lease;
+ * never attached. */
+SEC("xdp")
+int xnf_router_lease(struct xdp_md *ctx)
+{
+	fib_cache_renew();
+	return XDP_PASS;
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -6,6 +6,7 @@
 
 #include "xnf/common.h"
 #include "xnf/fib.h"
+#include "xnf/fib_cache.h"
 
 /* Sizes of the router's tables (an enum, so that BTF and the Rust skeleton carry them). */
 enum xnf_router_limits {
@@ -17,6 +18,7 @@ struct xnf_router_stats {
 	__u64 packets[XNF_VERDICTS]; /* indexed by XDP action */
 	__u64 bytes[XNF_VERDICTS];
 	__u64 reasons[XNF_R_MAX];    /* packets per reason */
+	__u64 cache[XNF_FC_MAX];     /* route cache: lookups per outcome (cache mode only) */
 };
 
 /* Per managed interface, indexed by its stats slot. */

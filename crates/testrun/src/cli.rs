@@ -49,6 +49,29 @@ pub fn xnf(ns: &Netns, args: &[&str]) -> Output {
         .expect("running the xnf binary")
 }
 
+/// Starts `xnf --netns NS router follow` in the background; the child is
+/// killed and reaped when the guard drops (it also exits by itself once
+/// the router is detached).
+pub fn spawn_follower(ns: &Netns) -> ChildGuard {
+    let child = std::process::Command::new(xnf_bin())
+        .args(["--netns", ns.name(), "router", "follow"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting xnf router follow");
+    ChildGuard(child)
+}
+
+/// A child process, killed and reaped on drop.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Runs `ip netns exec NS xnf args...`: the way users often run tools, in a
 /// private mount namespace whose /sys hides the host's bpffs.
 pub fn xnf_ip_netns_exec(ns: &Netns, args: &[&str]) -> Output {
@@ -146,6 +169,17 @@ impl RoutedLine {
 
     pub fn reason(&self, r: &str) -> u64 {
         self.ingress_stats()["reasons"][r].as_u64().unwrap()
+    }
+
+    /// Route cache lookups of dut's ingress with `outcome` (hit, miss, bypass).
+    pub fn cache(&self, outcome: &str) -> u64 {
+        self.ingress_stats()["route_cache"][outcome].as_u64().unwrap()
+    }
+
+    /// The route cache's state from `xnf router status --json`.
+    pub fn cache_status(&self) -> serde_json::Value {
+        let out = xnf_ok(self.dut(), &["router", "status", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&out).expect("status JSON")["route_cache"].clone()
     }
 
     pub fn forw_v4(&self) -> u64 {

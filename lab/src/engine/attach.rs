@@ -108,7 +108,7 @@ impl NfGuard {
     /// change while it measures).
     pub fn router(ns: &Netns, ifaces: &[String]) -> Result<Self> {
         let names = ifaces.to_vec();
-        let opts = xnf_router::AttachOptions { mode: XdpMode::Native, fib_direct: false };
+        let opts = xnf_router::AttachOptions { mode: XdpMode::Native, fib: xnf_router::program::FibMode::Full, no_bytes: false };
         ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
         Ok(NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach })
     }

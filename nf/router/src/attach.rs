@@ -13,30 +13,43 @@ use xnf_core::xdp::{veth_peer_warning, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
 use crate::follow;
-use crate::program::{IfaceEntry, RouterConfig, RouterMaps, RouterProgram, MAP_NAMES};
+use crate::program::{FibMode, IfaceEntry, RouterConfig, RouterMaps, RouterProgram, MAP_NAMES};
 use xnf_core::sources::Sources;
 
 /// `IfaceEntry::flags` bits: how an interface was attached.
 const FLAG_FIB_DIRECT: u16 = 1 << 0;
 const FLAG_SKB_MODE: u16 = 1 << 1;
+const FLAG_FIB_CACHE: u16 = 1 << 2;
+const FLAG_NO_BYTES: u16 = 1 << 3;
 
 /// Options of `xnf router attach`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttachOptions {
     pub mode: XdpMode,
-    pub fib_direct: bool,
+    pub fib: FibMode,
+    /// No byte counters (packets and reasons only).
+    pub no_bytes: bool,
 }
 
 impl AttachOptions {
     fn flags(self) -> u16 {
-        (if self.fib_direct { FLAG_FIB_DIRECT } else { 0 }) | (if self.mode == XdpMode::Skb { FLAG_SKB_MODE } else { 0 })
+        let fib = match self.fib {
+            FibMode::Full => 0,
+            FibMode::Direct => FLAG_FIB_DIRECT,
+            FibMode::Cache => FLAG_FIB_CACHE,
+        };
+        fib | (if self.mode == XdpMode::Skb { FLAG_SKB_MODE } else { 0 }) | (if self.no_bytes { FLAG_NO_BYTES } else { 0 })
     }
 
     fn from_flags(flags: u16) -> Self {
-        AttachOptions {
-            mode: if flags & FLAG_SKB_MODE != 0 { XdpMode::Skb } else { XdpMode::Native },
-            fib_direct: flags & FLAG_FIB_DIRECT != 0,
-        }
+        let fib = if flags & FLAG_FIB_DIRECT != 0 {
+            FibMode::Direct
+        } else if flags & FLAG_FIB_CACHE != 0 {
+            FibMode::Cache
+        } else {
+            FibMode::Full
+        };
+        AttachOptions { mode: if flags & FLAG_SKB_MODE != 0 { XdpMode::Skb } else { XdpMode::Native }, fib, no_bytes: flags & FLAG_NO_BYTES != 0 }
     }
 }
 
@@ -115,7 +128,7 @@ pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
         let old = AttachOptions::from_flags(entry.flags);
         if old == opts {
             bail!(
-                "{} is already attached to the router with these options (detach it first, or give other --fib to replace the program)",
+                "{} is already attached to the router with these options (detach it first, or give other --fib or --no-byte-counters to replace the program)",
                 link.name
             );
         }
@@ -170,7 +183,8 @@ fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
         (None, Some(m)) => m.free_slot()?,
         (None, None) => 0,
     };
-    let prog = RouterProgram::load(RouterConfig { fib_direct: opts.fib_direct, slot, generic: opts.mode == XdpMode::Skb }, Some(dir))?;
+    let cfg = RouterConfig { fib: opts.fib, no_bytes: opts.no_bytes, slot, generic: opts.mode == XdpMode::Skb };
+    let prog = RouterProgram::load(cfg, Some(dir))?;
     let maps = prog.maps()?;
     // The source check is in place before the first frame can arrive.
     let sources = Sources::read()?;
@@ -287,6 +301,8 @@ pub struct Attached {
     pub mac: String,
     pub mode: XdpMode,
     pub fib: &'static str,
+    /// Byte counters kept.
+    pub byte_counters: bool,
     /// The kernel's reverse-path filter on it, as the router applies it.
     pub rpf: &'static str,
     pub prog_id: Option<u32>,
@@ -308,7 +324,8 @@ pub fn attached() -> Result<Vec<Attached>> {
                 slot,
                 mac: e.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
                 mode: opts.mode,
-                fib: if opts.fib_direct { "direct" } else { "full" },
+                fib: opts.fib.name(),
+                byte_counters: !opts.no_bytes,
                 rpf: e.rpf.name(),
                 prog_id,
             })
@@ -323,9 +340,11 @@ mod tests {
     #[test]
     fn attach_options_round_trip_through_flags() {
         for mode in [XdpMode::Native, XdpMode::Skb] {
-            for fib_direct in [false, true] {
-                let o = AttachOptions { mode, fib_direct };
-                assert_eq!(AttachOptions::from_flags(o.flags()), o);
+            for fib in [FibMode::Full, FibMode::Direct, FibMode::Cache] {
+                for no_bytes in [false, true] {
+                    let o = AttachOptions { mode, fib, no_bytes };
+                    assert_eq!(AttachOptions::from_flags(o.flags()), o);
+                }
             }
         }
     }

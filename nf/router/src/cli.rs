@@ -1,19 +1,12 @@
 //! `xnf router`: the commands, their arguments and their output.
 
 use anyhow::Result;
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
 use xnf_core::runtime::{warn, watch_period};
 use xnf_core::xdp::XdpMode;
 
+use crate::program::FibMode;
 use crate::{follow, report, AttachOptions};
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum Fib {
-    /// Full lookup: policy rules, then tables (what the kernel does).
-    Full,
-    /// Skip policy rules; main table only (`BPF_FIB_LOOKUP_DIRECT`, faster).
-    Direct,
-}
 
 #[derive(Subcommand)]
 pub enum RouterCmd {
@@ -24,10 +17,15 @@ pub enum RouterCmd {
         /// XDP mode: native (in the driver) or skb (generic, any device, slow).
         #[arg(long, value_enum, default_value = "native")]
         mode: XdpMode,
-        /// How to look routes up.
+        /// How to look routes up (cache: full lookups remembered per
+        /// destination, kept exact by the follower; see the README).
         #[arg(long, value_enum, default_value = "full")]
-        fib: Fib,
-        /// Do not start the background follower of VLAN/MAC changes.
+        fib: FibMode,
+        /// Count packets and reasons only, no bytes (a few cycles less per packet).
+        #[arg(long)]
+        no_byte_counters: bool,
+        /// Do not start the background follower of kernel changes (VLANs,
+        /// MACs, sources; with --fib cache the cache then stays unused).
         #[arg(long)]
         no_follow: bool,
     },
@@ -49,15 +47,19 @@ pub enum RouterCmd {
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "1")]
         watch: Option<f64>,
     },
-    /// Follow link events and keep VLAN and MAC tables current (attach starts it).
+    /// Follow kernel changes: keep VLAN, MAC and source tables current and
+    /// the route cache exact (attach starts it).
     Follow,
 }
 
 pub fn run(cmd: RouterCmd) -> Result<()> {
     match cmd {
-        RouterCmd::Attach { ifaces, mode, fib, no_follow } => {
-            let opts = AttachOptions { mode, fib_direct: matches!(fib, Fib::Direct) };
-            let report = crate::attach(&ifaces, opts)?;
+        RouterCmd::Attach { ifaces, mode, fib, no_byte_counters, no_follow } => {
+            let opts = AttachOptions { mode, fib, no_bytes: no_byte_counters };
+            let mut report = crate::attach(&ifaces, opts)?;
+            if fib == FibMode::Cache && no_follow && follow::running_pid().is_none() {
+                report.warnings.push("--fib cache without a follower: the cache stays unused (lookups go to the FIB) until `xnf router follow` runs".into());
+            }
             warn(&report.warnings);
             for name in &report.attached {
                 println!("attached router to {name}");

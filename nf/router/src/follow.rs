@@ -6,13 +6,14 @@
 //! addresses and IPv4 device settings, and once a second regardless.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use xnf_core::state::{self, StateLock};
-use xnf_netns::netlink::{self, Link, LinkEvents};
+use xnf_netns::netlink::{self, group, Events, Link, Shape};
 
 use crate::attach::LOCK;
+use crate::cache;
 use crate::program::{IfaceEntry, RouterMaps, Rpf, VlanEntry};
 use xnf_core::sources::Sources;
 
@@ -95,34 +96,82 @@ pub fn sync(maps: &RouterMaps) -> Result<SyncReport> {
 
 /// Runs until the router is detached from every interface.
 pub fn run() -> Result<()> {
-    let events = LinkEvents::subscribe_with_ipv4()?;
+    // Subscribed before the first sync: nothing that changes after it is missed.
+    let mut events = Events::subscribe(&group::FORWARDING)?;
     let dir = crate::attach::pin_dir()?;
     if !register()? {
         eprintln!("xnf router follow: another follower runs in this network namespace, exiting");
         return Ok(());
     }
-    eprintln!("xnf router follow: following link, IPv4 address and IPv4 setting events for {}", dir.display());
-    loop {
-        {
-            // Each resync under the router's lock: an attach or detach in
-            // between must not see half of it, nor it half of theirs.
-            let _lock = StateLock::acquire(LOCK)?;
-            let Ok(maps) = RouterMaps::open_pinned(&dir) else {
-                eprintln!("xnf router follow: router detached, exiting");
-                return Ok(());
-            };
-            let report = sync(&maps)?;
-            if !report.is_empty() {
-                eprintln!("xnf router follow: {report:?}");
-            }
-            if crate::attach::cleanup_if_unused(&dir) {
-                eprintln!("xnf router follow: no interface left, exiting");
-                return Ok(());
-            }
+    eprintln!("xnf router follow: following link, address, route, rule, neighbour and setting events for {}", dir.display());
+    let keeper = {
+        let _lock = StateLock::acquire(LOCK)?;
+        if !dir.join(crate::program::MAP_NAMES[0]).exists() {
+            eprintln!("xnf router follow: router detached, exiting");
+            return Ok(());
         }
-        // Wake on the next event; poll the pins every second regardless, so
-        // a detach by another process ends us promptly.
-        events.wait(Duration::from_secs(1))?;
+        cache::Keeper::start(&dir)?
+    };
+    say_shape(&keeper.shape(), None);
+    let result = follow(&dir, &mut events, keeper);
+    if let Err(e) = &result {
+        eprintln!("xnf router follow: {e:#}");
+    }
+    result
+}
+
+fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper) -> Result<()> {
+    let mut resync = true;
+    let mut last_sync = Instant::now();
+    loop {
+        let batch = events.next_batch(cache::RENEW)?;
+        if !batch.is_empty() {
+            // The cache first: until the bump lands, the data plane follows
+            // the kernel's old decision.
+            let before = keeper.shape();
+            if let Err(e) = keeper.changed(&batch) {
+                let _ = keeper.stop();
+                return Err(e.context("following a change for the route cache (cache stopped)"));
+            }
+            say_shape(&keeper.shape(), Some(&before));
+            // Links, addresses and settings feed the router's own tables
+            // (VLANs, MACs, attached links, local addresses, rp_filter).
+            resync |= batch.overflowed || batch.has_link_or_address_change();
+        }
+        keeper.renew()?;
+        if !resync && last_sync.elapsed() < Duration::from_secs(1) {
+            continue;
+        }
+        // Each resync under the router's lock: an attach or detach in
+        // between must not see half of it, nor it half of theirs. Once a
+        // second regardless, so a detach by another process ends us promptly.
+        let _lock = StateLock::acquire(LOCK)?;
+        let Ok(maps) = RouterMaps::open_pinned(dir) else {
+            eprintln!("xnf router follow: router detached, exiting");
+            return Ok(());
+        };
+        let report = sync(&maps)?;
+        if !report.is_empty() {
+            eprintln!("xnf router follow: {report:?}");
+        }
+        if crate::attach::cleanup_if_unused(dir) {
+            eprintln!("xnf router follow: no interface left, exiting");
+            return Ok(());
+        }
+        (resync, last_sync) = (false, Instant::now());
+    }
+}
+
+/// Logs when a family starts or stops stepping aside from the cache.
+fn say_shape(now: &Shape, before: Option<&Shape>) {
+    for (family, n, b) in [("IPv4", &now.v4, before.map(|b| &b.v4)), ("IPv6", &now.v6, before.map(|b| &b.v6))] {
+        if b == Some(n) {
+            continue;
+        }
+        match n {
+            Some(why) => eprintln!("xnf router follow: route cache: {family} lookups step aside ({why})"),
+            None => eprintln!("xnf router follow: route cache: {family} lookups are cached"),
+        }
     }
 }
 

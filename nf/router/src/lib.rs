@@ -4,10 +4,12 @@
 //!   instances share;
 //! - [`attach`]: attaching it to interfaces and detaching it, all or nothing;
 //! - [`follow`]: keeping the VLAN, MAC and source tables in step with the kernel;
+//! - [`cache`]: keeping the route cache exact (the follower's half);
 //! - [`report`]: `status` and `stats` for people and programs;
 //! - [`cli`]: the `xnf router` commands.
 
 pub mod attach;
+pub mod cache;
 pub mod cli;
 pub mod follow;
 pub mod program;

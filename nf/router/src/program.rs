@@ -23,7 +23,30 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 
 /// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 8] = ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress", "locals"];
+pub const MAP_NAMES: [&str; 10] =
+    ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress", "locals", "fib_ctl", "fib_cache"];
+
+/// How an instance looks routes up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FibMode {
+    /// Full lookup: policy rules, then tables (what the kernel does).
+    #[default]
+    Full,
+    /// Skip policy rules; main table only (`BPF_FIB_LOOKUP_DIRECT`, faster).
+    Direct,
+    /// Full lookups through a route cache kept exact by the follower.
+    Cache,
+}
+
+impl FibMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FibMode::Full => "full",
+            FibMode::Direct => "direct",
+            FibMode::Cache => "cache",
+        }
+    }
+}
 
 pub use xnf_core::sources::Rpf;
 
@@ -32,8 +55,10 @@ pub use xnf_core::sources::Rpf;
 /// swapped in atomically through the link.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RouterConfig {
-    /// Skip policy routing rules (`BPF_FIB_LOOKUP_DIRECT`).
-    pub fib_direct: bool,
+    /// How routes are looked up.
+    pub fib: FibMode,
+    /// Keep no byte counters (packets and reasons only): a few cycles less.
+    pub no_bytes: bool,
     /// The interface's slot in the `ifaces` and `stats` maps.
     pub slot: u32,
     /// Attached in skb (generic) mode: redirects may go to every port,
@@ -54,7 +79,9 @@ impl RouterProgram {
             .open(object_storage())
             .context("opening the router BPF object")?;
         let ro = open.maps.rodata_data.as_deref_mut().context("router has no rodata")?;
-        ro.fib_flags = if cfg.fib_direct { BPF_FIB_LOOKUP_DIRECT } else { 0 };
+        ro.fib_flags = if cfg.fib == FibMode::Direct { BPF_FIB_LOOKUP_DIRECT } else { 0 };
+        ro.fib_cached = (cfg.fib == FibMode::Cache) as u8;
+        ro.count_bytes = (!cfg.no_bytes) as u8;
         ro.stats_slot = cfg.slot;
         ro.generic = cfg.generic as u8;
         if let Some(dir) = pin_dir {
@@ -68,6 +95,8 @@ impl RouterProgram {
                 &mut m.vlan_ingress,
                 &mut m.vlan_egress,
                 &mut m.locals,
+                &mut m.fib_ctl,
+                &mut m.fib_cache,
             ]
             .into_iter()
             .zip(MAP_NAMES)
@@ -90,6 +119,15 @@ impl RouterProgram {
         &self.skel.progs.xnf_router
     }
 
+    /// Renews the route cache's lease (see fib_cache.h): the cache is used
+    /// for the next 256 jiffies.
+    pub fn renew_lease(&self) -> Result<()> {
+        let frame = [0u8; 64];
+        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
+        self.skel.progs.xnf_router_lease.test_run(input).context("renewing the route cache's lease (BPF_PROG_TEST_RUN)")?;
+        Ok(())
+    }
+
     /// Handles on the instance's maps (the shared ones when pinned).
     pub fn maps(&self) -> Result<RouterMaps> {
         let m = &self.skel.maps;
@@ -102,6 +140,8 @@ impl RouterProgram {
             vlan_ingress: MapHandle::try_from(&m.vlan_ingress)?,
             vlan_egress: MapHandle::try_from(&m.vlan_egress)?,
             locals: MapHandle::try_from(&m.locals)?,
+            fib_ctl: MapHandle::try_from(&m.fib_ctl)?,
+            fib_cache: MapHandle::try_from(&m.fib_cache)?,
         })
     }
 }
@@ -116,6 +156,8 @@ pub struct RouterMaps {
     vlan_ingress: MapHandle,
     vlan_egress: MapHandle,
     locals: MapHandle,
+    fib_ctl: MapHandle,
+    fib_cache: MapHandle,
 }
 
 /// An attached interface as the `ifaces` map holds it.
@@ -142,7 +184,30 @@ pub struct VlanEntry {
 }
 
 // The C struct holds packets and bytes per verdict and packets per reason.
-const _: () = assert!(std::mem::size_of::<RawStats>() == 8 * (2 * Verdict::ALL.len() + Reason::ALL.len()));
+const _: () = assert!(std::mem::size_of::<RawStats>() == 8 * (2 * Verdict::ALL.len() + Reason::ALL.len() + CacheOutcome::ALL.len()));
+
+/// How a lookup went through the route cache (`enum xnf_fib_cache_outcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Answered from the cache.
+    Hit = 0,
+    /// Asked the kernel's FIB (and cached a success).
+    Miss = 1,
+    /// The cache was not used: no follower lease, or the family steps aside.
+    Bypass = 2,
+}
+
+impl CacheOutcome {
+    pub const ALL: [CacheOutcome; 3] = [CacheOutcome::Hit, CacheOutcome::Miss, CacheOutcome::Bypass];
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheOutcome::Hit => "hit",
+            CacheOutcome::Miss => "miss",
+            CacheOutcome::Bypass => "bypass",
+        }
+    }
+}
+const _: () = assert!(CacheOutcome::ALL.len() == types::xnf_fib_cache_outcome::XNF_FC_MAX.0 as usize);
 
 /// Per-interface counters summed over CPUs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -150,9 +215,14 @@ pub struct Stats {
     pub packets: [u64; Verdict::ALL.len()],
     pub bytes: [u64; Verdict::ALL.len()],
     pub reasons: [u64; Reason::ALL.len()],
+    /// Route cache lookups per [`CacheOutcome`] (cache mode only).
+    pub cache: [u64; CacheOutcome::ALL.len()],
 }
 
 impl Stats {
+    pub fn cache(&self, o: CacheOutcome) -> u64 {
+        self.cache[o as usize]
+    }
     pub fn packets(&self, v: Verdict) -> u64 {
         self.packets[v as usize]
     }
@@ -177,6 +247,9 @@ impl Stats {
         for (a, b) in d.reasons.iter_mut().zip(older.reasons) {
             *a = a.saturating_sub(b);
         }
+        for (a, b) in d.cache.iter_mut().zip(older.cache) {
+            *a = a.saturating_sub(b);
+        }
         d
     }
 
@@ -187,6 +260,7 @@ impl Stats {
         r.packets.iter_mut().for_each(f);
         r.bytes.iter_mut().for_each(f);
         r.reasons.iter_mut().for_each(f);
+        r.cache.iter_mut().for_each(f);
         r
     }
 
@@ -200,14 +274,18 @@ impl Stats {
         for (a, b) in self.reasons.iter_mut().zip(raw.reasons) {
             *a += b;
         }
+        for (a, b) in self.cache.iter_mut().zip(raw.cache) {
+            *a += b;
+        }
     }
 }
 
 impl RouterMaps {
     /// Opens the maps pinned in `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals })
+        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, fib_ctl, fib_cache] =
+            xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, fib_ctl, fib_cache })
     }
 
     /// Makes `ifindex` a redirect target: for every instance when it is
@@ -345,4 +423,76 @@ impl RouterMaps {
     pub fn locals(&self) -> std::collections::BTreeSet<std::net::Ipv4Addr> {
         xnf_core::sources::read_locals(&self.locals)
     }
+
+    /// The route cache's control word.
+    pub fn cache_ctl(&self) -> Result<CacheCtl> {
+        let v = self.fib_ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("the route cache's control map has no entry")?;
+        let c: types::xnf_fib_ctl = from_bytes(&v);
+        Ok(CacheCtl { lease_until: c.lease_until, gen: c.gen, aside: c.aside })
+    }
+
+    /// Writes the control word's generation and step-aside bits, keeping
+    /// the lease (only the lease program writes that).
+    pub fn set_cache_ctl(&self, gen: u32, aside: u32) -> Result<()> {
+        let lease_until = self.cache_ctl()?.lease_until;
+        let c = types::xnf_fib_ctl { lease_until, gen, aside };
+        self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).context("writing the route cache's control map")
+    }
+
+    /// Ends the lease at once: the cache is not used until renewed.
+    pub fn end_lease(&self) -> Result<()> {
+        let c = self.cache_ctl()?;
+        let c = types::xnf_fib_ctl { lease_until: 0, gen: c.gen.wrapping_add(1), aside: c.aside };
+        self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).context("writing the route cache's control map")
+    }
+
+    /// Entries in the route cache (of any generation).
+    pub fn cache_len(&self) -> usize {
+        self.fib_cache.keys().count()
+    }
+
+    /// The cached entry for a destination, if any (of any generation).
+    pub fn cache_entry(&self, ingress: u32, dst: std::net::IpAddr, tos: u8) -> Result<Option<CacheEntry>> {
+        let mut key = types::xnf_fib_cache_key { ifindex: ingress, ..Default::default() };
+        match dst {
+            std::net::IpAddr::V4(a) => {
+                key.family = libc::AF_INET as u8;
+                key.tos = tos & 0xfc;
+                key.dst[0] = u32::from_ne_bytes(a.octets());
+            }
+            std::net::IpAddr::V6(a) => {
+                key.family = libc::AF_INET6 as u8;
+                for (i, c) in a.octets().chunks(4).enumerate() {
+                    key.dst[i] = u32::from_ne_bytes(c.try_into()?);
+                }
+            }
+        }
+        let Some(v) = self.fib_cache.lookup(as_bytes(&key), MapFlags::ANY)? else { return Ok(None) };
+        let e: types::xnf_fib_cache_entry = from_bytes(&v);
+        Ok(Some(CacheEntry { gen: e.gen, ifindex: e.ifindex, mtu: e.mtu, dmac: e.dmac, smac: e.smac }))
+    }
+}
+
+/// The route cache's control word (`struct xnf_fib_ctl`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheCtl {
+    /// In jiffies; 0: never leased.
+    pub lease_until: u64,
+    pub gen: u32,
+    /// `XNF_FIB_ASIDE_*` bits.
+    pub aside: u32,
+}
+
+/// `XNF_FIB_ASIDE_V4`, `XNF_FIB_ASIDE_V6`.
+pub const ASIDE_V4: u32 = types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V4.0;
+pub const ASIDE_V6: u32 = types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V6.0;
+
+/// One route cache entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheEntry {
+    pub gen: u32,
+    pub ifindex: u32,
+    pub mtu: u16,
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
 }

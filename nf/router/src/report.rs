@@ -11,13 +11,25 @@ use xnf_core::xdp::Verdict;
 use xnf_netns::netlink;
 
 use crate::attach::{attached, open_maps, Attached};
-use crate::program::{Reason, Stats};
+use crate::program::{CacheOutcome, Reason, Stats};
 
 #[derive(Serialize)]
 struct Status {
     interfaces: Vec<Attached>,
     vlans: Vec<VlanRow>,
     follower_pid: Option<i32>,
+    route_cache: CacheStatus,
+}
+
+/// The route cache as `status` shows it.
+#[derive(Serialize)]
+struct CacheStatus {
+    /// The follower's lease is current: instances with `--fib cache` use it.
+    leased: bool,
+    generation: u32,
+    entries: usize,
+    ipv4_cached: bool,
+    ipv6_cached: bool,
 }
 
 #[derive(Serialize)]
@@ -39,7 +51,17 @@ pub fn status(json: bool) -> Result<()> {
         .into_iter()
         .map(|v| VlanRow { vlan: name(v.vlan_ifindex), vlan_ifindex: v.vlan_ifindex, parent: name(v.phys_ifindex), vid: v.vid, rpf: v.rpf.name() })
         .collect();
-    let s = Status { interfaces, vlans, follower_pid: crate::follow::running_pid() };
+    let ctl = maps.cache_ctl()?;
+    let route_cache = CacheStatus {
+        // The lease is in jiffies, which only BPF reads: a follower that
+        // runs renews it every 100 ms; none runs, none is current.
+        leased: crate::follow::running_pid().is_some() && ctl.lease_until > 0,
+        generation: ctl.gen,
+        entries: maps.cache_len(),
+        ipv4_cached: ctl.aside & crate::program::ASIDE_V4 == 0,
+        ipv6_cached: ctl.aside & crate::program::ASIDE_V6 == 0,
+    };
+    let s = Status { interfaces, vlans, follower_pid: crate::follow::running_pid(), route_cache };
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(());
@@ -56,8 +78,20 @@ pub fn status(json: bool) -> Result<()> {
         }
     }
     match s.follower_pid {
-        Some(pid) => println!("\nlink-event follower: running (pid {pid})"),
-        None => println!("\nlink-event follower: not running (VLAN, MAC, address and rp_filter changes are not followed; `xnf router follow`)"),
+        Some(pid) => println!("\nfollower: running (pid {pid})"),
+        None => println!("\nfollower: not running (VLAN, MAC, address and rp_filter changes are not followed, the route cache is unused; `xnf router follow`)"),
+    }
+    if s.interfaces.iter().any(|a| a.fib == "cache") {
+        let c = &s.route_cache;
+        let fam = |on: bool| if on { "cached" } else { "aside (policy rules or multipath routes: see the follower's log)" };
+        println!(
+            "route cache: {}, generation {}, {} entries; IPv4 {}, IPv6 {}",
+            if c.leased { "in use" } else { "unused (no follower)" },
+            c.generation,
+            c.entries,
+            fam(c.ipv4_cached),
+            fam(c.ipv6_cached)
+        );
     }
     Ok(())
 }
@@ -69,6 +103,8 @@ struct IfaceStats {
     packets: BTreeMap<&'static str, u64>,
     bytes: BTreeMap<&'static str, u64>,
     reasons: BTreeMap<&'static str, u64>,
+    /// Route cache lookups per outcome (hit, miss, bypass).
+    route_cache: BTreeMap<&'static str, u64>,
 }
 
 impl IfaceStats {
@@ -79,6 +115,7 @@ impl IfaceStats {
             packets: verdicts(&s.packets),
             bytes: verdicts(&s.bytes),
             reasons: Reason::ALL.iter().map(|r| (r.name(), s.reason(*r))).collect(),
+            route_cache: CacheOutcome::ALL.iter().map(|o| (o.name(), s.cache(*o))).collect(),
         }
     }
 }
@@ -138,6 +175,10 @@ fn print_totals(rows: &[IfaceStats]) {
         let reasons: Vec<String> = r.reasons.iter().filter(|(k, v)| **v > 0 && **k != "forwarded").map(|(k, v)| format!("{k}={v}")).collect();
         if !reasons.is_empty() {
             println!("  slow path: {}", reasons.join(" "));
+        }
+        if r.route_cache.values().any(|v| *v > 0) {
+            let c: Vec<String> = r.route_cache.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("  route cache: {}", c.join(" "));
         }
     }
 }

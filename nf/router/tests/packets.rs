@@ -10,7 +10,7 @@ mod fixture;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SKB_NH_MAC, SRC4, SRC6, VLAN200_SRC4, VLAN_NH_MAC};
-use xnf_router::program::{Reason, Stats};
+use xnf_router::program::{FibMode, Reason, Stats};
 use xnf_testrun::table::{assert_table, check_run, Out};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_packet::{EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
@@ -406,9 +406,9 @@ fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
     let mut failures = Vec::new();
     let mut loaded = Vec::new();
     for c in cases {
-        let key = (c.ingress, c.fib_direct);
+        let key = (c.ingress, if c.fib_direct { FibMode::Direct } else { FibMode::Full });
         if !loaded.iter().any(|(k, _)| *k == key) {
-            loaded.push((key, f.load(c.ingress, c.fib_direct).expect("router loads")));
+            loaded.push((key, f.load(key.0, key.1).expect("router loads")));
         }
         let (_, (prog, maps, slot)) = loaded.iter().find(|(k, _)| *k == key).unwrap();
         let before = maps.stats(*slot).unwrap();
@@ -493,7 +493,7 @@ fn truncation_below_ethernet_header_is_refused_by_the_kernel() {
     let f = Fixture::new().expect("fixture namespace (run as root)");
     f.dut
         .run(|| {
-            let (prog, _, _) = f.load(Ingress::In0, false).unwrap();
+            let (prog, _, _) = f.load(Ingress::In0, FibMode::Full).unwrap();
             let ctx = XdpContext { ingress_ifindex: f.in0, rx_queue_index: 0 };
             for len in 0..14 {
                 assert!(run_xdp(prog.prog(), &vec![0u8; len], ctx).is_err(), "a {len}-byte frame was run");

@@ -2,7 +2,6 @@
 //! links, and a socket that wakes on link changes (for the VLAN follower).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
@@ -200,52 +199,6 @@ pub fn delete_link(ifindex: u32, name: &str) -> Result<()> {
     let mut m = LinkMessage::default();
     m.header.index = ifindex;
     request(RouteNetlinkMessage::DelLink(m), 0, &format!("deleting {name}"))
-}
-
-/// A netlink socket subscribed to link changes.
-pub struct LinkEvents {
-    rtnl: Rtnl,
-}
-
-/// `RTMGRP_LINK`: the link multicast group as a bind-time bitmask.
-const RTMGRP_LINK: u32 = 1;
-/// `RTMGRP_IPV4_IFADDR`: IPv4 addresses added or removed.
-const RTMGRP_IPV4_IFADDR: u32 = 0x10;
-/// `RTNLGRP_IPV4_NETCONF` (24) as a bitmask: IPv4 per-device settings
-/// (forwarding, rp_filter) changed.
-const RTMGRP_IPV4_NETCONF: u32 = 1 << (24 - 1);
-
-impl LinkEvents {
-    pub fn subscribe() -> Result<Self> {
-        Ok(Self { rtnl: Rtnl::subscribe(RTMGRP_LINK)? })
-    }
-
-    /// Link events, and changes of IPv4 addresses and IPv4 device settings.
-    pub fn subscribe_with_ipv4() -> Result<Self> {
-        Ok(Self { rtnl: Rtnl::subscribe(RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_NETCONF)? })
-    }
-
-    /// Waits up to `timeout` for link events and drains them; true if any came.
-    pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let sock = self.rtnl.socket();
-        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
-        if n <= 0 {
-            return Ok(false);
-        }
-        // What changed does not matter (the follower re-reads every link),
-        // so the events are drained unparsed.
-        sock.set_non_blocking(true)?;
-        let mut buf = vec![0u8; 65536];
-        while let Ok(n) = sock.recv(&mut &mut buf[..], 0) {
-            if n == 0 {
-                break;
-            }
-        }
-        sock.set_non_blocking(false)?;
-        Ok(true)
-    }
 }
 
 #[cfg(test)]

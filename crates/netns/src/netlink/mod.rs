@@ -6,13 +6,17 @@
 //! [`crate::Batch`], veth pairs and route tables all go through it.
 
 mod config;
+mod events;
+mod fibshape;
 mod link;
 mod lookup;
 mod socket;
 
 pub(crate) use config::{addr_message, del_route_message, ipv6_link_local, neigh_message, route_message, RTPROT_BOOT};
 pub use lookup::{addresses, ipv4_addresses, main_routes, neighbours, route_get, table_routes, Address, Ipv4Address, Neighbour, RouteGet, TableRoute};
-pub use link::{create_veth, delete_link, link_by_name, links, set_up, Link, LinkEvents};
+pub use events::{group, Batch, Events};
+pub use fibshape::{FibShape, Shape};
+pub use link::{create_veth, delete_link, link_by_name, links, set_up, Link};
 pub(crate) use link::{set_link_message, LinkChange};
 pub use socket::{BatchConfig, KernelError};
 pub(crate) use socket::{BatchOutcome, Failure, Rtnl};

@@ -126,6 +126,49 @@ pub(crate) fn decode_error(
     ))
 }
 
+/// The netlink messages in one datagram.
+fn parse_datagram(data: &[u8]) -> Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
+    let mut messages = Vec::new();
+    let mut off = 0;
+    while off < data.len() {
+        let rest = &data[off..];
+        let buf = NetlinkBuffer::new_checked(&rest).map_err(|e| anyhow::anyhow!("malformed netlink message: {e}"))?;
+        let len = buf.length() as usize;
+        let msg = NetlinkMessage::<RouteNetlinkMessage>::parse(&buf).map_err(|e| anyhow::anyhow!("undecodable netlink message: {e}"))?;
+        messages.push(msg);
+        off += len.next_multiple_of(4).max(NLMSG_HDRLEN);
+    }
+    Ok(messages)
+}
+
+/// The notifications in one datagram: those netlink-packet-route decodes,
+/// and the message types of those it does not (netconf, nexthop objects).
+#[derive(Debug, Default)]
+pub(crate) struct Notifications {
+    pub messages: Vec<RouteNetlinkMessage>,
+    pub undecoded: Vec<u16>,
+}
+
+fn parse_notifications(data: &[u8]) -> Notifications {
+    let mut out = Notifications::default();
+    let mut off = 0;
+    while off < data.len() {
+        let rest = &data[off..];
+        let Ok(buf) = NetlinkBuffer::new_checked(&rest) else {
+            out.undecoded.push(0);
+            break;
+        };
+        let len = buf.length() as usize;
+        match NetlinkMessage::<RouteNetlinkMessage>::parse(&buf) {
+            Ok(NetlinkMessage { payload: NetlinkPayload::InnerMessage(m), .. }) => out.messages.push(m),
+            Ok(_) => {}
+            Err(_) => out.undecoded.push(buf.message_type()),
+        }
+        off += len.next_multiple_of(4).max(NLMSG_HDRLEN);
+    }
+    out
+}
+
 /// A `NETLINK_ROUTE` socket in the network namespace of the thread that
 /// opened it (a socket stays in its namespace wherever it is used later).
 pub(crate) struct Rtnl {
@@ -183,12 +226,16 @@ impl Rtnl {
         })
     }
 
-    /// Opens a socket that receives the multicast `groups` (a bitmask of
-    /// `RTMGRP_*`) and sends nothing.
-    pub fn subscribe(groups: u32) -> Result<Rtnl> {
+    /// Opens a socket that receives the multicast `groups` (`RTNLGRP_*`
+    /// numbers) and sends nothing, with a receive buffer of `rcvbuf` bytes.
+    pub fn subscribe(groups: &[u32], rcvbuf: usize) -> Result<Rtnl> {
         let mut sock = Socket::new(NETLINK_ROUTE).context("opening a NETLINK_ROUTE socket")?;
-        sock.bind(&SocketAddr::new(0, groups))
-            .context("subscribing to rtnetlink events")?;
+        sock.bind(&SocketAddr::new(0, 0)).context("binding the netlink socket")?;
+        for &g in groups {
+            sock.add_membership(g).with_context(|| format!("subscribing to rtnetlink group {g}"))?;
+        }
+        set_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf)
+            .context("setting SO_RCVBUF on the netlink event socket")?;
         Ok(Rtnl {
             sock,
             rx: Vec::new(),
@@ -242,20 +289,31 @@ impl Rtnl {
                 Err(e) => return Err(anyhow::Error::new(e).context("receiving netlink replies")),
             }
         };
-        let data = &self.rx[..n];
-        let mut messages = Vec::new();
-        let mut off = 0;
-        while off < data.len() {
-            let rest = &data[off..];
-            let buf = NetlinkBuffer::new_checked(&rest)
-                .map_err(|e| anyhow::anyhow!("malformed netlink reply: {e}"))?;
-            let len = buf.length() as usize;
-            let msg = NetlinkMessage::<RouteNetlinkMessage>::parse(&buf)
-                .map_err(|e| anyhow::anyhow!("undecodable netlink reply: {e}"))?;
-            messages.push(msg);
-            off += len.next_multiple_of(4).max(NLMSG_HDRLEN);
+        parse_datagram(&self.rx[..n])
+    }
+
+    /// Receives one queued datagram of notifications without waiting:
+    /// `Ok(None)` when none is queued. ENOBUFS (notifications lost) comes
+    /// back as the io error: for an event socket that is news, not failure.
+    pub(crate) fn try_recv_events(&mut self) -> std::io::Result<Option<Notifications>> {
+        loop {
+            let peek = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
+            let size = match self.sock.recv(&mut &mut [0u8; 0][..], peek) {
+                Ok(size) => size,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if size > self.rx.len() {
+                self.rx.resize(size, 0);
+            }
+            match self.sock.recv(&mut &mut self.rx[..], libc::MSG_DONTWAIT) {
+                Ok(n) => return Ok(Some(parse_notifications(&self.rx[..n.min(self.rx.len())]))),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
         }
-        Ok(messages)
     }
 
     /// Appends `payload` as one request with `flags` and sequence number `seq`.

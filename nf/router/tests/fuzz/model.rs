@@ -55,6 +55,26 @@ impl<'f> Model<'f> {
         }
     }
 
+    /// The ingress the program's FIB lookup would see for `frame` (the
+    /// VLAN device of a tag), if the frame gets that far on L2.
+    pub fn fib_ingress(&self, frame: &[u8], ingress: Ingress) -> Option<u32> {
+        let f = self.f;
+        let v = view(frame);
+        let our_mac = if ingress == Ingress::In1 { f.in1_mac } else { f.in0_mac };
+        if ingress == Ingress::In0Unconfigured || v.to_group() || v.dst_mac != our_mac.octets() {
+            return None;
+        }
+        if matches!((v.l2, &v.l3), (L2::Stacked, _) | (L2::Truncated, _) | (_, L3::Malformed)) {
+            return None;
+        }
+        let in_ifindex = f.ifindex(ingress);
+        match v.l2.vid() {
+            0 => Some(in_ifindex),
+            200 if in_ifindex == f.in0 => Some(f.v200),
+            _ => None,
+        }
+    }
+
     pub fn decide(&self, frame: &[u8], ingress: Ingress, direct: bool) -> Expect {
         let f = self.f;
         let v = view(frame);

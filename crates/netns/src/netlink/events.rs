@@ -1,0 +1,101 @@
+//! [`Events`]: rtnetlink notifications of the calling thread's network
+//! namespace, taken in batches — everything queued when the first one
+//! arrives — so that a burst of changes (a routing daemon installing a
+//! table) costs its reader one wake-up, and a lost burst (the socket's
+//! buffer overflowed) is reported rather than missed.
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use netlink_packet_route::RouteNetlinkMessage;
+
+use super::socket::Rtnl;
+
+/// `RTNLGRP_*` numbers (linux/rtnetlink.h).
+pub mod group {
+    pub const LINK: u32 = 1;
+    pub const NEIGH: u32 = 3;
+    pub const IPV4_IFADDR: u32 = 5;
+    pub const IPV4_ROUTE: u32 = 7;
+    pub const IPV4_RULE: u32 = 8;
+    pub const IPV6_IFADDR: u32 = 9;
+    pub const IPV6_ROUTE: u32 = 11;
+    pub const IPV6_RULE: u32 = 19;
+    pub const IPV4_NETCONF: u32 = 24;
+    pub const IPV6_NETCONF: u32 = 25;
+    pub const NEXTHOP: u32 = 32;
+    /// Every group whose changes can alter a forwarding decision: links
+    /// (state, MTU, MAC), neighbours, addresses (and the local routes they
+    /// make), routes, policy rules, per-device settings (forwarding,
+    /// rp_filter), nexthop objects.
+    pub const FORWARDING: [u32; 11] =
+        [LINK, NEIGH, IPV4_IFADDR, IPV4_ROUTE, IPV4_RULE, IPV6_IFADDR, IPV6_ROUTE, IPV6_RULE, IPV4_NETCONF, IPV6_NETCONF, NEXTHOP];
+}
+
+/// Receive buffer of an event socket: a table of a million routes sent by
+/// a routing daemon arrives faster than any reader; what does not fit is
+/// reported as an overflow.
+const EVENT_RCVBUF: usize = 32 << 20;
+
+/// What one wait brought.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub messages: Vec<RouteNetlinkMessage>,
+    /// Message types of notifications netlink-packet-route does not decode
+    /// (netconf: forwarding and rp_filter settings; nexthop objects).
+    pub undecoded: Vec<u16>,
+    /// The kernel dropped notifications (ENOBUFS): something changed that
+    /// `messages` does not show.
+    pub overflowed: bool,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty() && self.undecoded.is_empty() && !self.overflowed
+    }
+
+    /// A link, an address or a per-device setting (netconf) changed.
+    pub fn has_link_or_address_change(&self) -> bool {
+        use RouteNetlinkMessage as M;
+        self.messages
+            .iter()
+            .any(|m| matches!(m, M::NewLink(_) | M::DelLink(_) | M::SetLink(_) | M::NewAddress(_) | M::DelAddress(_)))
+            || !self.undecoded.is_empty()
+    }
+}
+
+/// A socket subscribed to rtnetlink groups.
+pub struct Events {
+    rtnl: Rtnl,
+}
+
+impl Events {
+    /// Subscribes to `groups` ([`group`]).
+    pub fn subscribe(groups: &[u32]) -> Result<Self> {
+        Ok(Self { rtnl: Rtnl::subscribe(groups, EVENT_RCVBUF)? })
+    }
+
+    /// Waits up to `timeout` for a notification, then takes every one
+    /// queued. An empty batch: nothing came in time.
+    pub fn next_batch(&mut self, timeout: Duration) -> Result<Batch> {
+        let mut batch = Batch::default();
+        let mut pfd = libc::pollfd { fd: self.rtnl.socket().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as libc::c_int) };
+        if n <= 0 {
+            return Ok(batch);
+        }
+        loop {
+            match self.rtnl.try_recv_events() {
+                Ok(None) => return Ok(batch),
+                Ok(Some(n)) => {
+                    batch.messages.extend(n.messages);
+                    batch.undecoded.extend(n.undecoded);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => batch.overflowed = true,
+                Err(e) => return Err(e).context("receiving rtnetlink notifications"),
+            }
+        }
+    }
+}
