@@ -84,6 +84,14 @@ pub enum LabCmd {
     /// they share; kernel UDP and AF_PACKET baselines and a saturation
     /// sweep in the same run; the timestamping overhead measured.
     Latency(Box<LatencyArgs>),
+    /// How long frames follow a route that has changed: a stamped UDP
+    /// stream gen -> sink through dut while the lab replaces the sink's
+    /// route on dut (and restores it), --changes times per variant, the
+    /// variants (kernel, xnf-full, xnf-cache) alternated. Reports per
+    /// variant the window — from the change to the send time of the last
+    /// datagram that still followed the old route — median, p90 and max,
+    /// and the stale datagrams per change.
+    FibChange(Box<crate::experiments::fibchange::FibChangeArgs>),
     /// The traffic generator on its own: sends UDP or TCP, IPv4 or IPv6,
     /// fixed sizes or IMIX, over many flows, at a rate or as fast as
     /// possible, a count or a time, from one or more pinned CPUs, into an
@@ -129,6 +137,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Stack(a) => crate::experiments::stack::main(*a),
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
+        LabCmd::FibChange(a) => crate::experiments::fibchange::run(*a),
         LabCmd::Up(a) => up(a),
     })
 }

@@ -73,10 +73,16 @@ pub fn spawn_detached(args: &[&str], log: &std::path::Path) -> Result<u32> {
     let mut cmd = std::process::Command::new("/proc/self/exe");
     cmd.arg0("xnf");
     cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
-    // SAFETY: setsid is async-signal-safe.
+    // SAFETY: setsid, sigemptyset and sigprocmask are async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
+            // A parent that waits for signals in a thread (on_interrupt)
+            // has them blocked, and exec keeps the mask: unblocked, the
+            // child dies of SIGTERM like any daemon.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             Ok(())
         });
     }

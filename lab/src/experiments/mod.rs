@@ -3,6 +3,7 @@
 pub mod actions;
 pub mod afxdp;
 pub mod chain;
+pub mod fibchange;
 pub mod filter;
 pub mod gen;
 pub mod latency;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Result;
 use xnf_netns::netlink::{Batch, FibShape, Shape};
 
-use crate::program::{RouterConfig, RouterMaps, RouterProgram, ASIDE_V4, ASIDE_V6};
+use crate::program::{RouterMaps, RouterProgram, ASIDE_V4, ASIDE_V6};
 
 /// How often the lease is renewed; it lasts 256 jiffies (1.024 s at
 /// HZ=250, 0.256 s at HZ=1000), so a few renewals may be late.
@@ -19,8 +19,7 @@ pub const RENEW: Duration = Duration::from_millis(100);
 
 /// The cache's keeper, owned by the follower.
 pub struct Keeper {
-    /// An instance of the router loaded on the pinned maps, for its lease
-    /// program (never attached).
+    /// The lease program, loaded on the pinned maps (never attached).
     prog: RouterProgram,
     maps: RouterMaps,
     shape: FibShape,
@@ -36,7 +35,7 @@ impl Keeper {
     /// Takes over the cache pinned in `dir`: whatever it holds is of
     /// unknown age, so the generation moves on before the lease starts.
     pub fn start(dir: &Path) -> Result<Self> {
-        let prog = RouterProgram::load(RouterConfig::default(), Some(dir))?;
+        let prog = RouterProgram::load_lease(dir)?;
         let maps = prog.maps()?;
         let gen = maps.cache_ctl()?.gen;
         // Both families aside until the FIB's shape is known.

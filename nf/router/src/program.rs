@@ -75,9 +75,23 @@ impl RouterProgram {
     /// Loads an instance. With `pin_dir`, its maps are shared with every
     /// other instance through pins there (created by the first load).
     pub fn load(cfg: RouterConfig, pin_dir: Option<&Path>) -> Result<Self> {
+        Self::load_with(cfg, pin_dir, false)
+    }
+
+    /// Loads only the lease program on the maps pinned in `dir`: what the
+    /// follower needs, without verifying the router (which takes seconds
+    /// on a busy machine). [`RouterProgram::prog`] must not be used.
+    pub fn load_lease(dir: &Path) -> Result<Self> {
+        Self::load_with(RouterConfig::default(), Some(dir), true)
+    }
+
+    fn load_with(cfg: RouterConfig, pin_dir: Option<&Path>, lease_only: bool) -> Result<Self> {
         let mut open = RouterSkelBuilder::default()
             .open(object_storage())
             .context("opening the router BPF object")?;
+        if lease_only {
+            open.progs.xnf_router.set_autoload(false);
+        }
         let ro = open.maps.rodata_data.as_deref_mut().context("router has no rodata")?;
         ro.fib_flags = if cfg.fib == FibMode::Direct { BPF_FIB_LOOKUP_DIRECT } else { 0 };
         ro.fib_cached = (cfg.fib == FibMode::Cache) as u8;
