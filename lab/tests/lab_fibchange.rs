@@ -1,0 +1,40 @@
+//! `xnf lab fib-change` as a user runs it: bad options are refused with one
+//! line before anything is built; a short run changes the route under
+//! traffic for every variant, in turn, writes one window per change and
+//! variant to the JSON and leaves no namespace behind. No timing is
+//! asserted.
+
+use serde_json::Value;
+use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
+
+#[test]
+fn bad_options_are_refused_with_one_line_naming_the_flag() {
+    assert_lab_refuses(
+        "fib-change",
+        &[
+            (&["--changes", "0"][..], "--changes 0", 1),
+            (&["--rate", "10"][..], "--rate 10", 1),
+            (&["--variants", "xdp-forward"][..], "--variants", 2),
+        ],
+    );
+}
+
+#[test]
+fn a_short_run_measures_every_variant_and_leaves_nothing() {
+    let json = std::env::temp_dir().join(format!("xnf-lab-fibchange-{}.json", std::process::id()));
+    let (out, pid) = lab("fib-change", &["--changes", "2", "--json", json.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let results = doc["results"].as_array().unwrap();
+    let names: Vec<&str> = results.iter().map(|r| r["variant"].as_str().unwrap()).collect();
+    assert_eq!(names, ["kernel", "xnf-full", "xnf-cache"]);
+    for r in results {
+        for key in ["windows_us", "stale", "after_ack_us"] {
+            assert_eq!(r[key].as_array().unwrap().len(), 2, "{key} of {}", r["variant"]);
+        }
+        assert!(stdout.lines().any(|l| l.starts_with(r["variant"].as_str().unwrap())), "no row for {}: {stdout}", r["variant"]);
+    }
+}
