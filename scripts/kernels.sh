@@ -145,6 +145,12 @@ skip_reason() {
 	case $1 in
 	lab-report_render | profile-flame_render) echo "renders HTML/SVG in Chromium: no kernel code" ;;
 	lab-lab_*) echo "runs lab experiments, which measure and stay on the host (the lab's BPF programs are tested in the guest by lab, lab-packets and lab-fuzz_*)" ;;
+	# Kept under CI's 30 minutes: software emulation runs these at a tenth
+	# of the host's speed, and what they test of the kernel is tested in
+	# the guest by other binaries.
+	chain-cni) echo "the CNI protocol (user space); the chain's data path is tested in the guest by chain-netns, chain-packets and chain-fuzz" ;;
+	lb-netns) echo "5 min under emulation; the lb's BPF is tested in the guest by lb-packets, lb-fuzz, lb-decap and lb-decap_netns, veth XDP by every other *-netns" ;;
+	netns) echo "the topology library's own tests; every *-netns binary in the guest builds its topologies with it" ;;
 	*) return 1 ;;
 	esac
 }

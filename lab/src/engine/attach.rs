@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use xnf_core::xdp::{XdpLink, XdpMode};
 use xnf_netns::netlink::link_by_name;
 use xnf_netns::Netns;
+use xnf_router::program::FibMode;
 
 pub use crate::programs::actions::ActionKind;
 use crate::programs::actions::{Action, ActionCounters, ActionsProgram};
@@ -101,16 +102,34 @@ pub struct NfGuard {
     ifaces: Vec<String>,
     what: &'static str,
     detach: fn(&[String]) -> Result<()>,
+    /// The router's follower, started for `--fib cache`; killed first.
+    follower: Option<i32>,
 }
 
 impl NfGuard {
-    /// The router on `ifaces` (no follower: the lab's interfaces do not
-    /// change while it measures).
+    /// The router on `ifaces` with full lookups (no follower: the lab's
+    /// interfaces do not change while it measures).
     pub fn router(ns: &Netns, ifaces: &[String]) -> Result<Self> {
+        Self::router_with(ns, ifaces, RouterOptions::default())
+    }
+
+    /// The router on `ifaces` with `opts`. The route cache needs its
+    /// follower: started here, and the guard waits until it holds the
+    /// cache's lease, so that measuring starts with the cache in use.
+    pub fn router_with(ns: &Netns, ifaces: &[String], opts: RouterOptions) -> Result<Self> {
         let names = ifaces.to_vec();
-        let opts = xnf_router::AttachOptions { mode: XdpMode::Native, fib: xnf_router::program::FibMode::Full, no_bytes: false };
-        ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
-        Ok(NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach })
+        let attach = xnf_router::AttachOptions { mode: XdpMode::Native, fib: opts.fib, no_bytes: opts.no_bytes };
+        ns.run(move || xnf_router::attach(&names, attach))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
+        let mut guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach, follower: None };
+        if opts.fib == FibMode::Cache {
+            guard.follower = ns.run(xnf_router::follow::spawn)??;
+            let t0 = std::time::Instant::now();
+            while !ns.run(|| xnf_router::attach::open_maps().and_then(|(_, m)| m.cache_ctl()).is_ok_and(|c| c.lease_until > 0))? {
+                anyhow::ensure!(t0.elapsed().as_secs() < 10, "the router's follower in {} took no lease on the route cache in 10 s (see its log)", ns.name());
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        Ok(guard)
     }
 
     /// The filter on `ifaces`, its rules converged to `rules` (a rule
@@ -120,15 +139,30 @@ impl NfGuard {
         let names = ifaces.to_vec();
         ns.run(move || xnf_filter::attach(&names, XdpMode::Native))?.with_context(|| format!("attaching the filter in {}", ns.name()))?;
         // The guard exists from here on, so a failing apply detaches.
-        let guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "filter", detach: xnf_filter::detach };
+        let guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "filter", detach: xnf_filter::detach, follower: None };
         let (text, origin2) = (rules.to_string(), origin.to_string());
         ns.run(move || xnf_filter::apply_text(&text, &origin2))?.with_context(|| format!("applying {origin} to the filter in {}", ns.name()))?;
         Ok(guard)
     }
 }
 
+/// How the lab attaches the router.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterOptions {
+    pub fib: FibMode,
+    pub no_bytes: bool,
+}
+
 impl Drop for NfGuard {
     fn drop(&mut self) {
+        if let Some(pid) = self.follower.take() {
+            // SAFETY: kill and reap the follower this guard started (our
+            // child), before the detach it would otherwise race.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+        }
         let (names, detach) = (std::mem::take(&mut self.ifaces), self.detach);
         match xnf_netns::run_in(&self.ns, move || detach(&names)) {
             Ok(Ok(())) => {}

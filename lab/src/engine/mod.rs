@@ -19,7 +19,7 @@ pub mod topology;
 
 use anyhow::Result;
 
-pub use attach::{ActionKind, LabAttachment, NfGuard};
+pub use attach::{ActionKind, LabAttachment, NfGuard, RouterOptions};
 pub use generator::{split, GenOptions, Generator};
 
 /// Makes Ctrl-C (SIGINT) and SIGTERM remove everything the lab built:

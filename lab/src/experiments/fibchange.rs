@@ -23,7 +23,7 @@ use serde::Serialize;
 use xnf_netns::{LineConfig, LineTopology, Offload};
 use xnf_router::program::FibMode;
 
-use crate::engine::LabAttachment;
+use crate::engine::{LabAttachment, NfGuard, RouterOptions};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -112,62 +112,20 @@ fn name(v: Variant) -> &'static str {
     }
 }
 
-/// The variant on dut for as long as it lives.
-struct OnDut<'a> {
-    line: &'a LineTopology,
-    attached: bool,
-    follower: Option<i32>,
-}
-
-impl<'a> OnDut<'a> {
-    fn attach(line: &'a LineTopology, v: Variant) -> Result<Self> {
-        let mut me = OnDut { line, attached: false, follower: None };
-        let fib = match v {
-            Variant::Kernel => return Ok(me),
-            Variant::XnfFull => FibMode::Full,
-            Variant::XnfCache => FibMode::Cache,
-        };
-        let names = vec![line.dut_gen_if.clone(), line.dut_sink_if.clone()];
-        let opts = xnf_router::AttachOptions { mode: xnf_core::xdp::XdpMode::Native, fib, no_bytes: false };
-        line.dut().run(move || xnf_router::attach(&names, opts))??;
-        me.attached = true;
-        if fib == FibMode::Cache {
-            me.follower = line.dut().run(xnf_router::follow::spawn)??;
-            // The cache is in use once the follower holds its lease.
-            let t0 = std::time::Instant::now();
-            loop {
-                let leased = line.dut().run(|| -> Result<bool> { Ok(xnf_router::attach::open_maps()?.1.cache_ctl()?.lease_until > 0) })??;
-                if leased {
-                    break;
-                }
-                ensure!(t0.elapsed() < Duration::from_secs(10), "the router's follower took no lease on the route cache in 10 s");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        Ok(me)
-    }
-}
-
-impl Drop for OnDut<'_> {
-    fn drop(&mut self) {
-        if let Some(pid) = self.follower {
-            // SAFETY: kill and reap the follower this guard started (our
-            // child), so the next variant's attach starts its own.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-        if self.attached {
-            let names = vec![self.line.dut_gen_if.clone(), self.line.dut_sink_if.clone()];
-            let _ = self.line.dut().run(move || xnf_router::detach(&names));
-        }
-    }
+/// The variant on dut (nothing for the kernel).
+fn attach(line: &LineTopology, v: Variant) -> Result<Option<NfGuard>> {
+    let fib = match v {
+        Variant::Kernel => return Ok(None),
+        Variant::XnfFull => FibMode::Full,
+        Variant::XnfCache => FibMode::Cache,
+    };
+    let ifaces = [line.dut_gen_if.clone(), line.dut_sink_if.clone()];
+    Ok(Some(NfGuard::router_with(line.dut(), &ifaces, RouterOptions { fib, no_bytes: false })?))
 }
 
 /// One change with `v` on dut: (window µs, stale datagrams, window after the ack µs).
 fn one_change(line: &LineTopology, v: Variant, ipv6: bool, stream: &Stream) -> Result<(f64, u64, f64)> {
-    let _on = OnDut::attach(line, v)?;
+    let _on = attach(line, v)?;
     let (sink, host) = if ipv6 { (IpAddr::from(line.sink_v6), 128) } else { (IpAddr::from(line.sink_v4), 32) };
     let back = if ipv6 { IpAddr::from(line.gen_v6) } else { IpAddr::from(line.gen_v4) };
     let dst = format!("{sink}/{host}");

@@ -27,7 +27,8 @@ use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::progress::Progress;
 use crate::engine::results::Results;
 use crate::engine::topology::BuiltTopology;
-use crate::engine::{nft, LabAttachment, NfGuard};
+use crate::engine::{nft, LabAttachment, NfGuard, RouterOptions};
+use xnf_router::program::FibMode;
 
 /// The ruleset loaded on dut at points with `netfilter` on.
 pub const NETFILTER_RULESET: &str = include_str!("../../topologies/router.nft");
@@ -37,8 +38,14 @@ pub const NETFILTER_RULESET: &str = include_str!("../../topologies/router.nft");
 pub enum Variant {
     /// The kernel forwards (dut ingress has the XDP_PASS program).
     Kernel,
-    /// `xnf router` forwards in XDP.
+    /// `xnf router` forwards in XDP (full lookups).
     Xnf,
+    /// `xnf router --fib cache` (and its follower).
+    XnfCache,
+    /// `xnf router --fib cache --no-byte-counters`.
+    XnfCacheLean,
+    /// `xnf router --fib direct`.
+    XnfDirect,
     /// dut drops at XDP ingress: generator + receive cost only.
     DutDrop,
 }
@@ -96,7 +103,7 @@ impl Experiment for Router {
     }
 
     fn ratios(&self) -> Vec<(&'static str, &'static str)> {
-        vec![("xnf", "kernel")]
+        vec![("xnf", "kernel"), ("xnf-cache", "kernel"), ("xnf-cache", "xnf"), ("xnf-cache-lean", "xnf")]
     }
 
     fn check(&self, cpus: Cpus) -> Result<()> {
@@ -145,7 +152,15 @@ impl Experiment for Router {
         let setup = match v {
             Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
             Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
-            Variant::Xnf => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()])?),
+            Variant::Xnf | Variant::XnfCache | Variant::XnfCacheLean | Variant::XnfDirect => {
+                let opts = match v {
+                    Variant::XnfCache => RouterOptions { fib: FibMode::Cache, no_bytes: false },
+                    Variant::XnfCacheLean => RouterOptions { fib: FibMode::Cache, no_bytes: true },
+                    Variant::XnfDirect => RouterOptions { fib: FibMode::Direct, no_bytes: false },
+                    _ => RouterOptions::default(),
+                };
+                Setup::Router(NfGuard::router_with(dut, &[din.clone(), dout.clone()], opts)?)
+            }
         };
         Ok(Box::new(Set { setup, dut, din, dout, sink: t.attachment(&roles.sink)? }))
     }
