@@ -6,8 +6,9 @@
 #   scripts/peers.sh            # builds what is missing
 #   scripts/peers.sh --rebuild  # builds again from a fresh source tree
 #
-# Today that is xdp-filter (xdp-tools), the `xdp-filter` variant of
-# `xnf lab filter`.
+# Today that is two tools of xdp-tools: xdp-filter, the `xdp-filter`
+# variant of `xnf lab filter`, and xdp-forward, the `xdp-forward` and
+# `xdp-forward-direct` variants of `xnf lab router`.
 #
 # Which source, and why:
 # * Debian 12's packaged xdp-tools 1.3.1 does not run on current kernels
@@ -23,12 +24,14 @@
 # * 1.6.3 builds with Debian 12's gcc 12 and clang 14 unchanged (it still
 #   uses -std=gnu11; the gnu2x change the machine facts warn about is later),
 #   so no patch is applied. The build checks this anyway: it fails loudly.
-# * Only libxdp and xdp-filter are built; PREFIX is this folder, so the
-#   binary finds its BPF objects and libxdp's dispatcher in $PEERS/lib/bpf.
+# * Only libxdp and the tools above are built; PREFIX is this folder, so
+#   the binaries find their BPF objects and libxdp's dispatcher in
+#   $PEERS/lib/bpf (xdp-forward embeds its objects as skeletons).
 #
-# Running it: xdp-filter keeps its maps pinned in bpffs between commands.
+# Running them: xdp-filter keeps its maps pinned in bpffs between commands.
 # Under `ip netns exec` /sys is private to each command, so the pins vanish;
-# the lab therefore runs it with only the network namespace switched.
+# the lab therefore runs it, and xdp-forward alike, with only the network
+# namespace switched.
 set -euo pipefail
 
 PEERS=${XNF_PEERS:-/opt/xnf/peers}
@@ -48,11 +51,18 @@ case "${1:-}" in
     *) die "unknown argument $1 (usage: scripts/peers.sh [--rebuild])" ;;
 esac
 
-bin="$PEERS/sbin/xdp-filter"
-if [ -x "$bin" ] && [ "$rebuild" -eq 0 ]; then
-    echo "xdp-filter: $bin"
-    exit 0
-fi
+TOOLS=(xdp-filter xdp-forward)
+
+# What is left to build: every tool with --rebuild, else the missing ones.
+todo=()
+for t in "${TOOLS[@]}"; do
+    if [ -x "$PEERS/sbin/$t" ] && [ "$rebuild" -eq 0 ]; then
+        echo "$t: $PEERS/sbin/$t"
+    else
+        todo+=("$t")
+    fi
+done
+[ "${#todo[@]}" -gt 0 ] || exit 0
 
 # Build dependencies (Debian 12 names); apt-get skips what is installed.
 need=(clang llvm gcc make m4 pkg-config libelf-dev zlib1g-dev libpcap-dev dpkg-dev)
@@ -108,14 +118,19 @@ export PREFIX="$PEERS" FORCE_SUBDIR_LIBBPF=1
 # clang -target bpf does not search the multiarch include dir (asm/types.h).
 export BPF_CFLAGS="-I/usr/include/$(gcc -print-multiarch)"
 log="$PEERS/build.log"
-say "building libxdp and xdp-filter (log: $log)"
-{
-    ./configure
-    make -j"$(nproc)" -C lib
-    make -j"$(nproc)" -C xdp-filter
-    make -C lib/libxdp install
-    make -C xdp-filter install
-} >"$log" 2>&1 || die "build failed: see the end of $log"
+# Every step checked by hand: set -e does not apply inside a function
+# called on the left of ||.
+build() {
+    ./configure || return
+    make -j"$(nproc)" -C lib || return
+    for t in "${todo[@]}"; do make -j"$(nproc)" -C "$t" || return; done
+    make -C lib/libxdp install || return
+    for t in "${todo[@]}"; do make -C "$t" install || return; done
+}
+say "building libxdp and ${todo[*]} (log: $log)"
+build >"$log" 2>&1 || die "build failed: see the end of $log"
 
-[ -x "$bin" ] || die "built, but $bin is missing: see $log"
-echo "xdp-filter: $bin"
+for t in "${todo[@]}"; do
+    [ -x "$PEERS/sbin/$t" ] || die "built, but $PEERS/sbin/$t is missing: see $log"
+    echo "$t: $PEERS/sbin/$t"
+done

@@ -13,14 +13,16 @@ use crate::experiments::{actions::Actions, afxdp::Afxdp, chain::Chain, router::R
 
 #[derive(Subcommand)]
 pub enum LabCmd {
-    /// Kernel forwarding vs `xnf router`, swept over packet size, flows,
-    /// queues, route-table size and a netfilter ruleset.
+    /// Kernel forwarding vs `xnf router` (and xdp-forward, or any forwarder
+    /// given by --peer), swept over packet size, flows, queues, route-table
+    /// size and a netfilter ruleset.
     ///
     /// Builds the topology (default: the built-in gen -> dut -> sink line),
     /// alternates the variants within each run and reports Mpps (median,
     /// min, max), loss and where it happened, CPU per packet split into
-    /// softirq/system/user, and the xnf/kernel ratio. Optionally the
-    /// zero-loss rate and the CPU-vs-offered-load curve.
+    /// softirq/system/user, and the ratios of each xnf variant to the
+    /// kernel and to each peer. Optionally the zero-loss rate and the
+    /// CPU-vs-offered-load curve.
     Router(Box<Run<Router>>),
     /// The raw XDP verdicts on dut's ingress (drop, pass, TX, redirect to a
     /// port, redirect to a CPU) against the Linux stack dropping the same

@@ -94,6 +94,12 @@ impl LabAttachment {
 }
 
 
+/// The router as the lab attaches it unless told otherwise: native XDP,
+/// byte counters on, routes looked up by `fib`.
+pub const fn router_options(fib: FibMode) -> xnf_router::AttachOptions {
+    xnf_router::AttachOptions { mode: XdpMode::Native, fib, no_bytes: false }
+}
+
 /// A network function (`xnf router`, `xnf filter`) attached to interfaces
 /// in a lab namespace through its library, from a thread inside that
 /// namespace, as the CLI would run there; detached when dropped.
@@ -107,19 +113,14 @@ pub struct NfGuard {
 }
 
 impl NfGuard {
-    /// The router on `ifaces` with full lookups (no follower: the lab's
-    /// interfaces do not change while it measures).
-    pub fn router(ns: &Netns, ifaces: &[String]) -> Result<Self> {
-        Self::router_with(ns, ifaces, RouterOptions::default())
-    }
-
     /// The router on `ifaces` with `opts`. The route cache needs its
     /// follower: started here, and the guard waits until it holds the
     /// cache's lease, so that measuring starts with the cache in use.
-    pub fn router_with(ns: &Netns, ifaces: &[String], opts: RouterOptions) -> Result<Self> {
+    /// (Without the cache no follower: the lab's interfaces do not change
+    /// while it measures.)
+    pub fn router(ns: &Netns, ifaces: &[String], opts: xnf_router::AttachOptions) -> Result<Self> {
         let names = ifaces.to_vec();
-        let attach = xnf_router::AttachOptions { mode: XdpMode::Native, fib: opts.fib, no_bytes: opts.no_bytes };
-        ns.run(move || xnf_router::attach(&names, attach))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
+        ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
         let mut guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach, follower: None };
         if opts.fib == FibMode::Cache {
             guard.follower = ns.run(xnf_router::follow::spawn)??;
@@ -144,13 +145,6 @@ impl NfGuard {
         ns.run(move || xnf_filter::apply_text(&text, &origin2))?.with_context(|| format!("applying {origin} to the filter in {}", ns.name()))?;
         Ok(guard)
     }
-}
-
-/// How the lab attaches the router.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RouterOptions {
-    pub fib: FibMode,
-    pub no_bytes: bool,
 }
 
 impl Drop for NfGuard {

@@ -179,10 +179,16 @@ pub trait Running {
     }
 }
 
-/// An experiment as the driver runs it. Its variants are a clap value
-/// enum: their names in the results are the command line's.
+/// A variant as the driver runs it: set up once per run, named in the
+/// results. A clap value enum names its variants as the command line does
+/// ([`variant_name`]); the router's also has peers, named at run time.
+pub trait VariantName: Clone {
+    fn name(&self) -> String;
+}
+
+/// An experiment as the driver runs it.
 pub trait Experiment: Serialize {
-    type Variant: ValueEnum + Copy;
+    type Variant: VariantName;
 
     /// The results' `experiment`.
     const NAME: &'static str;
@@ -198,7 +204,7 @@ pub trait Experiment: Serialize {
     fn variants(&self) -> Vec<Self::Variant>;
 
     /// (numerator, denominator) variant names of the ratios it reports.
-    fn ratios(&self) -> Vec<(&'static str, &'static str)>;
+    fn ratios(&self) -> Vec<(&str, &str)>;
 
     /// Checks its own options before anything is built.
     fn check(&self, cpus: Cpus) -> Result<()>;
@@ -308,7 +314,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
         let gen_cpus = measure::gen_cpus(cpus.gen, queues);
         for run in 0..c.runs {
             for v in alternated(&variants, run) {
-                let l = Labels { variant: variant_name(&v), point: point.clone(), run };
+                let l = Labels { variant: v.name(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({label}), run {}/{}, {}", pi + 1, points.len(), run + 1, c.runs, l.variant));
                 let running = e.set_up(t, point, v, cpus, &pg)?;
                 let gens = measure::start_generators(gen_ns, &gen_if, &at.traffic, &gen_cpus, 0)?;
@@ -365,6 +371,12 @@ mod tests {
     enum V {
         Kernel,
         DutDrop,
+    }
+
+    impl VariantName for V {
+        fn name(&self) -> String {
+            variant_name(self)
+        }
     }
 
     /// An experiment of nothing but its sweep.

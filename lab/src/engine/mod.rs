@@ -9,6 +9,7 @@ pub mod generator;
 pub mod measure;
 pub mod nft;
 pub mod params;
+pub mod peers;
 pub mod profiling;
 pub mod progress;
 pub mod results;
@@ -19,7 +20,7 @@ pub mod topology;
 
 use anyhow::Result;
 
-pub use attach::{ActionKind, LabAttachment, NfGuard, RouterOptions};
+pub use attach::{ActionKind, LabAttachment, NfGuard};
 pub use generator::{split, GenOptions, Generator};
 
 /// Makes Ctrl-C (SIGINT) and SIGTERM remove everything the lab built:
@@ -30,6 +31,8 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
     xnf_core::runtime::on_interrupt(|sig| {
         INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
         eprintln!("\nxnf lab: {sig} received: removing the lab's namespaces");
+        // Before the namespaces go: the commands run inside them.
+        peers::detach_pending();
         if let Err(e) = xnf_netns::cleanup_all() {
             eprintln!("xnf lab: {e:#}");
         }

@@ -6,10 +6,10 @@ use super::results::{Results, SampleKind};
 /// Prints the per-sample table, the summary and the ratios.
 pub fn print(r: &Results) {
     let m = &r.machine;
-    let w = point_width(r);
+    let (w, v) = (point_width(r), variant_width(r, 12));
     println!("\nxnf lab {} — kernel {}, {} × {}, xnf {}", r.experiment, m.kernel, m.cores, m.cpu_model, m.xnf_version);
     println!(
-        "\n{:<12} {:<w$} {:>3} {:>12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7}  CPU busy% (softirq/sys/user) per CPU",
+        "\n{:<v$} {:<w$} {:>3} {:>12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7}  CPU busy% (softirq/sys/user) per CPU",
         "variant", "point", "run", "kind", "sent Mpps", "recv Mpps", "loss%", "lost where", "ns/pkt", "softirq"
     );
     for s in &r.samples {
@@ -22,7 +22,7 @@ pub fn print(r: &Results) {
         let l = &s.loss;
         let lost = if l.gen_to_dut.abs() + l.in_dut.abs() + l.dut_to_sink.abs() == 0 { "-".into() } else { format!("{}/{}/{}", l.gen_to_dut, l.in_dut, l.dut_to_sink) };
         println!(
-            "{:<12} {:<w$} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
+            "{:<v$} {:<w$} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
             s.variant,
             r.label(&s.point),
             s.run + 1,
@@ -42,12 +42,12 @@ pub fn print(r: &Results) {
 
 /// The summary and ratio tables (shared by the experiments).
 pub fn print_summary(r: &Results) {
-    let w = point_width(r);
-    println!("\n{:<13} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>8} {:>15}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq", "zero-loss Mpps");
+    let (w, v) = (point_width(r), variant_width(r, 13));
+    println!("\n{:<v$} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>8} {:>15}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq", "zero-loss Mpps");
     for s in &r.summary {
         let zl = s.zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
         println!(
-            "{:<13} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
+            "{:<v$} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
             s.variant,
             r.label(&s.point),
             s.median_mpps,
@@ -78,6 +78,11 @@ pub fn print_summary(r: &Results) {
     }
 }
 
+/// Width of the variant column: the longest name (peers can be long), at
+/// least `min`.
+fn variant_width(r: &Results, min: usize) -> usize {
+    r.summary.iter().map(|s| s.variant.chars().count()).chain(r.samples.iter().map(|s| s.variant.chars().count())).max().unwrap_or(0).max(min)
+}
 
 /// Width of the point column: the longest label.
 fn point_width(r: &Results) -> usize {

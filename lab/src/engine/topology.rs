@@ -19,7 +19,9 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use xnf_netns::{check_test_addr, Mac, Netns, Topology};
+use xnf_router::program::FibMode;
 
+use super::attach::router_options;
 use super::LabAttachment;
 
 /// Built-in scenarios: (name, what it is, TOML text).
@@ -388,7 +390,7 @@ impl BuiltTopology {
                         attachments.push((f.ns.clone(), d, a));
                     }
                 }
-                FunctionKind::Router => routers.push(super::NfGuard::router(ns, &devs)?),
+                FunctionKind::Router => routers.push(super::NfGuard::router(ns, &devs, router_options(FibMode::Full))?),
             }
         }
         (built.attachments, built.routers) = (attachments, routers);

@@ -60,6 +60,12 @@ pub struct Actions {
 /// The nftables rule of linux-drop, and how to read its counter.
 const LINUX_DROP: &str = "table inet xnfraw {\n\tcounter dropped { }\n\tchain pre {\n\t\ttype filter hook prerouting priority raw; policy accept;\n\t\tudp dport 9 counter name \"dropped\" drop\n\t}\n}\n";
 
+impl crate::engine::driver::VariantName for Variant {
+    fn name(&self) -> String {
+        crate::engine::driver::variant_name(self)
+    }
+}
+
 impl Experiment for Actions {
     type Variant = Variant;
     const NAME: &'static str = "actions";

@@ -82,6 +82,12 @@ fn app_cpu(cpus: Cpus) -> usize {
     (cpus.gen + 1) % cpus.count
 }
 
+impl crate::engine::driver::VariantName for Variant {
+    fn name(&self) -> String {
+        crate::engine::driver::variant_name(self)
+    }
+}
+
 impl Experiment for Afxdp {
     type Variant = Variant;
     const NAME: &'static str = "afxdp";

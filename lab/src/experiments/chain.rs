@@ -103,6 +103,12 @@ pub struct Chain {
     hops: RefCell<Vec<(String, Point, HopLoss)>>,
 }
 
+impl crate::engine::driver::VariantName for Variant {
+    fn name(&self) -> String {
+        crate::engine::driver::variant_name(self)
+    }
+}
+
 impl Experiment for Chain {
     type Variant = Variant;
     const NAME: &'static str = "chain";

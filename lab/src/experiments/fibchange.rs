@@ -23,7 +23,8 @@ use serde::Serialize;
 use xnf_netns::{LineConfig, LineTopology, Offload};
 use xnf_router::program::FibMode;
 
-use crate::engine::{LabAttachment, NfGuard, RouterOptions};
+use crate::engine::attach::router_options;
+use crate::engine::{LabAttachment, NfGuard};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -120,7 +121,7 @@ fn attach(line: &LineTopology, v: Variant) -> Result<Option<NfGuard>> {
         Variant::XnfCache => FibMode::Cache,
     };
     let ifaces = [line.dut_gen_if.clone(), line.dut_sink_if.clone()];
-    Ok(Some(NfGuard::router_with(line.dut(), &ifaces, RouterOptions { fib, no_bytes: false })?))
+    Ok(Some(NfGuard::router(line.dut(), &ifaces, router_options(fib))?))
 }
 
 /// One change with `v` on dut: (window µs, stale datagrams, window after the ack µs).

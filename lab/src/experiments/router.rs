@@ -7,7 +7,9 @@
 //! veth); the sink counts in XDP and drops. The forwarded rate is what the
 //! sink counts per second. The "dut-drop" variant drops every frame at
 //! dut's ingress: the cost of generating and receiving alone, so
-//! (1/rate - 1/rate_drop) estimates what forwarding itself costs.
+//! (1/rate - 1/rate_drop) estimates what forwarding itself costs. Peers —
+//! xdp-tools' xdp-forward, or any forwarder given by an attach and a detach
+//! command (`--peer`) — are variants like the others ([`crate::engine::peers`]).
 //!
 //! On veth, frames are processed in softirq on the *sending* CPU: the
 //! generator, dut's receive and forwarding, and the sink's receive all run
@@ -15,39 +17,68 @@
 //! shows where the time went.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use crate::programs::gen::GenConfig;
+use xnf_router::program::FibMode;
+use xnf_router::AttachOptions;
 
-use crate::engine::driver::{AtPoint, Cpus, Experiment, Running};
+use crate::engine::attach::router_options;
+use crate::engine::driver::{AtPoint, Cpus, Experiment, Running, VariantName};
 use crate::engine::measure::{self, Counters};
 use crate::engine::params::{self, Param, Point, Value};
+use crate::engine::peers::{self, Peer, PeerGuard};
 use crate::engine::progress::Progress;
-use crate::engine::results::Results;
+use crate::engine::results::{Results, Sample};
 use crate::engine::topology::BuiltTopology;
-use crate::engine::{nft, LabAttachment, NfGuard, RouterOptions};
-use xnf_router::program::FibMode;
+use crate::engine::{nft, LabAttachment, NfGuard};
+use crate::programs::gen::GenConfig;
 
 /// The ruleset loaded on dut at points with `netfilter` on.
 pub const NETFILTER_RULESET: &str = include_str!("../../topologies/router.nft");
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
+/// `xnf router` as variants: the name and how it is attached. Another
+/// FIB mode or option is one more line.
+pub const ROUTERS: &[(&str, AttachOptions)] = &[
+    ("xnf", router_options(FibMode::Full)),
+    ("xnf-full", router_options(FibMode::Full)),
+    ("xnf-direct", router_options(FibMode::Direct)),
+    ("xnf-cache", router_options(FibMode::Cache)),
+    ("xnf-cache-lean", AttachOptions { no_bytes: true, ..router_options(FibMode::Cache) }),
+];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Variant {
     /// The kernel forwards (dut ingress has the XDP_PASS program).
     Kernel,
-    /// `xnf router` forwards in XDP (full lookups).
-    Xnf,
-    /// `xnf router --fib cache` (and its follower).
-    XnfCache,
-    /// `xnf router --fib cache --no-byte-counters`.
-    XnfCacheLean,
-    /// `xnf router --fib direct`.
-    XnfDirect,
+    /// `xnf router` forwards in XDP: one of [`ROUTERS`].
+    Xnf(&'static str, AttachOptions),
     /// dut drops at XDP ingress: generator + receive cost only.
     DutDrop,
+    /// A forwarder from outside xnf: xdp-forward or a `--peer`.
+    Peer(Peer),
+}
+
+impl VariantName for Variant {
+    fn name(&self) -> String {
+        match self {
+            Variant::Kernel => "kernel".into(),
+            Variant::Xnf(name, _) => name.to_string(),
+            Variant::DutDrop => "dut-drop".into(),
+            Variant::Peer(p) => p.name.clone(),
+        }
+    }
+}
+
+/// The names of the built-in variants, peers included: what `--variants`
+/// takes besides the `--peer`s, and what a `--peer` may not be called.
+fn built_in_names() -> Vec<&'static str> {
+    let mut names = vec!["kernel", "dut-drop"];
+    names.extend(ROUTERS.iter().map(|(n, _)| *n));
+    names.extend(peers::BUILT_IN.iter().map(|(n, _)| *n));
+    names
 }
 
 /// `xnf lab router`: its own options; every list is a sweep.
@@ -74,9 +105,61 @@ pub struct Router {
     /// dut: off, on, or both (a sweep).
     #[arg(long, default_value = "off", value_parser = netfilter_points, value_name = "off|on|both")]
     pub netfilter: OffOn,
-    /// Variants to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf,dut-drop")]
-    pub variants: Vec<Variant>,
+    /// Variants to compare: kernel, xnf (the router, --fib full), xnf-full,
+    /// xnf-direct (--fib direct), xnf-cache (--fib cache, with its
+    /// follower), xnf-cache-lean (also --no-byte-counters), dut-drop, xdp-forward, xdp-forward-direct
+    /// (xdp-tools' xdp-forward, fib mode full / direct), or a --peer's name.
+    #[arg(long, value_delimiter = ',', default_value = "kernel,xnf,dut-drop", value_parser = parse_item::<String>, value_name = "NAME[,NAME...]")]
+    pub variants: Vec<String>,
+    /// A forwarder from outside xnf, measured as variant NAME (also name it
+    /// in --variants): two shell commands run in dut's network namespace
+    /// (only that namespace switched), the attach before each of its runs,
+    /// the detach after; {ns}, {in}, {out} become dut's namespace, ingress
+    /// and egress ({{ and }} are literal braces). Repeatable.
+    #[arg(long = "peer", value_parser = Peer::parse, value_name = "NAME=ATTACH;DETACH")]
+    pub peers: Vec<Peer>,
+    /// xdp-forward's binary, for the xdp-forward variants [default:
+    /// /opt/xnf/peers/sbin/xdp-forward, built by scripts/peers.sh].
+    #[arg(long, value_name = "PATH")]
+    pub xdp_forward: Option<PathBuf>,
+}
+
+impl Router {
+    /// The variants asked for, resolved: built-ins, the built-in peers
+    /// (whose binary must exist), the --peers; each refusal one line.
+    fn resolve(&self) -> Result<Vec<Variant>> {
+        let builtins = built_in_names();
+        for (i, p) in self.peers.iter().enumerate() {
+            ensure!(!builtins.contains(&p.name.as_str()), "--peer {}: a built-in variant has that name (built-in: {}); pick another", p.name, builtins.join(", "));
+            ensure!(!self.peers[..i].iter().any(|q| q.name == p.name), "--peer {}: defined twice", p.name);
+            ensure!(self.variants.contains(&p.name), "--peer {}: not in --variants, so never measured (add it, e.g. --variants kernel,xnf,{})", p.name, p.name);
+        }
+        let mut out: Vec<Variant> = Vec::new();
+        for name in &self.variants {
+            let v = if name == "kernel" {
+                Variant::Kernel
+            } else if name == "dut-drop" {
+                Variant::DutDrop
+            } else if let Some((n, opts)) = ROUTERS.iter().find(|(n, _)| n == name) {
+                Variant::Xnf(n, *opts)
+            } else if let Some(p) = self.peers.iter().find(|p| &p.name == name) {
+                Variant::Peer(p.clone())
+            } else if peers::BUILT_IN.iter().any(|(n, _)| n == name) {
+                let bin = peers::xdp_forward_binary(self.xdp_forward.as_deref())?;
+                Variant::Peer(Peer::built_in(name, &bin).expect("a built-in peer's name"))
+            } else {
+                bail!("--variants: no variant `{name}` (built-in: {}; or define it with --peer '{name}=ATTACH;DETACH')", builtins.join(", "));
+            };
+            ensure!(!out.contains(&v), "--variants: {name} named twice");
+            out.push(v);
+        }
+        Ok(out)
+    }
+
+    /// Whether `name` is a peer's, built-in or --peer.
+    fn is_peer(&self, name: &str) -> bool {
+        self.peers.iter().any(|p| p.name == name) || peers::BUILT_IN.iter().any(|(n, _)| *n == name)
+    }
 }
 
 impl Experiment for Router {
@@ -99,14 +182,27 @@ impl Experiment for Router {
     }
 
     fn variants(&self) -> Vec<Variant> {
-        self.variants.clone()
+        // check() has refused what does not resolve.
+        self.resolve().unwrap_or_default()
     }
 
-    fn ratios(&self) -> Vec<(&'static str, &'static str)> {
-        vec![("xnf", "kernel"), ("xnf-cache", "kernel"), ("xnf-cache", "xnf"), ("xnf-cache-lean", "xnf")]
+    /// Every router variant against the kernel and against every peer;
+    /// the route cache's variants also against full lookups.
+    fn ratios(&self) -> Vec<(&str, &str)> {
+        let asked = || self.variants.iter().map(String::as_str);
+        let mut against: Vec<&str> = asked().filter(|n| *n == "kernel" || self.is_peer(n)).collect();
+        // The kernel first: the ratio every run of this experiment has had.
+        against.sort_by_key(|n| *n != "kernel");
+        let routers = asked().filter(|n| ROUTERS.iter().any(|(r, _)| r == n));
+        let mut out: Vec<(&str, &str)> = routers.flat_map(|x| against.iter().map(move |d| (x, *d))).collect();
+        if let Some(full) = asked().find(|n| *n == "xnf-full" || *n == "xnf") {
+            out.extend(asked().filter(|n| n.starts_with("xnf-cache")).map(|c| (c, full)));
+        }
+        out
     }
 
     fn check(&self, cpus: Cpus) -> Result<()> {
+        self.resolve()?;
         measure::check_sizes(&self.sizes, self.ipv6)?;
         measure::check_generator(&self.flows, &self.queues, cpus.count)?;
         for &r in &self.routes {
@@ -152,15 +248,8 @@ impl Experiment for Router {
         let setup = match v {
             Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
             Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
-            Variant::Xnf | Variant::XnfCache | Variant::XnfCacheLean | Variant::XnfDirect => {
-                let opts = match v {
-                    Variant::XnfCache => RouterOptions { fib: FibMode::Cache, no_bytes: false },
-                    Variant::XnfCacheLean => RouterOptions { fib: FibMode::Cache, no_bytes: true },
-                    Variant::XnfDirect => RouterOptions { fib: FibMode::Direct, no_bytes: false },
-                    _ => RouterOptions::default(),
-                };
-                Setup::Router(NfGuard::router_with(dut, &[din.clone(), dout.clone()], opts)?)
-            }
+            Variant::Xnf(_, opts) => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
+            Variant::Peer(p) => Setup::Peer(PeerGuard::attach(&p, dut, &din, &dout)?),
         };
         Ok(Box::new(Set { setup, dut, din, dout, sink: t.attachment(&roles.sink)? }))
     }
@@ -170,6 +259,11 @@ impl Experiment for Router {
             "veth: every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
             cpus.gen
         ));
+        for v in self.resolve()? {
+            if let Variant::Peer(p) = v {
+                res.notes.push(format!("{}: attached by `{}`, detached by `{}`, in dut's network namespace", p.name, p.attach, p.detach));
+            }
+        }
         Ok(())
     }
 }
@@ -202,6 +296,7 @@ enum Setup {
     Drop(LabAttachment),
     // Held for its Drop (detach).
     Router(#[allow(dead_code)] NfGuard),
+    Peer(PeerGuard),
 }
 
 struct Set<'a> {
@@ -221,6 +316,15 @@ impl Running for Set<'_> {
             _ => (Some((self.dut, self.dout.clone())), Box::new(|| self.sink.packets())),
         };
         Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out, received, on_read: None, corunner: None })
+    }
+
+    /// A peer's detach command runs here, so its failure fails the run:
+    /// what it left on dut would be measured with the next variant.
+    fn finish(self: Box<Self>, _: &[Sample]) -> Result<()> {
+        match self.setup {
+            Setup::Peer(g) => g.detach(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -319,6 +423,46 @@ mod tests {
         assert_eq!(spread(10000, 3000), 2500);
         assert_eq!(spread(7, 5), 1);
         assert_eq!(spread(1, 0), 1);
+    }
+
+    #[test]
+    fn variants_resolve_to_built_ins_and_peers() {
+        let peer = "fwd=xnf router attach {in} {out} --fib direct --no-follow;xnf router detach {in} {out}";
+        let r = opts(&["--variants", "kernel, xnf-direct,fwd,dut-drop", "--peer", peer]);
+        let names: Vec<String> = r.resolve().unwrap().iter().map(VariantName::name).collect();
+        assert_eq!(names, ["kernel", "xnf-direct", "fwd", "dut-drop"]);
+        assert!(matches!(r.resolve().unwrap()[1], Variant::Xnf(_, o) if o.fib == FibMode::Direct));
+        assert_eq!(r.ratios(), [("xnf-direct", "kernel"), ("xnf-direct", "fwd")]);
+        // The default is what it always was.
+        let d = opts(&[]);
+        assert_eq!(d.resolve().unwrap(), [Variant::Kernel, Variant::Xnf("xnf", router_options(FibMode::Full)), Variant::DutDrop]);
+        assert_eq!(d.ratios(), [("xnf", "kernel")]);
+        // Every router variant against the kernel (first) and each peer.
+        let r = opts(&["--variants", "xdp-forward,xnf,kernel,xnf-full", "--xdp-forward", "/bin/true"]);
+        assert_eq!(r.ratios(), [("xnf", "kernel"), ("xnf", "xdp-forward"), ("xnf-full", "kernel"), ("xnf-full", "xdp-forward")]);
+        let Variant::Peer(p) = &r.resolve().unwrap()[0] else { panic!("xdp-forward is a peer") };
+        assert!(p.attach.starts_with("/bin/true load") && p.attach.contains("--fib-mode full"), "{}", p.attach);
+    }
+
+    #[test]
+    fn bad_variants_and_peers_are_refused_with_one_line() {
+        let cpus = Cpus { gen: 0, count: 2 };
+        for (args, want) in [
+            (&["--variants", "bogus"][..], "no variant `bogus`"),
+            (&["--variants", "kernel,kernel"][..], "kernel named twice"),
+            (&["--variants", "xnf", "--peer", "kernel=a;b"][..], "--peer kernel: a built-in variant"),
+            (&["--variants", "xdp-forward", "--peer", "xdp-forward=a;b"][..], "--peer xdp-forward: a built-in variant"),
+            (&["--variants", "f", "--peer", "f=a;b", "--peer", "f=c;d"][..], "--peer f: defined twice"),
+            (&["--peer", "f=a;b"][..], "--peer f: not in --variants"),
+            (&["--variants", "xdp-forward-direct", "--xdp-forward", "/nonexistent/xdp-forward"][..], "run scripts/peers.sh"),
+        ] {
+            let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
+            assert!(e.contains(want) && !e.contains('\n'), "{args:?}: {e}");
+        }
+        // Definitions are refused as the command line is parsed.
+        for bad in ["f=a", "f=load {dev};b", "f= ;b"] {
+            assert!(driver::parse_options::<Router>(&["--peer", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -6,14 +6,13 @@
 //! queue does; only what drops the flood differs.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use xnf_netns::Netns;
 
 use super::flood::Flood;
-use crate::engine::{nft, LabAttachment, NfGuard};
+use crate::engine::{nft, peers, LabAttachment, NfGuard};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -48,9 +47,9 @@ pub fn xdp_filter_binary(given: Option<&Path>) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// Runs xdp-filter with only the network namespace switched (nsenter
-/// --net): it keeps its maps pinned in bpffs between commands, and under
-/// `ip netns exec` every command gets a private /sys, so they would vanish.
+/// Runs xdp-filter with only the network namespace switched
+/// ([`peers::run_in_net`]): it keeps its maps pinned in bpffs between
+/// commands, and under `ip netns exec` they would vanish.
 fn xdp_filter(bin: &Path, ns: &Netns, args: &[&str]) -> Result<String> {
     run_xdp_filter(bin, ns, args, true)
 }
@@ -59,17 +58,10 @@ fn xdp_filter(bin: &Path, ns: &Netns, args: &[&str]) -> Result<String> {
 /// prints everything and still exits with ENOENT for the maps of the
 /// features not loaded (1.6.3).
 fn run_xdp_filter(bin: &Path, ns: &Netns, args: &[&str], check: bool) -> Result<String> {
-    let out = Command::new("nsenter")
-        .arg(format!("--net={}", ns.path().display()))
-        .arg(bin)
-        .args(args)
-        .output()
-        .context("running nsenter (util-linux)")?;
+    let out = peers::run_in_net(&ns.path(), bin, args)?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if check && !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-        bail!("xdp-filter {}: {}", args.join(" "), last.trim());
+        bail!("xdp-filter {}: {}", args.join(" "), peers::last_line(&out.stderr));
     }
     Ok(text)
 }

@@ -138,6 +138,12 @@ impl Throughput {
     }
 }
 
+impl crate::engine::driver::VariantName for Variant {
+    fn name(&self) -> String {
+        crate::engine::driver::variant_name(self)
+    }
+}
+
 impl Experiment for Throughput {
     type Variant = Variant;
     const NAME: &'static str = "lb";

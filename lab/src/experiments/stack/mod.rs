@@ -123,6 +123,12 @@ impl Stack {
     }
 }
 
+impl crate::engine::driver::VariantName for Variant {
+    fn name(&self) -> String {
+        crate::engine::driver::variant_name(self)
+    }
+}
+
 impl Experiment for Stack {
     type Variant = Variant;
     const NAME: &'static str = "stack";
