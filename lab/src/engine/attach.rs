@@ -126,7 +126,7 @@ impl NfGuard {
             guard.follower = ns.run(xnf_router::follow::spawn)??;
             let t0 = std::time::Instant::now();
             while !ns.run(|| xnf_router::attach::open_maps().and_then(|(_, m)| m.cache_ctl()).is_ok_and(|c| c.lease_until > 0))? {
-                anyhow::ensure!(t0.elapsed().as_secs() < 10, "the router's follower in {} took no lease on the route cache in 10 s (see its log)", ns.name());
+                anyhow::ensure!(t0.elapsed().as_secs() < 60, "the router's follower in {} took no lease on the route cache in 60 s (see its log)", ns.name());
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
