@@ -86,11 +86,7 @@ impl FibShape {
                         routes = true;
                     }
                 }
-                RouteNetlinkMessage::DelRoute(r) => {
-                    if route_key(r).is_some_and(|k| self.special.contains(&k)) {
-                        routes = true;
-                    }
-                }
+                RouteNetlinkMessage::DelRoute(r) if route_key(r).is_some_and(|k| self.special.contains(&k)) => routes = true,
                 _ => {}
             }
         }
