@@ -35,6 +35,22 @@ fn run(a: &[&str]) -> (Plan, Report) {
     (p, r)
 }
 
+/// `run`, but in the kernel matrix's emulated guests a run whose sink fell
+/// behind (fewer received than sent: frames dropped at a full veth ring,
+/// which the sink, ten times slower there, empties late) is run again, up
+/// to three times, saying so. On the host every run must be exact.
+fn run_counted(a: &[&str]) -> (Plan, Report) {
+    let mut tries = if std::env::var_os("XNF_GUEST").is_some() { 3 } else { 1 };
+    loop {
+        let (p, r) = run(a);
+        tries -= 1;
+        if r.received >= r.sent || tries == 0 {
+            return (p, r);
+        }
+        println!("emulated guest: {} of {} frames reached the sink; again", r.received, r.sent);
+    }
+}
+
 /// Everything sent arrived and was parsed: exact counts per size and
 /// flow, all checksums valid.
 fn assert_exact(what: &str, p: &Plan, r: &Report, count: u64) {
@@ -64,7 +80,7 @@ fn sends_exactly_the_count_in_every_size_and_flow_checked_at_the_sink() {
     for (what, a, count) in cases {
         let n = count.to_string();
         let a: Vec<&str> = a.into_iter().chain(["--count", &n, "--verify"]).collect();
-        let (p, r) = run(&a);
+        let (p, r) = run_counted(&a);
         assert_exact(what, &p, &r, count);
         if p.size == Size::Imix {
             // 40 whole cycles: exactly the AMS-IX shares (per mille).
@@ -81,7 +97,7 @@ fn sends_exactly_the_count_in_every_size_and_flow_checked_at_the_sink() {
 
 #[test]
 fn two_threads_on_two_cpus_send_their_shares_exactly() {
-    let (p, r) = run(&["--cpus", "0,1", "--count", "60001", "--size", "imix", "--flows", "10", "--dsts", "3", "--verify"]);
+    let (p, r) = run_counted(&["--cpus", "0,1", "--count", "60001", "--size", "imix", "--flows", "10", "--dsts", "3", "--verify"]);
     assert_exact("2 CPUs", &p, &r, 60_001);
     let per_cpu: Vec<(usize, u64, u64)> = r.per_cpu.iter().map(|c| (c.cpu, c.sent, c.received)).collect();
     // On a veth the sink receives on the sending CPU, on its own queue.
