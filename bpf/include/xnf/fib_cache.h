@@ -31,7 +31,7 @@
 #include "common.h"
 
 enum xnf_fib_cache_limits {
-	XNF_FIB_CACHE_ENTRIES = 65536, /* default size; the loader may change it */
+	XNF_FIB_CACHE_ENTRIES = 65536, /* entries (LRU: a full cache evicts the least used) */
 	XNF_FIB_CACHE_LEASE = 256,     /* jiffies a renewal keeps the cache on */
 };
 
@@ -98,8 +98,8 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, struct bpf_fib
 					      __u32 *outcome)
 {
 	struct xnf_fib_cache_key key = { .ifindex = p->ifindex, .family = p->family };
-	struct xnf_fib_cache_entry *e, fill = {};
-	__u32 zero = 0, aside;
+	struct xnf_fib_cache_entry *e;
+	__u32 zero = 0, aside, gen;
 	struct xnf_fib_ctl *ctl;
 	__u16 tot_len;
 	long rc;
@@ -110,7 +110,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, struct bpf_fib
 		*outcome = XNF_FC_BYPASS;
 		return bpf_fib_lookup(ctx, p, sizeof(*p), flags);
 	}
-	fill.gen = ctl->gen; /* before the helper: see the top of this file */
+	gen = ctl->gen; /* before the helper: see the top of this file */
 	if (p->family == AF_INET) {
 		key.tos = p->tos & 0xfc;
 		key.dst[0] = p->ipv4_dst;
@@ -119,7 +119,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, struct bpf_fib
 	}
 	tot_len = p->tot_len;
 	e = bpf_map_lookup_elem(&fib_cache, &key);
-	if (e && e->gen == fill.gen) {
+	if (e && e->gen == gen) {
 		*outcome = XNF_FC_HIT;
 		/* The helper checks the MTU before it looks at the next hop: a
 		 * packet too big for the route gets FRAG_NEEDED and @p keeps
@@ -140,8 +140,9 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, struct bpf_fib
 	 * there: larger packets would then go to the kernel, never out
 	 * wrongly. */
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-		fill.ifindex = p->ifindex;
-		fill.mtu = p->mtu_result;
+		/* Built here, not on the hit path, which never needs it. */
+		struct xnf_fib_cache_entry fill = { .gen = gen, .ifindex = p->ifindex, .mtu = p->mtu_result };
+
 		__builtin_memcpy(fill.dmac, p->dmac, ETH_ALEN);
 		__builtin_memcpy(fill.smac, p->smac, ETH_ALEN);
 		bpf_map_update_elem(&fib_cache, &key, &fill, BPF_ANY);

@@ -23,6 +23,8 @@ use serde::Serialize;
 use xnf_netns::{LineConfig, LineTopology, Offload};
 use xnf_router::program::FibMode;
 
+use super::latency::pingpong::now_ns;
+use super::latency::stats::quantile;
 use crate::engine::attach::router_options;
 use crate::engine::{LabAttachment, NfGuard};
 
@@ -142,12 +144,6 @@ fn one_change(line: &LineTopology, v: Variant, ipv6: bool, stream: &Stream) -> R
     Ok((us(t0), stale, us(t1)))
 }
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 /// The sender and the receiver of stamped datagrams.
 struct Stream {
@@ -228,7 +224,7 @@ fn print_table(results: &[VariantResult], rate: u32) {
     let q = |v: &[f64], p: f64| {
         let mut w = v.to_vec();
         w.sort_by(|a, b| a.total_cmp(b));
-        w.get(((w.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0.0)
+        quantile(&w, p)
     };
     for r in results {
         let (w, a) = (&r.windows_us, &r.after_ack_us);

@@ -449,15 +449,18 @@ impl RouterMaps {
     /// the lease (only the lease program writes that).
     pub fn set_cache_ctl(&self, gen: u32, aside: u32) -> Result<()> {
         let lease_until = self.cache_ctl()?.lease_until;
-        let c = types::xnf_fib_ctl { lease_until, gen, aside };
-        self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).context("writing the route cache's control map")
+        self.write_cache_ctl(CacheCtl { lease_until, gen, aside })
     }
 
     /// Ends the lease at once: the cache is not used until renewed.
     pub fn end_lease(&self) -> Result<()> {
         let c = self.cache_ctl()?;
-        let c = types::xnf_fib_ctl { lease_until: 0, gen: c.gen.wrapping_add(1), aside: c.aside };
-        self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&c), MapFlags::ANY).context("writing the route cache's control map")
+        self.write_cache_ctl(CacheCtl { lease_until: 0, gen: c.gen.wrapping_add(1), ..c })
+    }
+
+    fn write_cache_ctl(&self, c: CacheCtl) -> Result<()> {
+        let raw = types::xnf_fib_ctl { lease_until: c.lease_until, gen: c.gen, aside: c.aside };
+        self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the route cache's control map")
     }
 
     /// Entries in the route cache (of any generation).

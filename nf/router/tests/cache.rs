@@ -141,3 +141,21 @@ fn a_killed_follower_leaves_a_cache_that_is_no_longer_used() {
     assert_eq!(r.send_udp(false, 20), 20);
     assert!(r.cache("hit") - hit >= 19, "the new follower's cache is not used");
 }
+
+#[test]
+fn attached_under_ip_netns_exec_the_cache_gets_one_follower_and_its_lease() {
+    let r = RoutedLine::new(&[]);
+    let (g, s) = (r.line.dut_gen_if.clone(), r.line.dut_sink_if.clone());
+    xnf_testrun::cli::xnf_ip_netns_exec_ok(r.dut(), &["router", "attach", &g, &s, "--fib", "cache"]);
+    wait_for("the follower's lease", || r.cache_status()["leased"] == true);
+    r.resolve_sink();
+    let hit = r.cache("hit");
+    assert_eq!(r.send_udp(false, 20), 20);
+    assert!(r.cache("hit") - hit >= 19, "the cache is not used");
+    // A second follower started by hand sees the first and leaves.
+    let second = xnf_testrun::cli::xnf(r.dut(), &["router", "follow"]);
+    assert!(second.status.success() && String::from_utf8_lossy(&second.stderr).contains("another follower runs"), "{second:?}");
+    assert!(follower_running(r.dut()));
+    xnf_testrun::cli::xnf_ip_netns_exec_ok(r.dut(), &["router", "detach", &g, &s]);
+    wait_for("the follower to leave with the router", || !follower_running(r.dut()));
+}

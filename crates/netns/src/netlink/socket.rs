@@ -269,46 +269,39 @@ impl Rtnl {
 
     /// Receives one datagram and parses the messages in it.
     fn recv(&mut self) -> Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
-        let n = loop {
-            // Its size first: a link with many VFs makes one message larger
-            // than any fixed buffer, and a truncated datagram is lost.
-            let size = self.sock.recv(&mut &mut [0u8; 0][..], libc::MSG_PEEK | libc::MSG_TRUNC);
-            if let Ok(size) = size {
-                if size > self.rx.len() {
-                    self.rx.resize(size, 0);
-                }
-            }
-            match size.and_then(|_| self.sock.recv(&mut &mut self.rx[..], 0)) {
-                Ok(n) => break n.min(self.rx.len()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => bail!(
-                    "the netlink socket's receive buffer overflowed (ENOBUFS): kernel replies were \
-                     lost, so which requests succeeded is unknown; use smaller batches \
-                     (BatchConfig::send_bytes) and check the result (e.g. `ip route`)"
-                ),
-                Err(e) => return Err(anyhow::Error::new(e).context("receiving netlink replies")),
-            }
-        };
-        parse_datagram(&self.rx[..n])
+        match self.recv_datagram(0) {
+            Ok(Some(n)) => parse_datagram(&self.rx[..n]),
+            Ok(None) => bail!("receiving netlink replies: the socket would block (it must not have a timeout)"),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => bail!(
+                "the netlink socket's receive buffer overflowed (ENOBUFS): kernel replies were \
+                 lost, so which requests succeeded is unknown; use smaller batches \
+                 (BatchConfig::send_bytes) and check the result (e.g. `ip route`)"
+            ),
+            Err(e) => Err(anyhow::Error::new(e).context("receiving netlink replies")),
+        }
     }
 
     /// Receives one queued datagram of notifications without waiting:
     /// `Ok(None)` when none is queued. ENOBUFS (notifications lost) comes
     /// back as the io error: for an event socket that is news, not failure.
     pub(crate) fn try_recv_events(&mut self) -> std::io::Result<Option<Notifications>> {
+        Ok(self.recv_datagram(libc::MSG_DONTWAIT)?.map(|n| parse_notifications(&self.rx[..n])))
+    }
+
+    /// Receives one datagram into `rx` (grown to fit) and returns its
+    /// length; `None` when `flags` has MSG_DONTWAIT and nothing is queued.
+    /// Its size first: a link with many VFs makes one message larger than
+    /// any fixed buffer, and a truncated datagram is lost.
+    fn recv_datagram(&mut self, flags: libc::c_int) -> std::io::Result<Option<usize>> {
         loop {
-            let peek = libc::MSG_PEEK | libc::MSG_TRUNC | libc::MSG_DONTWAIT;
-            let size = match self.sock.recv(&mut &mut [0u8; 0][..], peek) {
-                Ok(size) => size,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if size > self.rx.len() {
-                self.rx.resize(size, 0);
-            }
-            match self.sock.recv(&mut &mut self.rx[..], libc::MSG_DONTWAIT) {
-                Ok(n) => return Ok(Some(parse_notifications(&self.rx[..n.min(self.rx.len())]))),
+            let step = self.sock.recv(&mut &mut [0u8; 0][..], libc::MSG_PEEK | libc::MSG_TRUNC | flags).and_then(|size| {
+                if size > self.rx.len() {
+                    self.rx.resize(size, 0);
+                }
+                self.sock.recv(&mut &mut self.rx[..], flags)
+            });
+            match step {
+                Ok(n) => return Ok(Some(n.min(self.rx.len()))),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
