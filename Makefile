@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all deps build demo test test-host test-kernels fuzz clippy clean
+.PHONY: all deps build demo demo-containers test test-host test-kernels fuzz clippy clean
 
 all: build
 
@@ -22,6 +22,12 @@ demo: build
 	@mkdir -p results
 	$(XNF) lab router --load-curve 4 --json results/demo.json --csv results/demo.csv
 	$(XNF) lab report results/demo.json -o results/demo.html
+
+## demo-containers: two NFs in podman containers (real ptp plugin, xnf-cni
+## chained after it) and a chain through them; traffic, per-hop counts,
+## everything removed on exit (scripts/demo-containers.sh).
+demo-containers: build
+	@scripts/demo-containers.sh
 
 ## test: every test on this machine's kernel, then again inside each kernel
 ## of the matrix (Debian's 6.1, booted under qemu; see README "Kernels").

@@ -149,6 +149,7 @@ skip_reason() {
 	# of the host's speed, and what they test of the kernel is tested in
 	# the guest by other binaries.
 	chain-cni) echo "the CNI protocol (user space); the chain's data path is tested in the guest by chain-netns, chain-packets and chain-fuzz" ;;
+	chain-podman) echo "a real container runtime (podman, runc, CNI plugins) needs the host's cgroups and storage; what it drives in the kernel is tested in the guest by chain-netns and chain-packets" ;;
 	lb-netns) echo "5 min under emulation; the lb's BPF is tested in the guest by lb-packets, lb-fuzz, lb-decap and lb-decap_netns, veth XDP by every other *-netns" ;;
 	netns) echo "the topology library's own tests; every *-netns binary in the guest builds its topologies with it" ;;
 	*) return 1 ;;

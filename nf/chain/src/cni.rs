@@ -265,11 +265,17 @@ fn dispatch(get_env: &dyn Fn(&str) -> Option<String>, stdin: &mut dyn Read, vers
 
 /// The process entry point of the `xnf-cni` binary; returns the exit status.
 pub fn main() -> i32 {
+    // The pod's namespace as the runtime sees it, opened before leaving
+    // the runtime's mount namespace (see `ns::keep_reachable`).
+    let netns = std::env::var("CNI_NETNS").ok().filter(|p| !p.is_empty()).and_then(|p| std::fs::File::open(&p).ok().map(|f| (p, f)));
     // Before any thread: a runtime that runs plugins with a private mount
     // namespace must not make the NF's pins vanish with it.
     if let Err(e) = xnf_core::state::join_host_mount_ns() {
         println!("{}", CniError::from_anyhow(code::ATTACH_FAILED, "cannot reach the host's bpffs", &e).to_json("1.0.0"));
         return 1;
+    }
+    if let Some((path, file)) = netns {
+        ns::keep_reachable(Path::new(&path), file);
     }
     xnf_core::runtime::raise_memlock();
     let (out, status) = run(&|k| std::env::var(k).ok(), &mut std::io::stdin().lock());

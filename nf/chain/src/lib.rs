@@ -49,14 +49,14 @@ fn build_nf(spec: &NfSpec, origin: Origin, slot: u32) -> Result<Nf> {
             ns::run_in(&path, move || Ok(netlink::link_by_name(&ifname).is_ok()))?
         };
         ensure!(!exists, "NF {}: its namespace already has an interface {}; choose another with --ifname or pass --existing to use it", spec.name, spec.ifname);
-        let fd = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        netlink::create_veth(h, &spec.ifname, std::os::fd::AsFd::as_fd(&fd), queues)?;
+        let fd = std::fs::File::open(ns::reachable(&path)).with_context(|| format!("opening {}", path.display()))?;
+        create_nf_veth(h, &spec.ifname, &fd, queues, slot)?;
     }
     let built = (|| {
         let (host_link, (nf_ifindex, nf_mac)) = match &host {
             Some(h) => {
                 let l = netlink::link_by_name(h)?;
-                let nf_end = ns::prepare_nf_end(&path, &spec.ifname, spec.forward, l.mac.unwrap_or_default())?;
+                let nf_end = ns::prepare_nf_end(&path, &spec.ifname, spec.forward, l.mac.unwrap_or_default(), false)?;
                 (l, nf_end)
             }
             None => {
@@ -66,7 +66,7 @@ fn build_nf(spec: &NfSpec, origin: Origin, slot: u32) -> Result<Nf> {
                     .into_iter()
                     .find(|l| l.ifindex == peer && l.is_veth())
                     .with_context(|| format!("the peer of {} (ifindex {peer}) is not a veth in this namespace", spec.ifname))?;
-                let nf_end = ns::prepare_nf_end(&path, &spec.ifname, spec.forward, l.mac.unwrap_or_default())?;
+                let nf_end = ns::prepare_nf_end(&path, &spec.ifname, spec.forward, l.mac.unwrap_or_default(), true)?;
                 (l, nf_end)
             }
         };
@@ -109,6 +109,31 @@ fn build_nf(spec: &NfSpec, origin: Origin, slot: u32) -> Result<Nf> {
         let _ = dataplane::detach_function(&spec.name);
     }
     built
+}
+
+/// Makes the NF's veth: `host` here, `ifname` in the NF's namespace (open
+/// as `ns_fd`), XPS set on the NF's end before it moves there. Why before:
+/// XPS is only settable in sysfs, and a container's namespace often has its
+/// sysfs mounted read-only (podman, docker), which makes every sysfs mount
+/// of that namespace read-only (one superblock per namespace); XPS survives
+/// the move. The NF's end is made here under a temporary name (the registry
+/// lock is held, so `slot` makes it unique), then moved and renamed.
+fn create_nf_veth(host: &str, ifname: &str, ns_fd: &std::fs::File, queues: u32, slot: u32) -> Result<()> {
+    let tmp = format!("xnfnew{slot}");
+    let here = std::fs::File::open("/proc/thread-self/ns/net").context("opening this namespace")?;
+    netlink::create_veth(host, &tmp, std::os::fd::AsFd::as_fd(&here), queues)?;
+    let moved = (|| {
+        let end = netlink::link_by_name(&tmp)?;
+        // A thread of its own: xps_per_cpu changes its thread's mount namespace.
+        std::thread::scope(|s| s.spawn(|| ns::xps_per_cpu(&tmp)).join()).map_err(|_| anyhow::anyhow!("setting XPS on {tmp} panicked"))??;
+        netlink::move_link(end.ifindex, &tmp, ifname, std::os::fd::AsFd::as_fd(ns_fd))
+    })();
+    if moved.is_err() {
+        if let Ok(l) = netlink::link_by_name(host) {
+            let _ = netlink::delete_link(l.ifindex, host);
+        }
+    }
+    moved
 }
 
 /// Removes what `build_nf` made: its function, and the veth if xnf created it.

@@ -2,8 +2,9 @@
 //! container), running code there, and preparing the NF's end of the veth.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use anyhow::{bail, ensure, Context, Result};
 
@@ -18,7 +19,7 @@ pub fn resolve(spec: &NfSpec) -> Result<PathBuf> {
         (None, None) => bail!("NF {}: say where it lives: --netns NAME|PATH or --container NAME", spec.name),
         (Some(ns), None) => {
             let path = if ns.contains('/') { PathBuf::from(ns) } else { PathBuf::from("/run/netns").join(ns) };
-            ensure!(path.exists(), "NF {}: network namespace {ns:?} not found ({} does not exist; see `ip netns`)", spec.name, path.display());
+            ensure!(reachable(&path).exists(), "NF {}: network namespace {ns:?} not found ({} does not exist; see `ip netns`)", spec.name, path.display());
             Ok(path)
         }
         (None, Some(c)) => container_netns(&spec.name, c),
@@ -47,9 +48,38 @@ fn container_netns(nf: &str, container: &str) -> Result<PathBuf> {
     bail!("NF {nf}: no running container named {container:?} ({} know none)", tried.join(" and "))
 }
 
+/// A namespace path that means something else in this process's mount
+/// namespace than where it was given, and the path that reaches it here.
+static ALIAS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+
+/// Keeps `path` (a network namespace file as a container runtime named it,
+/// opened as `file` before this process changed its mount namespace)
+/// reachable after the change. Why: a runtime in a mount namespace of its
+/// own (`ip netns exec`, a sandboxed kubelet) bind-mounts the pod's
+/// namespace at a path that in the host's mount namespace, which xnf-cni
+/// joins to reach bpffs, is an empty file (setns: EINVAL) or missing. The
+/// registry keeps the runtime's path; this process reaches the namespace
+/// through the open descriptor, kept for the process's life.
+pub fn keep_reachable(path: &Path, file: std::fs::File) {
+    use std::os::fd::IntoRawFd;
+    let same = std::fs::metadata(path).is_ok_and(|m| file.metadata().is_ok_and(|f| (f.dev(), f.ino()) == (m.dev(), m.ino())));
+    if !same {
+        let via = PathBuf::from(format!("/proc/self/fd/{}", file.into_raw_fd()));
+        let _ = ALIAS.set((path.to_path_buf(), via));
+    }
+}
+
+/// The path through which this process reaches the namespace file `path`.
+pub fn reachable(path: &Path) -> &Path {
+    match ALIAS.get() {
+        Some((given, via)) if given == path => via,
+        _ => path,
+    }
+}
+
 /// Inode of a namespace file: identifies the namespace itself.
 pub fn inode(path: &std::path::Path) -> Result<u64> {
-    Ok(std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.ino())
+    Ok(std::fs::metadata(reachable(path)).with_context(|| format!("reading {}", path.display()))?.ino())
 }
 
 /// Inode of the network namespace this process is in.
@@ -59,7 +89,7 @@ pub fn own_inode() -> Result<u64> {
 
 /// Runs `f` in the network namespace at `path` (see [`xnf_netns::run_in`]).
 pub fn run_in<T: Send>(path: &std::path::Path, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    xnf_netns::run_in(path, f)?
+    xnf_netns::run_in(reachable(path), f)?
 }
 
 /// Turns off TX checksum offload and TX VLAN offload on `ifname` (in this
@@ -146,16 +176,18 @@ pub fn xps_per_cpu(ifname: &str) -> Result<()> {
 }
 
 /// Prepares the NF's end (in its namespace): up, offloads off, transmit
-/// queue by CPU (XPS), and with `forward` the routes back. Returns its
-/// (ifindex, MAC).
-pub fn prepare_nf_end(path: &std::path::Path, ifname: &str, forward: bool, host_mac: [u8; 6]) -> Result<(u32, [u8; 6])> {
+/// queue by CPU (XPS, when `xps`: a veth xnf made has it already), and
+/// with `forward` the routes back. Returns its (ifindex, MAC).
+pub fn prepare_nf_end(path: &std::path::Path, ifname: &str, forward: bool, host_mac: [u8; 6], xps: bool) -> Result<(u32, [u8; 6])> {
     let ifname = ifname.to_string();
     run_in(path, move || {
         let link = netlink::link_by_name(&ifname)?;
         let mac = link.mac.with_context(|| format!("{ifname} has no MAC address: it is not an Ethernet veth"))?;
         netlink::set_up(link.ifindex, &ifname)?;
         offloads_off(&ifname)?;
-        xps_per_cpu(&ifname)?;
+        if xps {
+            xps_per_cpu(&ifname)?;
+        }
         if forward {
             forward_back(&ifname, host_mac)?;
         }

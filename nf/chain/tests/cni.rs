@@ -5,47 +5,12 @@
 //! ptp-like prevResult.
 
 
-use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+mod common;
 
-use xnf_testrun::cli::{xnf, xnf_ok};
+use common::{chain_pins, cni, fails, list, nf_row, ok, run_plugin_with, xdp_prog, Guard};
 use serde_json::{json, Value};
 use xnf_netns::{ifname, veth, Netns};
-
-/// Removes every chain and NF in the host namespace before the namespaces
-/// go, even when a test fails half-way.
-struct Guard<'a> {
-    host: &'a Netns,
-}
-
-impl Drop for Guard<'_> {
-    fn drop(&mut self) {
-        let Ok(list) = serde_json::from_slice::<Value>(&xnf(self.host, &["chain", "list", "--json"]).stdout) else { return };
-        for c in list["chains"].as_array().into_iter().flatten() {
-            let _ = xnf(self.host, &["chain", "delete", c["name"].as_str().unwrap()]);
-        }
-        for n in list["nfs"].as_array().into_iter().flatten() {
-            let _ = xnf(self.host, &["nf", "delete", n["name"].as_str().unwrap(), "--force"]);
-        }
-        // xnf's run files of the host namespace (lock, cookie): nothing
-        // else would remove them before another xnf command collects them.
-        if chain_pins(self.host).is_empty() {
-            let _ = std::fs::remove_dir_all(run_dir(self.host));
-        }
-    }
-}
-
-fn netns_inode(ns: &Netns) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(ns.path()).unwrap().ino()
-}
-
-/// xnf's run-file folder of `ns`.
-fn run_dir(ns: &Netns) -> PathBuf {
-    PathBuf::from(format!("/run/xnf/net-{}", netns_inode(ns)))
-}
+use xnf_testrun::cli::xnf_ok;
 
 /// A pod as the main plugin left it: its namespace, the veth (host end in
 /// the host namespace), addresses and the plugin's result.
@@ -107,71 +72,6 @@ impl Pod {
             ("CNI_PATH", "/opt/cni/bin".into()),
         ]
     }
-}
-
-/// Runs the plugin in `host` with `command`, `env` and `stdin`: returns
-/// (stdout parsed as JSON or Null when empty, exit status, stderr).
-fn cni(host: &Netns, command: &str, env: &[(&str, String)], stdin: &str) -> (Value, i32, String) {
-    let ns = std::fs::File::open(host.path()).expect("host namespace file");
-    let mut c = Command::new(xnf_testrun::cli::xnf_cni_bin());
-    c.env_clear().env("PATH", std::env::var("PATH").unwrap_or_default()).env("CNI_COMMAND", command);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    // SAFETY: only setns(2) between fork and exec, on an fd opened before.
-    unsafe {
-        c.pre_exec(move || nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from));
-    }
-    let mut child = c.spawn().expect("spawning xnf-cni");
-    // The plugin may answer without reading stdin (VERSION, a missing
-    // variable): a closed pipe is its business, not a failure.
-    if let Err(e) = child.stdin.take().unwrap().write_all(stdin.as_bytes()) {
-        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "writing the config: {e}");
-    }
-    let out = child.wait_with_output().expect("waiting for xnf-cni");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let v = if stdout.trim().is_empty() { Value::Null } else { serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout}")) };
-    (v, out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string())
-}
-
-fn ok(host: &Netns, command: &str, env: &[(&str, String)], stdin: &str) -> Value {
-    let (v, status, err) = cni(host, command, env, stdin);
-    assert_eq!(status, 0, "{command} failed: {v} {err}");
-    v
-}
-
-/// Runs the plugin, insists on a CNI error with `code`, returns the error JSON.
-fn fails(host: &Netns, command: &str, env: &[(&str, String)], stdin: &str, code: u64) -> Value {
-    let (v, status, err) = cni(host, command, env, stdin);
-    assert_eq!(status, 1, "{command} should have failed: {v} {err}");
-    assert_eq!(v["code"].as_u64(), Some(code), "{command}: {v}");
-    for k in ["cniVersion", "msg", "details"] {
-        assert!(v[k].is_string(), "{command}: error JSON without {k}: {v}");
-    }
-    v
-}
-
-fn list(host: &Netns) -> Value {
-    serde_json::from_str(&xnf_ok(host, &["chain", "list", "--json"])).expect("chain list JSON")
-}
-
-fn nf_row(host: &Netns, name: &str) -> Option<Value> {
-    list(host)["nfs"].as_array().unwrap().iter().find(|n| n["name"] == name).cloned()
-}
-
-/// The XDP program on `dev` in `ns`: (id, name).
-fn xdp_prog(ns: &Netns, dev: &str) -> Option<(u64, String)> {
-    let out = ns.ip(&["-j", "link", "show", "dev", dev]).ok()?;
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    let p = &v[0]["xdp"]["prog"];
-    Some((p["id"].as_u64()?, p["name"].as_str().unwrap_or("").to_string()))
-}
-
-/// Pins of the chain program in `ns`'s bpffs folder.
-fn chain_pins(ns: &Netns) -> Vec<PathBuf> {
-    let dir = PathBuf::from(format!("/sys/fs/bpf/xnf/net-{}/chain", netns_inode(ns)));
-    std::fs::read_dir(dir).map(|rd| rd.flatten().map(|e| e.path()).collect()).unwrap_or_default()
 }
 
 #[test]
@@ -359,5 +259,53 @@ fn parallel_adds_and_dels_as_a_runtime_starts_pods() {
         }
     });
     assert_eq!(list(&host)["nfs"].as_array().unwrap().len(), 0, "every parallel DEL removed its NF");
+    assert!(chain_pins(&host).is_empty(), "pins left: {:?}", chain_pins(&host));
+}
+
+/// Makes the plugin start in a mount namespace of its own, as a runtime in
+/// one (`ip netns exec`, a sandboxed kubelet) starts it: the pod's
+/// namespace bind-mounted at `at` there only (in the host's mount namespace
+/// `at` is an empty file), and /sys remounted so bpffs is hidden and
+/// xnf-cni joins the host's mount namespace to reach its pins.
+fn private_mounts(c: &mut std::process::Command, pod_ns: &str, at: &std::path::Path) {
+    use std::os::unix::process::CommandExt;
+    let src = std::ffi::CString::new(pod_ns).unwrap();
+    let dst = std::ffi::CString::new(at.display().to_string()).unwrap();
+    let check = |rc: libc::c_int| if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) };
+    // SAFETY: only system calls between fork and exec, on strings made before.
+    unsafe {
+        c.pre_exec(move || {
+            check(libc::unshare(libc::CLONE_NEWNS))?;
+            check(libc::mount(std::ptr::null(), c"/".as_ptr(), std::ptr::null(), libc::MS_REC | libc::MS_SLAVE, std::ptr::null()))?;
+            check(libc::mount(src.as_ptr(), dst.as_ptr(), std::ptr::null(), libc::MS_BIND, std::ptr::null()))?;
+            check(libc::umount2(c"/sys".as_ptr(), libc::MNT_DETACH))?;
+            check(libc::mount(c"sysfs".as_ptr(), c"/sys".as_ptr(), c"sysfs".as_ptr(), 0, std::ptr::null()))
+        });
+    }
+}
+
+#[test]
+fn a_runtime_in_a_mount_namespace_of_its_own() {
+    let host = Netns::new("cnihost").expect("host namespace (run as root)");
+    let _g = Guard { host: &host };
+    let pod = Pod::new(&host, 7);
+    let files = xnf_testrun::cli::TempFiles::new("cni-mnt");
+    let at = std::path::PathBuf::from(files.write("podns", ""));
+    let mut env = pod.env("mnt-0");
+    env[1].1 = at.display().to_string();
+    let conf = pod.conf(json!({}));
+    let run = |command: &str| {
+        let (v, status, err) = run_plugin_with(&host, &xnf_testrun::cli::xnf_cni_bin(), command, &env, &conf, |c| private_mounts(c, &pod.path, &at));
+        assert_eq!(status, 0, "{command} from a runtime's own mount namespace: {v} {err}");
+        v
+    };
+    assert_eq!(run("ADD"), pod.prev);
+    let row = nf_row(&host, "mnt-0").expect("NF mnt-0");
+    assert_eq!((row["state"].as_str(), row["netns"].as_str()), (Some("up"), at.to_str()), "the runtime's path is kept: {row}");
+    assert_eq!(xdp_prog(pod.ns(), &pod.ifname).map(|p| p.1).as_deref(), Some("xnf_pass"), "pod end");
+    run("CHECK");
+    run("DEL");
+    assert!(nf_row(&host, "mnt-0").is_none(), "DEL left the NF");
+    assert!(xdp_prog(pod.ns(), &pod.ifname).is_none(), "DEL left xnf's function on the pod end");
     assert!(chain_pins(&host).is_empty(), "pins left: {:?}", chain_pins(&host));
 }

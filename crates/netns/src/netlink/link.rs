@@ -163,6 +163,15 @@ pub fn create_veth(name: &str, peer: &str, peer_ns: BorrowedFd<'_>, queues: impl
     )
 }
 
+/// Moves interface `ifindex` (`name`) into the network namespace open as
+/// `ns`, renamed `new_name` there: `ip link set NAME netns NS name NEW`.
+pub fn move_link(ifindex: u32, name: &str, new_name: &str, ns: BorrowedFd<'_>) -> Result<()> {
+    let mut m = LinkMessage::default();
+    m.header.index = ifindex;
+    m.attributes = vec![LinkAttribute::IfName(new_name.into()), LinkAttribute::NetNsFd(ns.as_raw_fd())];
+    request(RouteNetlinkMessage::SetLink(m), 0, &format!("moving {name} into the NF's namespace as {new_name}"))
+}
+
 /// A change to one interface: `ip link set` in message form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LinkChange {

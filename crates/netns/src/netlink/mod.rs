@@ -16,7 +16,7 @@ pub(crate) use config::{addr_message, del_route_message, ipv6_link_local, neigh_
 pub use lookup::{addresses, ipv4_addresses, main_routes, neighbours, route_get, table_routes, Address, Ipv4Address, Neighbour, RouteGet, TableRoute};
 pub use events::{group, Batch, Events};
 pub use fibshape::{FibShape, Shape};
-pub use link::{create_veth, delete_link, link_by_name, links, set_up, Link};
+pub use link::{create_veth, delete_link, link_by_name, links, move_link, set_up, Link};
 pub(crate) use link::{set_link_message, LinkChange};
 pub use socket::{BatchConfig, KernelError};
 pub(crate) use socket::{BatchOutcome, Failure, Rtnl};
