@@ -7,7 +7,9 @@
 //! veth); the sink counts in XDP and drops. The forwarded rate is what the
 //! sink counts per second. The "dut-drop" variant drops every frame at
 //! dut's ingress: the cost of generating and receiving alone, so
-//! (1/rate - 1/rate_drop) estimates what forwarding itself costs. Peers —
+//! (1/rate - 1/rate_drop) estimates what forwarding itself costs; the
+//! "dut-redirect" variant redirects every frame to dut's egress with no
+//! lookup at all, the ceiling of any forwarder here. Peers —
 //! xdp-tools' xdp-forward, or any forwarder given by an attach and a detach
 //! command (`--peer`) — are variants like the others ([`crate::engine::peers`]).
 //!
@@ -34,6 +36,7 @@ use crate::engine::progress::Progress;
 use crate::engine::results::{Results, Sample};
 use crate::engine::topology::BuiltTopology;
 use crate::engine::{nft, LabAttachment, NfGuard};
+use crate::programs::actions::ActionKind;
 use crate::programs::gen::GenConfig;
 
 /// The ruleset loaded on dut at points with `netfilter` on.
@@ -57,6 +60,10 @@ pub enum Variant {
     Xnf(&'static str, AttachOptions),
     /// dut drops at XDP ingress: generator + receive cost only.
     DutDrop,
+    /// dut redirects every frame to its egress with no lookup and no
+    /// rewrite (the lab's raw-verdict program): the ceiling any forwarder
+    /// reaches on this topology.
+    DutRedirect,
     /// A forwarder from outside xnf: xdp-forward or a `--peer`.
     Peer(Peer),
 }
@@ -67,6 +74,7 @@ impl VariantName for Variant {
             Variant::Kernel => "kernel".into(),
             Variant::Xnf(name, _) => name.to_string(),
             Variant::DutDrop => "dut-drop".into(),
+            Variant::DutRedirect => "dut-redirect".into(),
             Variant::Peer(p) => p.name.clone(),
         }
     }
@@ -75,7 +83,7 @@ impl VariantName for Variant {
 /// The names of the built-in variants, peers included: what `--variants`
 /// takes besides the `--peer`s, and what a `--peer` may not be called.
 fn built_in_names() -> Vec<&'static str> {
-    let mut names = vec!["kernel", "dut-drop"];
+    let mut names = vec!["kernel", "dut-drop", "dut-redirect"];
     names.extend(ROUTERS.iter().map(|(n, _)| *n));
     names.extend(peers::BUILT_IN.iter().map(|(n, _)| *n));
     names
@@ -107,7 +115,8 @@ pub struct Router {
     pub netfilter: OffOn,
     /// Variants to compare: kernel, xnf (the router, --fib full), xnf-full,
     /// xnf-direct (--fib direct), xnf-cache (--fib cache, with its
-    /// follower), xnf-cache-lean (also --no-byte-counters), dut-drop, xdp-forward, xdp-forward-direct
+    /// follower), xnf-cache-lean (also --no-byte-counters), dut-drop, dut-redirect (every frame
+    /// redirected to the egress, no lookup: this topology's ceiling), xdp-forward, xdp-forward-direct
     /// (xdp-tools' xdp-forward, fib mode full / direct), or a --peer's name.
     #[arg(long, value_delimiter = ',', default_value = "kernel,xnf,dut-drop", value_parser = parse_item::<String>, value_name = "NAME[,NAME...]")]
     pub variants: Vec<String>,
@@ -140,6 +149,8 @@ impl Router {
                 Variant::Kernel
             } else if name == "dut-drop" {
                 Variant::DutDrop
+            } else if name == "dut-redirect" {
+                Variant::DutRedirect
             } else if let Some((n, opts)) = ROUTERS.iter().find(|(n, _)| n == name) {
                 Variant::Xnf(n, *opts)
             } else if let Some(p) = self.peers.iter().find(|p| &p.name == name) {
@@ -187,16 +198,20 @@ impl Experiment for Router {
     }
 
     /// Every router variant against the kernel and against every peer;
-    /// the route cache's variants also against full lookups.
+    /// the route cache's variants also against full lookups; routers and
+    /// peers against the ceiling (dut-redirect) when it is measured.
     fn ratios(&self) -> Vec<(&str, &str)> {
         let asked = || self.variants.iter().map(String::as_str);
         let mut against: Vec<&str> = asked().filter(|n| *n == "kernel" || self.is_peer(n)).collect();
         // The kernel first: the ratio every run of this experiment has had.
         against.sort_by_key(|n| *n != "kernel");
-        let routers = asked().filter(|n| ROUTERS.iter().any(|(r, _)| r == n));
-        let mut out: Vec<(&str, &str)> = routers.flat_map(|x| against.iter().map(move |d| (x, *d))).collect();
+        let routers = || asked().filter(|n| ROUTERS.iter().any(|(r, _)| r == n));
+        let mut out: Vec<(&str, &str)> = routers().flat_map(|x| against.iter().map(move |d| (x, *d))).collect();
         if let Some(full) = asked().find(|n| *n == "xnf-full" || *n == "xnf") {
             out.extend(asked().filter(|n| n.starts_with("xnf-cache")).map(|c| (c, full)));
+        }
+        if asked().any(|n| n == "dut-redirect") {
+            out.extend(routers().chain(asked().filter(|n| self.is_peer(n))).map(|x| (x, "dut-redirect")));
         }
         out
     }
@@ -248,6 +263,7 @@ impl Experiment for Router {
         let setup = match v {
             Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
             Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
+            Variant::DutRedirect => Setup::Pass(LabAttachment::action(dut, &din, ActionKind::Redirect, &dout, 0)?),
             Variant::Xnf(_, opts) => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
             Variant::Peer(p) => Setup::Peer(PeerGuard::attach(&p, dut, &din, &dout)?),
         };
@@ -441,6 +457,13 @@ mod tests {
         let r = opts(&["--variants", "xdp-forward,xnf,kernel,xnf-full", "--xdp-forward", "/bin/true"]);
         assert_eq!(r.ratios(), [("xnf", "kernel"), ("xnf", "xdp-forward"), ("xnf-full", "kernel"), ("xnf-full", "xdp-forward")]);
         let Variant::Peer(p) = &r.resolve().unwrap()[0] else { panic!("xdp-forward is a peer") };
+        // The ceiling: routers and peers against it, the cache against full lookups.
+        let r = opts(&["--variants", "xnf-cache,fwd,dut-redirect,xnf", "--peer", peer]);
+        assert_eq!(r.resolve().unwrap()[2], Variant::DutRedirect);
+        assert_eq!(
+            r.ratios(),
+            [("xnf-cache", "fwd"), ("xnf", "fwd"), ("xnf-cache", "xnf"), ("xnf-cache", "dut-redirect"), ("xnf", "dut-redirect"), ("fwd", "dut-redirect")]
+        );
         assert!(p.attach.starts_with("/bin/true load") && p.attach.contains("--fib-mode full"), "{}", p.attach);
     }
 
