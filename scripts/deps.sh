@@ -3,7 +3,7 @@
 # mounts bpffs. Quiet and quick when everything is already there.
 set -euo pipefail
 
-pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool make gcc linux-libc-dev chromium nftables iperf3 podman containernetworking-plugins runc busybox-static)
+pkgs=(clang llvm libelf-dev zlib1g-dev pkg-config iproute2 ethtool make gcc linux-libc-dev chromium nftables iperf3 podman containernetworking-plugins runc busybox-static bird2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

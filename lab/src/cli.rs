@@ -94,6 +94,16 @@ pub enum LabCmd {
     /// datagram that still followed the old route — median, p90 and max,
     /// and the stale datagrams per change.
     FibChange(Box<crate::experiments::fibchange::FibChangeArgs>),
+    /// A real routing daemon in the loop: BIRD 2 in a peer namespace
+    /// announces a table (--routes N synthetic prefixes or a dump file)
+    /// over iBGP to a BIRD on dut that installs it into dut's kernel; the
+    /// lab waits until dut's table holds all of it, then churns it
+    /// (withdrawals, announcements, next-hop changes, --churn per second)
+    /// while traffic flows through the variants (kernel, xnf-full,
+    /// xnf-cache), alternated run by run. Reports Mpps under churn and the
+    /// stamped probe datagrams that followed a route after it had changed:
+    /// late, and stale (more than --window-ms after the change).
+    Bgp(Box<Run<crate::experiments::bgp::Bgp>>),
     /// The traffic generator on its own: sends UDP or TCP, IPv4 or IPv6,
     /// fixed sizes or IMIX, over many flows, at a rate or as fast as
     /// possible, a count or a time, from one or more pinned CPUs, into an
@@ -140,6 +150,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Latency(a) => latency(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::FibChange(a) => crate::experiments::fibchange::run(*a),
+        LabCmd::Bgp(a) => experiment(*a),
         LabCmd::Up(a) => up(a),
     })
 }

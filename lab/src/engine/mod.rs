@@ -3,6 +3,7 @@
 //! zero-loss search, results, and the one experiment driver.
 
 pub mod attach;
+pub mod bird;
 pub mod cpu;
 pub mod driver;
 pub mod generator;
@@ -15,6 +16,7 @@ pub mod progress;
 pub mod results;
 pub mod routes;
 pub mod search;
+pub mod stream;
 pub mod table;
 pub mod topology;
 
@@ -33,6 +35,7 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
         eprintln!("\nxnf lab: {sig} received: removing the lab's namespaces");
         // Before the namespaces go: the commands run inside them.
         peers::detach_pending();
+        bird::kill_all();
         if let Err(e) = xnf_netns::cleanup_all() {
             eprintln!("xnf lab: {e:#}");
         }

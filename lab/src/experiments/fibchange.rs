@@ -12,9 +12,7 @@
 //! none did); stale frames are those datagrams. Variants alternate
 //! change by change, each attached afresh.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
@@ -26,6 +24,7 @@ use xnf_router::program::FibMode;
 use super::latency::pingpong::now_ns;
 use super::latency::stats::quantile;
 use crate::engine::attach::router_options;
+use crate::engine::stream::Stream;
 use crate::engine::{LabAttachment, NfGuard};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -85,7 +84,9 @@ pub fn run(a: FibChangeArgs) -> Result<()> {
     // Redirected frames into a veth need an XDP program on its peer.
     let _sink_pass = LabAttachment::pass(line.sink(), &line.sink_if)?;
     let _gen_pass = LabAttachment::pass(line.gen(), &line.gen_if)?;
-    let stream = Stream::start(&line, a.ipv6, a.rate)?;
+    let (from, to): (IpAddr, IpAddr) = if a.ipv6 { (line.gen_v6.into(), line.sink_v6.into()) } else { (line.gen_v4.into(), line.sink_v4.into()) };
+    let to = SocketAddr::new(to, 9999);
+    let stream = Stream::start(line.gen(), from, line.sink(), to, vec![to], a.rate)?;
     let mut results: Vec<VariantResult> = a.variants.iter().map(|v| VariantResult { variant: name(*v).into(), ..Default::default() }).collect();
     for i in 0..a.changes as usize {
         for k in 0..a.variants.len() {
@@ -144,79 +145,6 @@ fn one_change(line: &LineTopology, v: Variant, ipv6: bool, stream: &Stream) -> R
     Ok((us(t0), stale, us(t1)))
 }
 
-
-/// The sender and the receiver of stamped datagrams.
-struct Stream {
-    stop: Arc<AtomicBool>,
-    /// Send times of received datagrams, newest last.
-    received: Arc<Mutex<Vec<u64>>>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Stream {
-    fn start(line: &LineTopology, ipv6: bool, rate: u32) -> Result<Stream> {
-        let (from, to): (IpAddr, IpAddr) = if ipv6 { (line.gen_v6.into(), line.sink_v6.into()) } else { (line.gen_v4.into(), line.sink_v4.into()) };
-        let to = SocketAddr::new(to, 9999);
-        let rx = line.sink().run(move || UdpSocket::bind(to))?.context("binding the sink's socket")?;
-        rx.set_read_timeout(Some(Duration::from_millis(100)))?;
-        let tx = line.gen().run(move || UdpSocket::bind(SocketAddr::new(from, 0)))?.context("binding the sender's socket")?;
-        tx.connect(to)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let received = Arc::new(Mutex::new(Vec::new()));
-        let (s1, s2, r) = (stop.clone(), stop.clone(), received.clone());
-        // Paced by sleeping, not spinning: the follower under test needs a
-        // CPU of this 2-CPU machine too. The sleeps overshoot, so the rate
-        // is at most --rate; the resolution of a window is one gap.
-        let gap = Duration::from_nanos(1_000_000_000 / rate as u64);
-        let sender = std::thread::spawn(move || {
-            while !s1.load(Ordering::Relaxed) {
-                // A full buffer or a refused route is the experiment's
-                // business, not the sender's.
-                let _ = tx.send(&now_ns().to_be_bytes());
-                std::thread::sleep(gap);
-            }
-        });
-        let receiver = std::thread::spawn(move || {
-            let mut buf = [0u8; 64];
-            while !s2.load(Ordering::Relaxed) {
-                if let Ok(8) = rx.recv(&mut buf) {
-                    r.lock().unwrap().push(u64::from_be_bytes(buf[..8].try_into().unwrap()));
-                }
-            }
-        });
-        Ok(Stream { stop, received, threads: vec![sender, receiver] })
-    }
-
-    /// Waits until `n` datagrams sent from now on have arrived.
-    fn wait_delivered(&self, n: usize) -> Result<()> {
-        let t = now_ns();
-        let t0 = std::time::Instant::now();
-        loop {
-            let got = self.received.lock().unwrap().iter().rev().take_while(|s| **s > t).count();
-            if got >= n {
-                return Ok(());
-            }
-            ensure!(t0.elapsed() < Duration::from_secs(10), "no traffic gen -> sink through dut ({got} of {n} datagrams in 10 s)");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// The send time of the last datagram sent after `t0` that arrived,
-    /// and how many did.
-    fn after(&self, t0: u64) -> (Option<u64>, u64) {
-        let mut r = self.received.lock().unwrap();
-        let late: Vec<u64> = r.iter().copied().filter(|s| *s > t0).collect();
-        r.clear();
-        (late.iter().max().copied(), late.len() as u64)
-    }
-
-    fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads {
-            let _ = t.join();
-        }
-    }
-}
 
 fn print_table(results: &[VariantResult], rate: u32) {
     println!("route replaced on dut while {rate} datagrams/s flow gen -> sink; window: T0 to the send time of the last datagram that followed the old route");

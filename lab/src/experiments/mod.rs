@@ -2,6 +2,7 @@
 
 pub mod actions;
 pub mod afxdp;
+pub mod bgp;
 pub mod chain;
 pub mod fibchange;
 pub mod filter;

@@ -34,6 +34,7 @@ use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::peers::{self, Peer, PeerGuard};
 use crate::engine::progress::Progress;
 use crate::engine::results::{Results, Sample};
+use crate::engine::routes::{Installed, Routes, Table};
 use crate::engine::topology::BuiltTopology;
 use crate::engine::{nft, LabAttachment, NfGuard};
 use crate::programs::actions::ActionKind;
@@ -105,10 +106,12 @@ pub struct Router {
     /// RX/TX queues per veth = generator CPUs (CPUs 0..N); a list sweeps.
     #[arg(long, default_value = "1", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
     pub queues: Vec<u32>,
-    /// Synthetic routes added to dut's table (realistic prefix-length mix,
-    /// installed by netlink batches); a list sweeps, e.g. 0,10000,1000000.
-    #[arg(long, default_value = "0", value_delimiter = ',', value_parser = parse_item::<u64>, value_name = "N[,N...]")]
-    pub routes: Vec<u64>,
+    /// Routes added to dut's table (by netlink batches): N synthetic
+    /// prefixes (the public BGP table's length mix), or FILE, a table dump
+    /// with one prefix per line (# comments; real IPv6 prefixes are moved
+    /// into 2001:db8::/32); a list sweeps, e.g. 0,10000,1000000,bgp.txt.
+    #[arg(long, default_value = "0", value_delimiter = ',', value_parser = Routes::parse, value_name = "N|FILE[,...]")]
+    pub routes: Vec<Routes>,
     /// Load a realistic netfilter ruleset (conntrack, sets, counters) on
     /// dut: off, on, or both (a sweep).
     #[arg(long, default_value = "off", value_parser = netfilter_points, value_name = "off|on|both")]
@@ -220,8 +223,8 @@ impl Experiment for Router {
         self.resolve()?;
         measure::check_sizes(&self.sizes, self.ipv6)?;
         measure::check_generator(&self.flows, &self.queues, cpus.count)?;
-        for &r in &self.routes {
-            ensure!(r <= 2_000_000, "--routes {r}: at most 2,000,000");
+        for r in &self.routes {
+            r.check(2_000_000)?;
         }
         if self.netfilter.0.contains(&true) {
             nft::require("--netfilter")?;
@@ -229,26 +232,30 @@ impl Experiment for Router {
         Ok(())
     }
 
-    /// The synthetic routes and the netfilter ruleset of the point; with
-    /// routes, the flows go to destinations in distinct prefixes.
+    /// The routes (synthetic or a table file) and the netfilter ruleset of
+    /// the point; with routes, the flows go to destinations in distinct
+    /// prefixes.
     fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
         let roles = t.roles()?;
         let (dut, dout) = t.endpoint(&roles.dut_out)?;
-        let (count, ipv6, flows) = (p.int("routes")? as u64, p.flag("ipv6")?, p.u32("flows")?);
-        let routes = if count > 0 {
-            let via = t.addr(&roles.sink, ipv6)?.to_string();
-            pg.message(&format!("installing {count} routes"));
-            let r = crate::engine::routes::Installed::synthetic(dut, ipv6, count, &via, &dout)?;
-            pg.println(&format!("installed {count} synthetic routes in {:.1} s", r.install_seconds()));
-            Some(r)
-        } else {
-            None
+        let (ipv6, flows) = (p.flag("ipv6")?, p.u32("flows")?);
+        let source = Routes::from_value(p.get("routes").context("the point has no routes")?)?;
+        let mut notes = Vec::new();
+        let routes = match Table::load(&source, ipv6)? {
+            Some(table) => {
+                let via = t.addr(&roles.sink, ipv6)?.to_string();
+                pg.message(&format!("installing {} routes ({})", table.set.len(), table.about));
+                let r = Installed::new(dut, table.set, &via, &dout)?;
+                pg.println(&format!("installed {} in {:.1} s", table.about, r.install_seconds()));
+                notes.push(format!("routes: {}, installed in {:.1} s", table.about, r.install_seconds()));
+                Some(r)
+            }
+            None => None,
         };
         let dsts = match &routes {
             Some(r) => r.targets(flows as usize)?,
             None => Vec::new(),
         };
-        let mut notes = Vec::new();
         if !dsts.is_empty() {
             notes.push(format!("the flows go to {} destinations in distinct prefixes of the table", spread(flows, dsts.len())));
         }
@@ -286,7 +293,7 @@ impl Experiment for Router {
 
 /// The generator's frames at `p` ([`measure::udp_traffic`]). With synthetic routes, destinations spread over
 /// the table's prefixes inside the lab's range, one per flow.
-fn template(t: &BuiltTopology, p: &Point, dsts: &[IpAddr]) -> Result<GenConfig> {
+pub(crate) fn template(t: &BuiltTopology, p: &Point, dsts: &[IpAddr]) -> Result<GenConfig> {
     let mut cfg = measure::udp_traffic(t, p)?;
     if !dsts.is_empty() {
         // Spread the flows over as many destinations (prefixes) as the
@@ -302,7 +309,7 @@ fn template(t: &BuiltTopology, p: &Point, dsts: &[IpAddr]) -> Result<GenConfig> 
 }
 
 /// The largest divisor of `flows` that is at most `targets`.
-fn spread(flows: u32, targets: usize) -> u32 {
+pub(crate) fn spread(flows: u32, targets: usize) -> u32 {
     (1..=flows.min(targets as u32)).rev().find(|d| flows.is_multiple_of(*d)).unwrap_or(1)
 }
 
@@ -424,6 +431,7 @@ mod tests {
             (&["--flows", "0"][..], "--flows 0"),
             (&["--queues", "3"][..], "--queues 3"),
             (&["--routes", "2000001"][..], "--routes 2000001"),
+            (&["--routes", "/nonexistent/table.txt"][..], "--routes /nonexistent/table.txt: cannot read it"),
             (&["--ipv6", "--size", "64"][..], "IPv6"),
         ] {
             let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
