@@ -11,6 +11,13 @@
  * copy every frame, up to SINK_SNAP bytes, into a ring buffer (capture) for
  * user space to parse. Both are read-only data fixed at load: without them
  * the verifier removes their code and the fast path is the plain count.
+ *
+ * As the far end of a latency probe (reflect_port), it sends IPv4 UDP to
+ * that port back where it came from (MACs, addresses and ports swapped,
+ * XDP_TX), counted apart from what it drops: an echo in the receive path,
+ * with no thread to wake. Swapping
+ * leaves both checksums valid (one's-complement sums do not depend on the
+ * order of their terms).
  */
 #include "xnf/common.h"
 
@@ -27,11 +34,13 @@ const volatile struct {
 
 const volatile __u8 capture = 0;
 const volatile __u8 count_sizes = 0;
+const volatile __u16 reflect_port = 0;   /* host order; 0: drop everything */
 
 struct sink_count {
 	__u64 packets;
 	__u64 bytes;
 	__u64 capture_lost;   /* frames not captured: the ring buffer was full */
+	__u64 reflected;      /* probes turned around (not in packets/bytes) */
 };
 
 struct {
@@ -96,6 +105,29 @@ static __always_inline int capture_frame(struct xdp_md *ctx, __u32 len)
 	return bpf_ringbuf_output(&ring, r, 8 + snap, 0);
 }
 
+/* An IPv4 UDP datagram to reflect_port (no IP options) turned around in
+ * place; 0 if it was one, -1 if not. */
+static __always_inline int reflect_probe(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = (void *)(eth + 1);
+	struct udphdr *udp = (void *)(ip + 1);
+	__be32 addr;
+	__be16 port;
+
+	if ((void *)(udp + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 ||
+	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(reflect_port))
+		return -1;
+	addr = ip->saddr;
+	ip->saddr = ip->daddr;
+	ip->daddr = addr;
+	port = udp->source;
+	udp->source = udp->dest;
+	udp->dest = port;
+	return xnf_swap_macs(ctx);
+}
+
 SEC("xdp")
 int xnf_sink(struct xdp_md *ctx)
 {
@@ -105,6 +137,10 @@ int xnf_sink(struct xdp_md *ctx)
 
 	if (!c)
 		return XDP_DROP;
+	if (reflect_port && !reflect_probe(ctx)) {
+		c->reflected++;
+		return XDP_TX;
+	}
 	c->packets++;
 	c->bytes += len;
 	if (count_sizes) {

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 
 pub use crate::engine::driver::Common;
 use crate::engine::driver::Experiment;
-use crate::experiments::{actions::Actions, afxdp::Afxdp, chain::Chain, router::Router};
+use crate::experiments::{actions::Actions, afxdp::Afxdp, chain::Chain, fwdlatency::FwdLatency, router::Router};
 
 #[derive(Subcommand)]
 pub enum LabCmd {
@@ -86,6 +86,19 @@ pub enum LabCmd {
     /// they share; kernel UDP and AF_PACKET baselines and a saturation
     /// sweep in the same run; the timestamping overhead measured.
     Latency(Box<LatencyArgs>),
+    /// Round-trip time through a forwarder (seed 000 §5.7): probes gen ->
+    /// dut -> sink -> dut -> gen through the kernel, `xnf router` (--fib
+    /// full or cache, ...) and an `xnf chain` through one NF namespace,
+    /// with no other traffic and under background load from the generator
+    /// through the same forwarder (shares of each variant's full-speed
+    /// rate, or fixed rates), variants alternated within each run.
+    ///
+    /// Reports per variant and load the RTT's median, p99, p99.9, mean,
+    /// standard deviation and the probes lost, what carried them (the
+    /// forwarder's counters, dut's kernel's), the background rates as the
+    /// router experiment does, and whether the pinger spins or sleeps (the
+    /// echo is the sink's XDP program: nothing sleeps there).
+    FwdLatency(Box<Run<FwdLatency>>),
     /// How long frames follow a route that has changed: a stamped UDP
     /// stream gen -> sink through dut while the lab replaces the sink's
     /// route on dut (and restores it), --changes times per variant, the
@@ -148,6 +161,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Lb(a) => crate::experiments::lb::main(*a),
         LabCmd::Stack(a) => crate::experiments::stack::main(*a),
         LabCmd::Latency(a) => latency(*a),
+        LabCmd::FwdLatency(a) => experiment(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::FibChange(a) => crate::experiments::fibchange::run(*a),
         LabCmd::Bgp(a) => experiment(*a),

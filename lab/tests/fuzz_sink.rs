@@ -108,9 +108,9 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
     let cpu = xnf_testrun::pin_to_current_cpu();
     let mut sinks = [
         Sink::new("plain", SinkOptions::default(), 1),
-        Sink::new("sizes", SinkOptions { capture_ring: None, count_sizes: true }, 1),
-        Sink::new("capture 64 KiB + sizes", SinkOptions { capture_ring: Some(1 << 16), count_sizes: true }, 8),
-        Sink::new("capture 4 KiB", SinkOptions { capture_ring: Some(4096), count_sizes: false }, 4),
+        Sink::new("sizes", SinkOptions { capture_ring: None, count_sizes: true, reflect_port: None }, 1),
+        Sink::new("capture 64 KiB + sizes", SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, reflect_port: None }, 8),
+        Sink::new("capture 4 KiB", SinkOptions { capture_ring: Some(4096), count_sizes: false, reflect_port: None }, 4),
     ];
     let world = World::default();
     let fuzz = Fuzz::from_env("lab sink", DEFAULT_FRAMES);
@@ -155,8 +155,8 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
         }
         let now = s.counter.per_cpu().unwrap();
         for (c, (after, before)) in now.iter().zip(&s.last).enumerate() {
-            let delta = SinkCounts { packets: after.packets - before.packets, bytes: after.bytes - before.bytes, capture_lost: after.capture_lost - before.capture_lost };
-            let want = if c as u32 == cpu { SinkCounts { packets: 1, bytes: input.len() as u64, capture_lost: lost_here } } else { SinkCounts::default() };
+            let delta = SinkCounts { packets: after.packets - before.packets, bytes: after.bytes - before.bytes, capture_lost: after.capture_lost - before.capture_lost, reflected: after.reflected - before.reflected };
+            let want = if c as u32 == cpu { SinkCounts { packets: 1, bytes: input.len() as u64, capture_lost: lost_here, reflected: 0 } } else { SinkCounts::default() };
             if delta != want {
                 problems.push(format!("CPU {c}'s counters moved by {delta:?}; the model says {want:?}"));
             }

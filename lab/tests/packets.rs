@@ -49,7 +49,7 @@ fn pass_passes_every_frame_unchanged() {
 
 #[test]
 fn sink_drops_and_counts_every_frame() {
-    for opts in [SinkOptions::default(), SinkOptions { capture_ring: Some(1 << 16), count_sizes: true }] {
+    for opts in [SinkOptions::default(), SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, reflect_port: None }] {
         let s = SinkProgram::load_with(opts).unwrap();
         let mut want = 0;
         for (desc, frame) in assorted() {
@@ -75,9 +75,32 @@ fn sink_drops_and_counts_every_frame() {
     }
 }
 
+/// The far end of `xnf lab fwd-latency`'s probes: IPv4 UDP to the
+/// reflect port goes back with MACs, addresses and ports swapped (both
+/// checksums still valid: the frame is what the other side would build),
+/// counted apart; everything else is dropped and counted as before.
+#[test]
+fn reflecting_sink_turns_probes_around_and_drops_the_rest() {
+    let s = SinkProgram::load_with(SinkOptions { reflect_port: Some(7), ..Default::default() }).unwrap();
+    let (a, b) = v4();
+    let probe = |from: (MacAddr, IpAddr, u16), to: (MacAddr, IpAddr, u16)| {
+        PacketBuilder::ethernet(from.0, to.0).ip(from.1, to.1).udp(from.2, to.2).payload(b"XNFL\0\0\0\x2a").frame_len(60).build()
+    };
+    let r = run_xdp(s.prog(), &probe((A, a, 1024), (B, b, 7)), NO_DEV).unwrap();
+    assert_eq!((r.verdict, r.frame), (Verdict::Tx, probe((B, b, 7), (A, a, 1024))));
+    let v6_probe = PacketBuilder::ethernet(A, B).ip(v6().0, v6().1).udp(1024, 7).payload(b"XNFL").build();
+    let others = [("UDP to port 9", udp(v4(), 1, 60)), ("IPv6 UDP to port 7", v6_probe)];
+    for (desc, frame) in others.iter().cloned().chain(assorted()) {
+        let r = run_xdp(s.prog(), &frame, NO_DEV).unwrap();
+        assert_eq!(r.verdict, Verdict::Drop, "{desc}");
+    }
+    let c = s.counter().unwrap().total().unwrap();
+    assert_eq!((c.reflected, c.packets), (1, others.len() as u64 + assorted().len() as u64), "every frame counted once, probes apart");
+}
+
 #[test]
 fn capturing_sink_hands_over_every_frame_exactly() {
-    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(1 << 16), count_sizes: false }).unwrap();
+    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(1 << 16), count_sizes: false, reflect_port: None }).unwrap();
     let mut frames = assorted();
     frames.push(("jumbo, cut at 1518", vec![0xab; 3000]));
     for (_, f) in &frames {
@@ -94,7 +117,7 @@ fn capturing_sink_hands_over_every_frame_exactly() {
 
 #[test]
 fn capturing_sink_counts_what_the_ring_cannot_hold() {
-    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(4096), count_sizes: false }).unwrap();
+    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(4096), count_sizes: false, reflect_port: None }).unwrap();
     let f = udp(v4(), 1, 1514);
     for _ in 0..5 {
         run_xdp(s.prog(), &f, NO_DEV).unwrap();

@@ -97,7 +97,7 @@ impl Common {
     /// What is measured of each variant besides full speed.
     pub fn plan(&self) -> measure::Plan {
         let profile = self.profiling.options();
-        measure::Plan { load: measure::Load { steps: self.load_curve, pps: self.load_rates.clone() }, zero_loss: self.zero_loss, profile }
+        measure::Plan { load: measure::Load { steps: self.load_curve, pps: self.load_rates.clone(), shares: Vec::new() }, zero_loss: self.zero_loss, profile }
     }
 
     /// Checks the options, naming the flag at fault; returns the CPUs.
@@ -209,6 +209,13 @@ pub trait Experiment: Serialize {
     /// Checks its own options before anything is built.
     fn check(&self, cpus: Cpus) -> Result<()>;
 
+    /// What is measured of each variant besides full speed: the common
+    /// options' plan, or the experiment's own (refusing common options it
+    /// does not take).
+    fn plan(&self, common: measure::Plan) -> Result<measure::Plan> {
+        Ok(common)
+    }
+
     /// Changes the topology before it is built.
     fn adapt(&self, _spec: &mut TopologySpec) -> Result<()> {
         Ok(())
@@ -289,7 +296,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     e.adapt(&mut spec)?;
     let points = points(e);
     let timing = c.timing();
-    let plan = c.plan();
+    let plan = e.plan(c.plan())?;
     let per_variant = measure::planned_seconds(&timing, &plan);
     let mut pg = Progress::new(per_variant * (points.len() * variants.len() * c.runs as usize) as f64);
     let mut res = Results::new(E::NAME, &c.record(cpus, e), e.params());

@@ -46,7 +46,16 @@ pub struct Counters<'a> {
     /// counters: its rate per interval is what the traffic left it
     /// (`xnf lab stack`, seed 004's inference).
     pub corunner: Option<Received<'a>>,
+    /// What runs through every measured interval while the generator
+    /// sends, instead of sleeping (None: sleep): a measurement that needs
+    /// that interval's traffic around it, such as `xnf lab fwd-latency`'s
+    /// probes. Not run in profiled twins or search trials' discarded time.
+    pub during: Option<During<'a>>,
 }
+
+/// Runs for a measured interval of this kind and length (seconds); must
+/// take at least that long.
+pub type During<'a> = Box<dyn Fn(SampleKind, f64) -> Result<()> + 'a>;
 
 /// The counters of one measured path, and the generator that feeds it.
 pub struct Probe<'a> {
@@ -121,7 +130,10 @@ impl Probe<'_> {
         let a = self.pause_and_read()?;
         let session = profile.map(xnf_profile::Session::start).transpose()?;
         let t0 = self.resume(rate)?;
-        std::thread::sleep(Duration::from_secs_f64(secs));
+        match (&self.counters.during, profile) {
+            (Some(during), None) => during(kind, secs)?,
+            _ => std::thread::sleep(Duration::from_secs_f64(secs)),
+        }
         self.gens.set_rate(PAUSED)?;
         let sending = t0.elapsed().as_secs_f64();
         self.drain()?;
@@ -200,9 +212,10 @@ fn at_rate(p: &Probe, l: &Labels, t: &Timing, rate: f64, kind: SampleKind) -> Re
 }
 
 /// The CPU-vs-offered-load curve (seed 001 §5.3.6): `steps` rates evenly
-/// spaced up to `top` (the variant's full-speed rate), or the given
+/// spaced up to `top.0` (the rate the generator sent at full speed), shares
+/// of `top.1` (the rate the variant delivered at full speed), or the given
 /// `rates` (the same for every variant), one interval each.
-pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, load: &Load, progress: &mut dyn FnMut(&str)) -> Result<Vec<Sample>> {
+pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: (f64, f64), load: &Load, progress: &mut dyn FnMut(&str)) -> Result<Vec<Sample>> {
     load.rates(top)
         .into_iter()
         .enumerate()
@@ -215,27 +228,28 @@ pub fn load_curve(p: &Probe, l: &Labels, t: &Timing, top: f64, load: &Load, prog
 }
 
 /// The offered rates of a load curve: `steps` up to each variant's
-/// full-speed rate, or fixed `pps`.
+/// full-speed rate, or fixed `pps`, or `shares` of what each variant
+/// delivered at full speed (0.5: half of it; 0: the generator paused).
 #[derive(Clone, Debug, Default)]
 pub struct Load {
     pub steps: u32,
     pub pps: Vec<f64>,
+    pub shares: Vec<f64>,
 }
 
 impl Load {
     pub fn count(&self) -> usize {
-        if self.pps.is_empty() {
-            self.steps as usize
-        } else {
-            self.pps.len()
-        }
+        self.rates((1.0, 1.0)).len()
     }
 
-    fn rates(&self, top: f64) -> Vec<f64> {
-        if self.pps.is_empty() {
-            (1..=self.steps).map(|i| top * i as f64 / self.steps as f64).collect()
-        } else {
+    /// The rates, given (sent, delivered) at full speed.
+    fn rates(&self, (sent, delivered): (f64, f64)) -> Vec<f64> {
+        if !self.pps.is_empty() {
             self.pps.clone()
+        } else if !self.shares.is_empty() {
+            self.shares.iter().map(|s| delivered * s).collect()
+        } else {
+            (1..=self.steps).map(|i| sent * i as f64 / self.steps as f64).collect()
         }
     }
 }
@@ -284,7 +298,8 @@ pub fn variant(p: &Probe, l: &Labels, t: &Timing, plan: &Plan, pg: &mut Progress
     let top = max.sent as f64 / max.seconds;
     let mut samples = vec![max];
     if plan.load.count() > 0 {
-        samples.extend(load_curve(p, l, t, top, &plan.load, &mut |m| pg.message(m))?);
+        let delivered = samples[0].received as f64 / samples[0].seconds;
+        samples.extend(load_curve(p, l, t, (top, delivered), &plan.load, &mut |m| pg.message(m))?);
     }
     let mut profiled = Vec::new();
     if let Some(o) = &plan.profile {

@@ -101,11 +101,13 @@ pub struct Sample {
     pub loss_pct: f64,
     pub loss: Loss,
     pub cpus: Vec<CpuShare>,
-    /// All CPUs' busy time divided by the frames received.
+    /// All CPUs' busy time divided by the frames received (NaN, written
+    /// as null, when none were: an interval without background traffic).
+    #[serde(deserialize_with = "nan_if_null")]
     pub ns_per_packet: f64,
     /// All CPUs' softirq time divided by the frames received: on veth the
     /// receive side's cost (dut + sink), without the generator (system time).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nan_if_null")]
     pub softirq_ns_per_packet: f64,
     /// Request/response transactions per second of an application running
     /// beside the traffic during the interval (`xnf lab filter`'s victim);
@@ -124,6 +126,11 @@ pub struct Labels {
     pub variant: String,
     pub point: Point,
     pub run: u32,
+}
+
+/// A number JSON could not hold (NaN is written as null) read back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl Sample {
@@ -493,6 +500,11 @@ mod tests {
         assert!(text.contains(r#""kind":"load","offered_pps":500000.0,"step":2"#), "{text}");
         assert!(text.contains(r#""point":{"size":64,"flows":1,"queues":1}"#), "{text}");
         assert_eq!(serde_json::from_str::<Results>(&text).unwrap(), r);
+        // Nothing received (an interval without background traffic): NaN per packet, null in JSON.
+        r.samples.push(Sample { ns_per_packet: f64::NAN, softirq_ns_per_packet: f64::NAN, ..sample("xnf", 64, 1, 0.0) });
+        let back = serde_json::from_str::<Results>(&serde_json::to_string(&r).unwrap()).unwrap();
+        let last = back.samples.last().unwrap();
+        assert!(last.ns_per_packet.is_nan() && last.softirq_ns_per_packet.is_nan());
     }
 
     #[test]

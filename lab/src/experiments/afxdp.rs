@@ -393,7 +393,7 @@ impl Running for Set<'_> {
         } else {
             Box::new(|| Ok(self.app.handled()))
         };
-        Ok(measure::Counters { dut_in: (dut, din.clone()), dut_out: self.v.forwards().then_some((dut, din)), received, on_read: None, corunner: None })
+        Ok(measure::Counters { dut_in: (dut, din.clone()), dut_out: self.v.forwards().then_some((dut, din)), received, on_read: None, corunner: None, during: None })
     }
 
     fn finish(self: Box<Self>, _: &[Sample]) -> Result<()> {

@@ -564,7 +564,7 @@ struct Set<'a> {
 impl Running for Set<'_> {
     fn counters(&self) -> Result<Counters<'_>> {
         let received: measure::Received = Box::new(|| self.sink.packets());
-        Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out: Some((self.dut, self.dout.clone())), received, on_read: None, corunner: None })
+        Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out: Some((self.dut, self.dout.clone())), received, on_read: None, during: None, corunner: None })
     }
 
     /// Churn stopped, the stream read and classified; then the table is

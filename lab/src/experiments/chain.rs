@@ -57,7 +57,7 @@ use xnf_chain::model::{ChainSpec, Function, MatchSpec, NfSpec, Origin};
 pub const MAX_LENGTH: u32 = 8;
 
 /// The chain's name in dut.
-const CHAIN: &str = "lab";
+pub(crate) const CHAIN: &str = "lab";
 
 /// The NFs' end of their veth, inside their namespaces.
 const NF_IF: &str = "xnf0";
@@ -211,7 +211,7 @@ impl Experiment for Chain {
     }
 }
 
-fn nf_name(i: u32) -> String {
+pub(crate) fn nf_name(i: u32) -> String {
     format!("nf{i}")
 }
 
@@ -236,7 +236,7 @@ fn table(i: u32) -> u32 {
 /// the longest chain; a chain of n NFs uses the first n. Forwarding on,
 /// reverse-path filtering and ICMP redirects off, for the variants whose
 /// NFs forward with their kernel.
-fn nf_namespaces(count: u32) -> Result<Vec<Netns>> {
+pub(crate) fn nf_namespaces(count: u32) -> Result<Vec<Netns>> {
     (1..=count)
         .map(|i| {
             let ns = Netns::new(&nf_name(i))?;
@@ -335,7 +335,7 @@ fn setup_linux<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32,
 
 /// An xnf chain and its NFs in dut, made through the library on a thread
 /// inside dut; removed by [`XnfChain::remove`], or when dropped.
-struct XnfChain<'a> {
+pub(crate) struct XnfChain<'a> {
     dut: &'a Netns,
     chain: bool,
     nfs: Vec<String>,
@@ -360,7 +360,7 @@ impl XnfChain<'_> {
         })?
     }
 
-    fn remove(mut self) -> Result<()> {
+    pub(crate) fn remove(mut self) -> Result<()> {
         self.remove_all().context("removing the xnf chain")
     }
 }
@@ -375,7 +375,7 @@ impl Drop for XnfChain<'_> {
 
 /// Also returns the warnings of `xnf nf create` / `xnf chain create` worth showing.
 #[allow(clippy::too_many_arguments)]
-fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, queues: u32, sink: IpAddr, v: Variant) -> Result<(XnfChain<'a>, Vec<String>)> {
+pub(crate) fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, nfs: &[Netns], n: u32, queues: u32, sink: IpAddr, v: Variant) -> Result<(XnfChain<'a>, Vec<String>)> {
     let (function, forward) = match v {
         Variant::Xnf => (Function::Reflect, false),
         _ => (Function::Pass, true),
@@ -556,6 +556,7 @@ impl Running for ChainRun<'_> {
                 Ok(())
             })),
             corunner: None,
+            during: None,
         })
     }
 

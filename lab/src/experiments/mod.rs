@@ -6,6 +6,7 @@ pub mod bgp;
 pub mod chain;
 pub mod fibchange;
 pub mod filter;
+pub mod fwdlatency;
 pub mod gen;
 pub mod latency;
 pub mod lb;

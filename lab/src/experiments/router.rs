@@ -338,7 +338,7 @@ impl Running for Set<'_> {
             Setup::Drop(a) => (None, Box::new(|| a.packets())),
             _ => (Some((self.dut, self.dout.clone())), Box::new(|| self.sink.packets())),
         };
-        Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out, received, on_read: None, corunner: None })
+        Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out, received, on_read: None, corunner: None, during: None })
     }
 
     /// A peer's detach command runs here, so its failure fails the run:

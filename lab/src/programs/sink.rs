@@ -29,6 +29,10 @@ pub struct SinkOptions {
     pub capture_ring: Option<u32>,
     /// Count frames per length.
     pub count_sizes: bool,
+    /// Send IPv4 UDP to this port back where it came from (XDP_TX, MACs,
+    /// addresses and ports swapped), counted apart from the frames it drops
+    /// ([`SinkCounts::reflected`]): the echo of `xnf lab fwd-latency`'s probes.
+    pub reflect_port: Option<u16>,
 }
 
 pub struct SinkProgram {
@@ -49,6 +53,7 @@ impl SinkProgram {
         let ro = open.maps.rodata_data.as_deref_mut().context("sink has no rodata")?;
         ro.capture = opts.capture_ring.is_some() as u8;
         ro.count_sizes = opts.count_sizes as u8;
+        ro.reflect_port = opts.reflect_port.unwrap_or(0);
         Ok(Self { skel: open.load().context("loading the sink program")? })
     }
 
@@ -80,6 +85,8 @@ pub struct SinkCounts {
     pub bytes: u64,
     /// Frames the capture could not keep (ring buffer full).
     pub capture_lost: u64,
+    /// Probes turned around (`reflect_port`); not in `packets` or `bytes`.
+    pub reflected: u64,
 }
 
 /// A frame copied by a capturing sink.
@@ -112,15 +119,15 @@ impl SinkCounter {
             .iter()
             .map(|v| {
                 let w = |i: usize| -> Result<u64> { Ok(u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into()?)) };
-                Ok(SinkCounts { packets: w(0)?, bytes: w(1)?, capture_lost: w(2)? })
+                Ok(SinkCounts { packets: w(0)?, bytes: w(1)?, capture_lost: w(2)?, reflected: w(3)? })
             })
             .collect()
     }
 
     /// Counters summed over CPUs.
     pub fn total(&self) -> Result<SinkCounts> {
-        let [packets, bytes, capture_lost] = sum_percpu::<3>(&self.counts, 0)?;
-        Ok(SinkCounts { packets, bytes, capture_lost })
+        let [packets, bytes, capture_lost, reflected] = sum_percpu::<4>(&self.counts, 0)?;
+        Ok(SinkCounts { packets, bytes, capture_lost, reflected })
     }
 
     /// Frames per length (summed over CPUs), with `count_sizes`; lengths of

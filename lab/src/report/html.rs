@@ -99,6 +99,7 @@ pub fn charts(s: &Section) -> Markup {
 pub fn results(r: &Results, sections: &[Section]) -> String {
     let body = html! {
         (ratio_table(r))
+        (rtt_table(r))
         @for s in sections { (charts(s)) }
         (summary_table(r))
         (super::profiles::section(r))
@@ -150,6 +151,36 @@ fn summary_table(r: &Results) -> Markup {
                                 td class="num" { (fmt_num(s.max_mpps, 3)) }
                                 td class="num" { (fmt_num(s.median_ns_per_packet, 1)) }
                                 td class="num" { (s.zero_loss_mpps.map_or_else(|| "—".into(), |z| fmt_num(z, 3))) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `xnf lab fwd-latency`'s round-trip times (its `details.rtt`), if any.
+fn rtt_table(r: &Results) -> Markup {
+    let palette = Palette::of(r);
+    let rows = crate::experiments::fwdlatency::rows(r);
+    let heads = ["offered Mpps", "background Mpps", "median µs", "p99 µs", "p99.9 µs", "mean µs", "std µs", "lost / sent"];
+    html! {
+        @if !rows.is_empty() {
+            section {
+                h2 { "Round-trip time through the forwarder" }
+                table class="data" {
+                    thead { tr { th { "variant" } th { "point" } th { "load" } @for h in heads { th class="num" { (h) } } } }
+                    tbody {
+                        @for x in &rows {
+                            tr {
+                                td { (variant_cell(&x.variant, &palette)) }
+                                td { (r.label(&x.point)) }
+                                td { (x.load) }
+                                td class="num" { (x.offered_pps.map_or_else(|| "full".into(), |o| fmt_num(o / 1e6, 3))) }
+                                td class="num" { (fmt_num(x.background_mpps, 3)) }
+                                @for v in [x.rtt_us.median, x.rtt_us.p99, x.rtt_us.p999, x.rtt_us.mean, x.rtt_us.std] { td class="num" { (fmt_num(v, 1)) } }
+                                td class="num" { (x.lost) " / " (x.sent) }
                             }
                         }
                     }

@@ -424,12 +424,11 @@ impl NetworkFunction for AfxdpPinger<'_> {
 /// Runs the pinger for `count` probes every `interval_ns` (on this thread,
 /// which must be in the pinger's namespace).
 fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Recorded> {
-    let sched = Schedule::new(interval_ns, count);
     match c.method {
         Method::Afxdp => {
             let mut side = afxdp_side(&p.ping_if, c, Wait::Spin)?;
             let fd = side.set.sockets()[0].fd().try_clone_to_owned()?;
-            let mut nf = AfxdpPinger { sched, path: p };
+            let mut nf = AfxdpPinger { sched: Schedule::new(interval_ns, count), path: p };
             loop {
                 let work = side.set.step(&mut nf)?;
                 let now = now_ns();
@@ -443,22 +442,8 @@ fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Rec
             Ok(nf.sched.finish())
         }
         Method::Udp => {
-            let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::from(PING_ADDR), 0)).context("binding the pinger's UDP socket")?;
-            s.connect((std::net::Ipv4Addr::from(FWD_ADDR), ECHO_PORT))?;
-            s.set_nonblocking(true)?;
-            // The same 60-byte frame on the wire: 14 + 20 + 8 + 18 bytes of payload.
-            let mut msg = [0u8; 18];
-            msg[..4].copy_from_slice(MAGIC);
-            let mut buf = [0u8; 64];
-            let send = |seq: u32| {
-                msg[4..8].copy_from_slice(&seq.to_be_bytes());
-                s.send(&msg).is_ok()
-            };
-            let recv = || {
-                let n = s.recv(&mut buf).ok()?;
-                Some((n >= 8 && &buf[..4] == MAGIC).then(|| u32::from_be_bytes(buf[4..8].try_into().unwrap())))
-            };
-            Ok(socket_pinger(sched, s.as_fd(), c.poll_recv, send, recv))
+            let (from, to) = ((std::net::Ipv4Addr::from(PING_ADDR), 0).into(), (std::net::Ipv4Addr::from(FWD_ADDR), ECHO_PORT).into());
+            udp_pinger(from, to, interval_ns, count, c.poll_recv)
         }
         Method::AfPacket => {
             let s = xnf_netns::packet_socket(&p.ping_if)?;
@@ -475,9 +460,33 @@ fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Rec
                 let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
                 (n > 0).then(|| probe_seq(&buf[..n as usize]))
             };
-            Ok(socket_pinger(sched, s.as_fd(), c.poll_recv, send, recv))
+            Ok(socket_pinger(Schedule::new(interval_ns, count), s.as_fd(), c.poll_recv, send, recv))
         }
     }
+}
+
+/// The kernel UDP pinger (on this thread, in the namespace that owns
+/// `from`): `count` probes from `from` to the echo at `to`, one every
+/// `interval_ns`, each a 60-byte frame on the wire; sleeping in ppoll()
+/// between sends and answers when `poll`, else spinning. Also the pinger
+/// of `xnf lab fwd-latency`, whose echo is the reflecting sink.
+pub fn udp_pinger(from: std::net::SocketAddr, to: std::net::SocketAddr, interval_ns: u64, count: u64, poll: bool) -> Result<Recorded> {
+    let s = std::net::UdpSocket::bind(from).context("binding the pinger's UDP socket")?;
+    s.connect(to)?;
+    s.set_nonblocking(true)?;
+    // The same 60-byte frame on the wire: 14 + 20 + 8 + 18 bytes of payload.
+    let mut msg = [0u8; 18];
+    msg[..4].copy_from_slice(MAGIC);
+    let mut buf = [0u8; 64];
+    let send = |seq: u32| {
+        msg[4..8].copy_from_slice(&seq.to_be_bytes());
+        s.send(&msg).is_ok()
+    };
+    let recv = || {
+        let n = s.recv(&mut buf).ok()?;
+        Some((n >= 8 && &buf[..4] == MAGIC).then(|| u32::from_be_bytes(buf[4..8].try_into().unwrap())))
+    };
+    Ok(socket_pinger(Schedule::new(interval_ns, count), s.as_fd(), poll, send, recv))
 }
 
 /// The pinger's loop over a kernel socket: send each probe when it is due,

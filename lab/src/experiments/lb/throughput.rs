@@ -378,6 +378,7 @@ impl Running for LbRun<'_> {
                 Ok(())
             })),
             corunner: None,
+            during: None,
         })
     }
 

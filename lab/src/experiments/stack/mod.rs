@@ -231,7 +231,7 @@ impl Running for Run<'_> {
             Some(r) => Box::new(|| Ok(r.0.count.load(Ordering::Relaxed))),
             None => Box::new(|| Ok(self.attachment.action_counts()?.0)),
         };
-        Ok(Counters { dut_in: (ns, dev), dut_out: None, received, on_read: None, corunner: Some(Box::new(|| Ok(self.corunner.load(Ordering::Relaxed)))) })
+        Ok(Counters { dut_in: (ns, dev), dut_out: None, received, on_read: None, corunner: Some(Box::new(|| Ok(self.corunner.load(Ordering::Relaxed)))), during: None })
     }
 }
 
