@@ -224,12 +224,20 @@ impl RoutedLine {
         })
     }
 
-    /// Waits until dut has a usable neighbour entry for sink (v4 and v6).
+    /// Waits until dut has a usable neighbour entry for sink (v4 and v6),
+    /// sending a datagram of each family every second until then: one
+    /// alone can be lost (an IPv6 address still tentative, a resolution
+    /// that fails once on a loaded emulated guest), and then nothing would
+    /// ask again.
     pub fn resolve_sink(&self) {
-        for v6 in [false, true] {
-            let _ = self.send_udp(v6, 1);
-        }
+        let mut polls = 0u32;
         wait_for("dut's neighbour entries for sink", || {
+            if polls % 20 == 0 {
+                for v6 in [false, true] {
+                    let _ = self.send_udp(v6, 1);
+                }
+            }
+            polls += 1;
             let out = self.dut().ip(&["neigh", "show", "dev", &self.line.dut_sink_if]).unwrap();
             let s = String::from_utf8_lossy(&out.stdout).to_string();
             s.lines().filter(|l| l.contains("REACHABLE") || l.contains("STALE") || l.contains("DELAY")).count() >= 2
