@@ -1,8 +1,11 @@
 //! `xnf lab bgp` as a user runs it: BIRD in the peer announces a small
 //! table that BIRD on dut installs, a short churn runs while traffic flows
 //! through every variant, the stale count is reported per variant — none
-//! for the route cache after the window — and nothing is left behind:
-//! namespaces, BIRD daemons, their directory. No timing is asserted.
+//! for the kernel and full lookups, which decide on the FIB as it is when
+//! the frame arrives — and nothing is left behind: namespaces, BIRD
+//! daemons, their directory. No timing is asserted: the route cache's
+//! count depends on when the follower is scheduled (a benchmark's
+//! number, see the lab README), so it is reported, not bounded.
 
 use serde_json::Value;
 use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
@@ -61,6 +64,7 @@ fn bird_installs_the_table_and_traffic_is_forwarded_under_churn() {
         assert!(r["stale"].is_u64() && r["late"].is_u64(), "{r}");
         assert!(stdout.lines().any(|l| l.starts_with(r["variant"].as_str().unwrap())), "no row for {}: {stdout}", r["variant"]);
     }
-    let cache = &stale[2];
-    assert_eq!(cache["stale"].as_u64(), Some(0), "the route cache forwarded frames on a route more than the window after it changed: {cache}");
+    for r in &stale[..2] {
+        assert_eq!(r["late"].as_u64(), Some(0), "a frame followed a route after the kernel had changed it: {r}");
+    }
 }

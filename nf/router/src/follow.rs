@@ -113,7 +113,6 @@ pub fn run() -> Result<()> {
         cache::Keeper::start(&dir)?
     };
     say_shape(&keeper.shape(), None);
-    realtime();
     let result = follow(&dir, &mut events, keeper);
     if let Err(e) = &result {
         eprintln!("xnf router follow: {e:#}");
@@ -160,26 +159,6 @@ fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper)
             return Ok(());
         }
         (resync, last_sync) = (false, Instant::now());
-    }
-}
-
-/// Real-time priority (SCHED_FIFO 10) for the thread that bumps the
-/// cache's generation. Why: the cache's window after a change is this
-/// thread's wake-up, and on a busy machine an ordinary thread waits its
-/// turn behind every runnable process (a routing daemon churning its
-/// table, compilers): 40 ms to 1.6 s of frames on stale routes were seen
-/// in `xnf lab bgp` before this. Its work per batch is a read and a map
-/// write; a route dump after lost notifications runs with the cache
-/// stepped aside. Refused (no CAP_SYS_NICE), the follower says so and
-/// runs as before.
-fn realtime() {
-    let param = libc::sched_param { sched_priority: 10 };
-    // SAFETY: a valid sched_param for the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-        eprintln!(
-            "xnf router follow: warning: no real-time priority ({}): the route cache's window after a change is this process's scheduling delay",
-            std::io::Error::last_os_error()
-        );
     }
 }
 
