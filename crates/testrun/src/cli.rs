@@ -232,7 +232,7 @@ impl RoutedLine {
     pub fn resolve_sink(&self) {
         let mut polls = 0u32;
         wait_for("dut's neighbour entries for sink", || {
-            if polls % 20 == 0 {
+            if polls.is_multiple_of(20) {
                 for v6 in [false, true] {
                     let _ = self.send_udp(v6, 1);
                 }
