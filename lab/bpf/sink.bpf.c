@@ -20,6 +20,7 @@
  * order of their terms).
  */
 #include "xnf/common.h"
+#include "xnf/parse.h"
 
 enum sink_limits {
 	SINK_SNAP = 1518,       /* bytes copied per frame at most */
@@ -105,19 +106,25 @@ static __always_inline int capture_frame(struct xdp_md *ctx, __u32 len)
 	return bpf_ringbuf_output(&ring, r, 8 + snap, 0);
 }
 
-/* An IPv4 UDP datagram to reflect_port (no IP options) turned around in
- * place; 0 if it was one, -1 if not. */
+/* An untagged, unfragmented IPv4 UDP datagram to reflect_port, with no IP
+ * options, turned around in place; 0 if it was one, -1 if not. Read with
+ * the one parser (parse.h): a later fragment whose payload happens to look
+ * like a UDP header to that port is not a probe, and is dropped. Only
+ * loaded with reflect_port set, so the counting sink pays nothing for it. */
 static __always_inline int reflect_probe(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = (void *)(eth + 1);
 	struct udphdr *udp = (void *)(ip + 1);
+	struct xnf_pkt p = {};
 	__be32 addr;
 	__be16 port;
 
-	if ((void *)(udp + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 ||
-	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(reflect_port))
+	if (xnf_parse(ctx, &p) != XNF_PARSE_OK || p.tagged || p.family != AF_INET || p.ip_options ||
+	    p.frag != XNF_FRAG_NONE || p.proto != IPPROTO_UDP || p.l4 != XNF_L4_PORTS || p.dport != reflect_port)
+		return -1;
+	if ((void *)(udp + 1) > end)
 		return -1;
 	addr = ip->saddr;
 	ip->saddr = ip->daddr;

@@ -1,9 +1,13 @@
 //! Differential fuzzing of the sink (`bpf/sink.bpf.c`) against its
 //! reference model: a million frames of every kind and length (up to
 //! beyond the capture's snap length and the histogram's last slot) into
-//! four sinks — plain, counting sizes, capturing into a roomy ring with
-//! sizes, capturing into a ring that fills up. For every frame: the
-//! verdict (drop), the frame unchanged, the whole change of the counters
+//! five sinks — plain, counting sizes, capturing into a roomy ring with
+//! sizes, capturing into a ring that fills up, reflecting probes to a port
+//! the frames often carry. For every frame: the verdict (drop; XDP_TX for
+//! a probe, which the kernel's reading of the frame decides: untagged,
+//! unfragmented IPv4 UDP without options, both ports inside the packet),
+//! the frame unchanged (a probe's MACs, addresses and ports swapped), the
+//! whole change of the counters
 //! on every CPU (packets, bytes, capture_lost: only on the CPU the frame
 //! arrived at), its size slot; now and then the whole histogram; and every
 //! record the capture ring hands over: which frames, in order, their
@@ -18,6 +22,7 @@ use std::collections::BTreeMap;
 
 use xnf_lab::programs::sink::{CaptureReader, Captured, SinkCounter, SinkCounts, SinkOptions, SinkProgram, SIZE_SLOTS, SNAP_LEN};
 use xnf_testrun::frames::{frame, hex, World};
+use xnf_testrun::kernel::{view, Frag, Ports, L2, L3};
 use xnf_testrun::fuzz::{Fuzz, DEFAULT_FRAMES};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
 
@@ -35,6 +40,31 @@ const HISTOGRAM_EVERY: u64 = 4096;
 /// Longest frame BPF_PROG_TEST_RUN takes without fragments (a page minus
 /// XDP headroom and skb_shared_info), rounded down.
 const MAX_TEST_FRAME: usize = 3500;
+
+/// The port the reflecting sink turns around; the world's frames carry it often.
+const PROBE_PORT: u16 = 7;
+
+/// The reflecting sink's model: the frame it sends back, if `input` is a
+/// probe as the kernel reads it.
+fn reflected(input: &[u8]) -> Option<Vec<u8>> {
+    let v = view(input);
+    let L3::Ip(ip) = &v.l3 else { return None };
+    let probe = v.l2 == L2::Untagged
+        && !ip.v6
+        && !ip.options
+        && ip.frag == Frag::None
+        && ip.proto == Some(17)
+        && matches!(ip.ports, Ports::Known(_, d) if d == PROBE_PORT)
+        && input.len() >= 42;
+    probe.then(|| {
+        let mut f = input.to_vec();
+        for (a, b, n) in [(0, 6, 6), (26, 30, 4), (34, 36, 2)] {
+            let (x, y) = f.split_at_mut(b);
+            x[a..a + n].swap_with_slice(&mut y[..n]);
+        }
+        f
+    })
+}
 
 /// Bytes a captured frame of `len` bytes takes in the ring.
 fn ring_room(len: usize) -> u32 {
@@ -111,8 +141,10 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
         Sink::new("sizes", SinkOptions { capture_ring: None, count_sizes: true, reflect_port: None }, 1),
         Sink::new("capture 64 KiB + sizes", SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, reflect_port: None }, 8),
         Sink::new("capture 4 KiB", SinkOptions { capture_ring: Some(4096), count_sizes: false, reflect_port: None }, 4),
+        Sink::new("reflect", SinkOptions { reflect_port: Some(PROBE_PORT), ..Default::default() }, 1),
     ];
-    let world = World::default();
+    let world = World { ports: vec![PROBE_PORT, 9], ..World::default() };
+    let mut probes = 0u64;
     let fuzz = Fuzz::from_env("lab sink", DEFAULT_FRAMES);
     let mut index = fuzz.first;
     let (mut captured, mut lost) = (0u64, 0u64);
@@ -128,17 +160,23 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
                 }
             }
         }
-        let s = &mut sinks[rng.usize(..4)];
+        let s = &mut sinks[rng.usize(..5)];
         let got = match run_xdp(s.prog.prog(), &input, NO_DEV) {
             Ok(r) => r,
             Err(e) => return (input, Err(format!("{}: test run failed: {e:#}", s.name))),
         };
         let mut problems = Vec::new();
-        if got.verdict != Verdict::Drop {
-            problems.push(format!("{} instead of drop", got.verdict.name()));
+        let echo = s.opts.reflect_port.and_then(|_| reflected(&input));
+        probes += echo.is_some() as u64;
+        let (verdict, frame) = match &echo {
+            Some(f) => (Verdict::Tx, f),
+            None => (Verdict::Drop, &input),
+        };
+        if got.verdict != verdict {
+            problems.push(format!("{} instead of {}", got.verdict.name(), verdict.name()));
         }
-        if got.frame != input {
-            problems.push(format!("changed the frame to {}", hex(&got.frame)));
+        if got.frame != *frame {
+            problems.push(format!("the frame became {}; the model says {}", hex(&got.frame), hex(frame)));
         }
         // The model: the capture, if any, and whether the ring has room.
         let mut lost_here = 0;
@@ -156,7 +194,11 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
         let now = s.counter.per_cpu().unwrap();
         for (c, (after, before)) in now.iter().zip(&s.last).enumerate() {
             let delta = SinkCounts { packets: after.packets - before.packets, bytes: after.bytes - before.bytes, capture_lost: after.capture_lost - before.capture_lost, reflected: after.reflected - before.reflected };
-            let want = if c as u32 == cpu { SinkCounts { packets: 1, bytes: input.len() as u64, capture_lost: lost_here, reflected: 0 } } else { SinkCounts::default() };
+            let want = match (c as u32 == cpu, echo.is_some()) {
+                (true, false) => SinkCounts { packets: 1, bytes: input.len() as u64, capture_lost: lost_here, reflected: 0 },
+                (true, true) => SinkCounts { reflected: 1, ..SinkCounts::default() },
+                (false, _) => SinkCounts::default(),
+            };
             if delta != want {
                 problems.push(format!("CPU {c}'s counters moved by {delta:?}; the model says {want:?}"));
             }
@@ -198,8 +240,9 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
     for s in sinks.iter_mut() {
         s.read_ring().unwrap_or_else(|e| panic!("{} at the end: {e}", s.name));
     }
-    eprintln!("fuzz lab sink: {captured} frames captured, {lost} lost to a full ring");
+    eprintln!("fuzz lab sink: {captured} frames captured, {lost} lost to a full ring, {probes} probes turned around");
     if fuzz.frames >= DEFAULT_FRAMES {
         assert!(captured > 1000 && lost > 1000, "the capture and its losses must both be tested");
+        assert!(probes > 1000, "the reflecting sink must meet probes, not only other frames");
     }
 }

@@ -89,7 +89,21 @@ fn reflecting_sink_turns_probes_around_and_drops_the_rest() {
     let r = run_xdp(s.prog(), &probe((A, a, 1024), (B, b, 7)), NO_DEV).unwrap();
     assert_eq!((r.verdict, r.frame), (Verdict::Tx, probe((B, b, 7), (A, a, 1024))));
     let v6_probe = PacketBuilder::ethernet(A, B).ip(v6().0, v6().1).udp(1024, 7).payload(b"XNFL").build();
-    let others = [("UDP to port 9", udp(v4(), 1, 60)), ("IPv6 UDP to port 7", v6_probe)];
+    // What is not a probe, though its bytes where the ports would be say 7.
+    let later_fragment = PacketBuilder::ethernet(A, B).ip(a, b).udp(1024, 7).fragment(1, false).payload(b"XNFL").frame_len(60).build();
+    let first_fragment = PacketBuilder::ethernet(A, B).ip(a, b).udp(1024, 7).fragment(0, true).payload(b"XNFL").frame_len(60).build();
+    let tagged = PacketBuilder::ethernet(A, B).vlan(5).ip(a, b).udp(1024, 7).payload(b"XNFL").frame_len(64).build();
+    let options = PacketBuilder::ethernet(A, B).ip(a, b).ipv4_options(&[1, 1, 1, 1]).udp(1024, 7).payload(b"XNFL").frame_len(64).build();
+    let truncated = probe((A, a, 1024), (B, b, 7))[..40].to_vec();
+    let others = [
+        ("UDP to port 9", udp(v4(), 1, 60)),
+        ("IPv6 UDP to port 7", v6_probe),
+        ("a later fragment whose payload reads as UDP to port 7", later_fragment),
+        ("a first fragment to port 7", first_fragment),
+        ("a tagged probe", tagged),
+        ("a probe with IP options", options),
+        ("a probe cut in its UDP header", truncated),
+    ];
     for (desc, frame) in others.iter().cloned().chain(assorted()) {
         let r = run_xdp(s.prog(), &frame, NO_DEV).unwrap();
         assert_eq!(r.verdict, Verdict::Drop, "{desc}");

@@ -268,9 +268,9 @@ impl Experiment for Router {
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let (_, dout) = t.endpoint(&roles.dut_out)?;
         let setup = match v {
-            Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
+            Variant::Kernel => Setup::Ingress(LabAttachment::pass(dut, &din)?),
             Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
-            Variant::DutRedirect => Setup::Pass(LabAttachment::action(dut, &din, ActionKind::Redirect, &dout, 0)?),
+            Variant::DutRedirect => Setup::Ingress(LabAttachment::action(dut, &din, ActionKind::Redirect, &dout, 0)?),
             Variant::Xnf(_, opts) => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
             Variant::Peer(p) => Setup::Peer(PeerGuard::attach(&p, dut, &din, &dout)?),
         };
@@ -315,7 +315,9 @@ pub(crate) fn spread(flows: u32, targets: usize) -> u32 {
 
 /// A variant set up on dut; dropping it tears it down.
 enum Setup {
-    Pass(#[allow(dead_code)] LabAttachment),
+    // A program on dut's ingress whose frames the sink counts (kernel:
+    // XDP_PASS; dut-redirect: the raw redirect), held for its Drop.
+    Ingress(#[allow(dead_code)] LabAttachment),
     Drop(LabAttachment),
     // Held for its Drop (detach).
     Router(#[allow(dead_code)] NfGuard),
