@@ -36,6 +36,7 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
         // Before the namespaces go: the commands run inside them.
         peers::detach_pending();
         bird::kill_all();
+        xnf_chain::podman::remove_live();
         if let Err(e) = xnf_netns::cleanup_all() {
             eprintln!("xnf lab: {e:#}");
         }
@@ -64,6 +65,15 @@ pub fn unless_interrupted(r: Result<()>) -> Result<()> {
 pub fn remove_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
     for stale in xnf_netns::cleanup_stale()? {
         lines(&format!("removed {stale}, left by a lab or test run that was killed"));
+    }
+    // Containers of a killed run's podman (chain's container variants).
+    let roots = xnf_chain::podman::stale_roots();
+    if !roots.is_empty() {
+        let scratch = xnf_netns::Netns::new("podgc")?;
+        for root in roots {
+            xnf_chain::podman::remove_stale(&root, &scratch.path());
+            lines(&format!("removed podman root {} and its containers, left by a lab run that was killed", root.display()));
+        }
     }
     Ok(())
 }

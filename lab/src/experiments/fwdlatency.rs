@@ -327,7 +327,7 @@ impl Experiment for FwdLatency {
             Variant::Kernel => Forwarder::Kernel(vec![LabAttachment::pass(dut, &din)?, LabAttachment::pass(dut, &dout)?]),
             Variant::Router(_, opts) => Forwarder::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
             Variant::Chain => {
-                let (c, mut warnings) = chain::setup_xnf(dut, &din, &dout, &self.nfs, 1, 1, sink, chain::Variant::Xnf)?;
+                let (c, mut warnings) = chain::setup_xnf(dut, &din, &dout, &[self.nfs[0].path().display().to_string()], 1, sink, chain::Variant::Xnf)?;
                 let back = BackChain::create(dut, &dout, &din, gen, &mut warnings)?;
                 warnings.iter().filter(|w| !w.contains("lives in another network namespace")).for_each(|w| pg.println(&format!("xnf chain: {w}")));
                 Forwarder::Chain(back, c)

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod cni;
 pub mod dataplane;
 pub mod model;
+pub mod podman;
 pub mod ns;
 pub mod program;
 pub mod registry;

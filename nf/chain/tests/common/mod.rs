@@ -5,7 +5,6 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -46,15 +45,9 @@ pub fn run_dir(ns: &Netns) -> PathBuf {
     PathBuf::from(format!("/run/xnf/net-{}", netns_inode(ns)))
 }
 
-/// Makes `c` start in the network namespace `host` (setns between fork and
-/// exec, as a runtime running in that namespace starts its plugins); the
-/// mount namespace stays the caller's.
+/// Makes `c` start in the network namespace `host` (see [`xnf_chain::podman::in_netns`]).
 pub fn in_netns(c: &mut Command, host: &Path) {
-    let ns = std::fs::File::open(host).expect("host namespace file");
-    // SAFETY: only setns(2) between fork and exec, on an fd opened before.
-    unsafe {
-        c.pre_exec(move || nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from));
-    }
+    xnf_chain::podman::in_netns(c, host).expect("host namespace file");
 }
 
 /// Runs the CNI plugin `bin` in `host` with `command`, `env` and `stdin`,
