@@ -58,6 +58,15 @@ fn forget_if_stale() -> Result<()> {
     let key = netns_key()?;
     let run = Path::new("/run/xnf").join(&key);
     let marker = run.join("netns-cookie");
+    if std::fs::read_to_string(&marker).is_ok_and(|s| s.trim() == cookie.to_string()) {
+        return Ok(());
+    }
+    // Stale or missing: decided again under a lock on /run/xnf itself (the
+    // namespace's own lock lives in the folder that may be removed). Why:
+    // commands started together in a new namespace all read the dead one's
+    // marker; without it, one that decided late would remove the state —
+    // the very folder, pins made since — of one that had already renewed it.
+    let _lock = RunLock::acquire()?;
     match std::fs::read_to_string(&marker) {
         Ok(s) if s.trim() == cookie.to_string() => return Ok(()),
         Ok(_) => {
@@ -75,6 +84,24 @@ fn forget_if_stale() -> Result<()> {
     let tmp = run.join(format!(".netns-cookie.{}.{:?}", std::process::id(), std::thread::current().id()));
     std::fs::write(&tmp, cookie.to_string()).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, &marker).with_context(|| format!("writing {}", marker.display()))
+}
+
+/// flock on /run/xnf, for the brief check of [`forget_if_stale`].
+struct RunLock {
+    _dir: std::fs::File,
+}
+
+impl RunLock {
+    fn acquire() -> Result<RunLock> {
+        use std::os::fd::AsRawFd;
+        std::fs::create_dir_all("/run/xnf").context("creating /run/xnf")?;
+        let dir = std::fs::File::open("/run/xnf").context("opening /run/xnf")?;
+        // SAFETY: flock on a valid fd.
+        if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("locking /run/xnf");
+        }
+        Ok(RunLock { _dir: dir })
+    }
 }
 
 /// The parent of process `pid` (from /proc/PID/stat), if readable.

@@ -480,3 +480,45 @@ fn sources_the_kernel_refuses_are_not_forwarded() {
     assert!(counted >= 20, "{counted} of the 20 counted as martians");
     assert_eq!(send_raw_and_count(&r, &rx, from(l.gen_v4, 20), 20), 20, "datagrams routed back through the ingress");
 }
+
+/// Commands started together in a new namespace whose inode a dead one's
+/// state still names (its run folder and pins were never collected): the
+/// dead state is removed once, every command succeeds, and nothing of the
+/// live namespace is removed by a command that decided late (the race
+/// seen as "writing …/.netns-cookie…: No such file or directory").
+#[test]
+fn concurrent_commands_in_a_namespace_reusing_a_dead_ones_inode() {
+    use std::os::unix::fs::MetadataExt;
+    let ns = xnf_netns::Netns::new("reuse").expect("a namespace (run as root)");
+    let key = format!("net-{}", std::fs::metadata(ns.path()).unwrap().ino());
+    let (run, pins) = (Path::new("/run/xnf").join(&key), Path::new("/sys/fs/bpf/xnf").join(&key));
+    let _cleanup = Cleanup(vec![run.clone(), pins.clone()]);
+    // A dead namespace's state: a marker with a cookie no namespace has (0),
+    // and a pin folder.
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("netns-cookie"), "0").unwrap();
+    std::fs::create_dir_all(pins.join("dead-nf")).unwrap();
+    let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8).map(|_| s.spawn(|| xnf(&ns, &["chain", "list"]))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in &outs {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let removed = outs.iter().filter(|o| String::from_utf8_lossy(&o.stderr).contains("removed state of a deleted network namespace")).count();
+    assert_eq!(removed, 1, "the dead namespace's state should be removed exactly once");
+    assert!(!pins.join("dead-nf").exists(), "the dead namespace's pins are left");
+    let marker = std::fs::read_to_string(run.join("netns-cookie")).expect("the live namespace's marker");
+    assert_ne!(marker.trim(), "0", "the marker is still the dead namespace's");
+}
+
+/// Removes folders when dropped.
+struct Cleanup(Vec<std::path::PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
