@@ -65,7 +65,9 @@ done
 [ "${#todo[@]}" -gt 0 ] || exit 0
 
 # Build dependencies (Debian 12 names); apt-get skips what is installed.
-need=(clang llvm gcc make m4 pkg-config libelf-dev zlib1g-dev libpcap-dev dpkg-dev)
+# bpftool: xdp-forward embeds its BPF objects as skeletons (`bpftool gen
+# skeleton`); without it configure only says so and make fails later.
+need=(clang llvm gcc make m4 pkg-config libelf-dev zlib1g-dev libpcap-dev dpkg-dev bpftool)
 missing=()
 for p in "${need[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -122,6 +124,7 @@ log="$PEERS/build.log"
 # called on the left of ||.
 build() {
     ./configure || return
+    grep -q '^BPFTOOL:=.' config.mk || { echo "peers.sh: configure found no bpftool with skeleton support (install bpftool)"; return 1; }
     make -j"$(nproc)" -C lib || return
     for t in "${todo[@]}"; do make -j"$(nproc)" -C "$t" || return; done
     make -C lib/libxdp install || return
