@@ -230,18 +230,30 @@ impl RoutedLine {
     /// that fails once on a loaded emulated guest), and then nothing would
     /// ask again.
     pub fn resolve_sink(&self) {
-        let mut polls = 0u32;
-        wait_for("dut's neighbour entries for sink", || {
+        let (t0, mut polls) = (Instant::now(), 0u32);
+        let ip = |ns: &Netns, args: &[&str]| String::from_utf8_lossy(&ns.ip(args).unwrap().stdout).trim().to_string();
+        loop {
             if polls.is_multiple_of(20) {
                 for v6 in [false, true] {
                     let _ = self.send_udp(v6, 1);
                 }
             }
             polls += 1;
-            let out = self.dut().ip(&["neigh", "show", "dev", &self.line.dut_sink_if]).unwrap();
-            let s = String::from_utf8_lossy(&out.stdout).to_string();
-            s.lines().filter(|l| l.contains("REACHABLE") || l.contains("STALE") || l.contains("DELAY")).count() >= 2
-        });
+            let neigh = ip(self.dut(), &["neigh", "show", "dev", &self.line.dut_sink_if]);
+            if neigh.lines().filter(|l| l.contains("REACHABLE") || l.contains("STALE") || l.contains("DELAY")).count() >= 2 {
+                return;
+            }
+            // What the failure looked like, for a failure seen only in
+            // loaded emulated guests.
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "timed out waiting for dut's neighbour entries for sink: dut's neighbours [{neigh}]; dut's addresses [{}]; sink's addresses [{}]; dut's router counters [{}]",
+                ip(self.dut(), &["-br", "addr", "show", "dev", &self.line.dut_sink_if]),
+                ip(self.line.sink(), &["-br", "addr", "show", "dev", &self.line.sink_if]),
+                String::from_utf8_lossy(&xnf(self.dut(), &["router", "stats"]).stdout).split_whitespace().collect::<Vec<_>>().join(" ")
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
