@@ -1,5 +1,5 @@
-//! `xnf lab bgp` as a user runs it: BIRD in the peer announces a small
-//! table that BIRD on dut installs, a short churn runs while traffic flows
+//! `xnf lab bgp` as a user runs it, over IPv4 and IPv6: BIRD in the peer
+//! announces a small table that BIRD on dut installs, a short churn runs while traffic flows
 //! through every variant, the stale count is reported per variant — none
 //! for the kernel and full lookups, which decide on the FIB as it is when
 //! the frame arrives — and nothing is left behind: namespaces, BIRD
@@ -38,8 +38,21 @@ fn processes_with(needle: &str) -> Vec<String> {
 
 #[test]
 fn bird_installs_the_table_and_traffic_is_forwarded_under_churn() {
-    let json = std::env::temp_dir().join(format!("xnf-lab-bgp-{}.json", std::process::id()));
-    let args = ["--routes", "1000", "--churn", "1000/s", "--runs", "1", "--seconds", "1", "--warmup", "0.2", "--json", json.to_str().unwrap()];
+    under_churn(false);
+}
+
+#[test]
+fn the_same_over_ipv6() {
+    under_churn(true);
+}
+
+/// A short run of every variant (IPv6 when `v6`: table, session, traffic).
+fn under_churn(v6: bool) {
+    let json = std::env::temp_dir().join(format!("xnf-lab-bgp-{}-{v6}.json", std::process::id()));
+    let mut args = vec!["--routes", "1000", "--churn", "1000/s", "--runs", "1", "--seconds", "1", "--warmup", "0.2", "--json", json.to_str().unwrap()];
+    if v6 {
+        args.push("--ipv6");
+    }
     let (out, pid) = lab("bgp", &args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
@@ -51,7 +64,9 @@ fn bird_installs_the_table_and_traffic_is_forwarded_under_churn() {
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     let notes: Vec<&str> = doc["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    assert!(notes.iter().any(|n| n.contains("1000 synthetic IPv4 prefixes + 16 probe prefixes, announced by BIRD over iBGP and installed in dut's kernel by BIRD")), "{notes:?}");
+    let family = if v6 { "IPv6" } else { "IPv4" };
+    let want = format!("1000 synthetic {family} prefixes + 16 probe prefixes, announced by BIRD over iBGP and installed in dut's kernel by BIRD");
+    assert!(notes.iter().any(|n| n.contains(&want)), "{notes:?}");
     for s in doc["summary"].as_array().unwrap() {
         assert!(s["median_mpps"].as_f64().unwrap() > 0.0, "nothing forwarded under churn: {s}");
     }

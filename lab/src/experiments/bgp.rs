@@ -85,9 +85,10 @@ pub struct Bgp {
     /// Variants, alternated run by run.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf-full,xnf-cache")]
     pub variants: Vec<Variant>,
-    /// Frame size on the wire, FCS included.
-    #[arg(long, default_value_t = 64)]
-    pub size: u32,
+    /// Frame size on the wire, FCS included [default: 64; with --ipv6, 66,
+    /// the smallest IPv6 UDP frame].
+    #[arg(long)]
+    pub size: Option<u32>,
     /// Flows, spread over destinations in distinct prefixes of the table.
     #[arg(long, default_value_t = 100)]
     pub flows: u32,
@@ -183,6 +184,13 @@ pub struct StaleResult {
     pub overflows: u64,
 }
 
+impl Bgp {
+    /// `--size`, or the smallest UDP frame of the family.
+    fn size(&self) -> u32 {
+        self.size.unwrap_or(if self.ipv6 { 66 } else { 64 })
+    }
+}
+
 impl Experiment for Bgp {
     type Variant = Variant;
     const NAME: &'static str = "bgp";
@@ -192,7 +200,7 @@ impl Experiment for Bgp {
     }
 
     fn sweep(&self) -> Vec<(&'static str, Vec<params::Value>)> {
-        vec![("size", params::values(&[self.size])), ("flows", params::values(&[self.flows])), ("ipv6", params::values(&[self.ipv6])), ("routes", params::values(std::slice::from_ref(&self.routes)))]
+        vec![("size", params::values(&[self.size()])), ("flows", params::values(&[self.flows])), ("ipv6", params::values(&[self.ipv6])), ("routes", params::values(std::slice::from_ref(&self.routes)))]
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -207,7 +215,7 @@ impl Experiment for Bgp {
     fn check(&self, _: Cpus) -> Result<()> {
         ensure!(self.routes != Routes::Count(0), "--routes 0: BIRD needs a table to announce");
         self.routes.check(2_000_000)?;
-        measure::check_sizes(&[self.size], self.ipv6)?;
+        measure::check_sizes(&[self.size()], self.ipv6)?;
         ensure!((1..=65536).contains(&self.flows), "--flows {}: 1 to 65536", self.flows);
         ensure!(self.churn <= 1_000_000, "--churn {}/s: at most 1000000/s", self.churn);
         ensure!(self.churn_prefixes >= 1, "--churn-prefixes {}: at least 1", self.churn_prefixes);
@@ -618,8 +626,11 @@ mod tests {
         let o: Bgp = driver::parse_options(&["--churn", "500/s", "--routes", "1000"]).unwrap();
         assert_eq!((o.churn, o.routes.clone()), (500, Routes::Count(1000)));
         assert!(driver::parse_options::<Bgp>(&["--churn", "fast"]).is_err());
+        // The frame size follows the family unless given.
+        let size = |args: &[&str]| driver::parse_options::<Bgp>(args).unwrap().size();
+        assert_eq!((size(&[]), size(&["--ipv6"]), size(&["--ipv6", "--size", "128"])), (64, 66, 128));
         let cpus = Cpus { gen: 0, count: 2 };
-        for (args, want) in [(&["--routes", "0"][..], "--routes 0"), (&["--flows", "0"][..], "--flows 0"), (&["--probe-rate", "5"][..], "--probe-rate 5")] {
+        for (args, want) in [(&["--routes", "0"][..], "--routes 0"), (&["--flows", "0"][..], "--flows 0"), (&["--probe-rate", "5"][..], "--probe-rate 5"), (&["--ipv6", "--size", "64"][..], "IPv6 UDP needs at least 66")] {
             let e = format!("{:#}", driver::parse_options::<Bgp>(args).unwrap().check(cpus).unwrap_err());
             assert!(e.contains(want), "{e}");
         }
