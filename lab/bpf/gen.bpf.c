@@ -22,6 +22,10 @@
  * header and L4 checksums incrementally (RFC 1624): for ports the delta is
  * computed here, for addresses it comes precomputed with each address.
  *
+ * VLAN: with vlan set, the headers carry one 802.1Q tag (user space puts
+ * it in each class's headers, from the template) and every offset past the
+ * Ethernet header is 4 bytes further; the program never reads the tag.
+ *
  * Rate: a live-frame run cannot sleep, and each BPF_PROG_TEST_RUN call ends
  * with a teardown that waits milliseconds, so pacing by short calls is
  * impossible. Instead the program paces itself: with a rate set, a frame
@@ -39,11 +43,12 @@
 enum gen_limits {
 	GEN_CLASSES = 8,        /* size classes (a power of two) */
 	GEN_SEQ = 1024,         /* longest class sequence (a power of two) */
-	GEN_HDR_MAX = 80,       /* Ethernet + IPv6 + TCP = 74 */
+	GEN_HDR_MAX = 80,       /* Ethernet + 802.1Q + IPv6 + TCP = 78 */
 };
 
 const volatile __u8 ipv6 = 0;
 const volatile __u8 tcp = 0;
+const volatile __u8 vlan = 0;       /* one 802.1Q tag after the MACs */
 const volatile __u32 seq_len = 1;    /* classes sent in the order seq[0..seq_len) */
 const volatile __u32 n_sports = 1;   /* source ports base_sport.. */
 const volatile __u32 n_dports = 1;   /* destination ports base_dport.. */
@@ -202,6 +207,19 @@ static __always_inline void copy_hdr(void *dst, const volatile void *src, const 
 		*(__u16 *)(dst + (len & ~3)) = *(const volatile __u16 *)(src + (len & ~3));
 }
 
+/* Copies the headers of a layout whose IP header starts at @l3 (constant). */
+static __always_inline void copy_hdrs(void *data, const volatile void *hdr, const int l3)
+{
+	if (ipv6 && tcp)
+		copy_hdr(data, hdr, l3 + 40 + 20);
+	else if (ipv6)
+		copy_hdr(data, hdr, l3 + 40 + 8);
+	else if (tcp)
+		copy_hdr(data, hdr, l3 + 20 + 20);
+	else
+		copy_hdr(data, hdr, l3 + 20 + 8);
+}
+
 /* Looks up address entry @i; NULL only if user space sized the map wrong. */
 static __always_inline struct gen_addr *addr_of(void *map, __u32 i)
 {
@@ -243,10 +261,11 @@ int xnf_gen(struct xdp_md *ctx)
 {
 	/* Offsets and lengths are constants per loaded program (read-only
 	 * data): the verifier knows them and drops the branches not taken. */
-	const __u32 l4 = ipv6 ? 14 + 40 : 14 + 20;
+	const __u32 l3 = vlan ? 14 + 4 : 14;
+	const __u32 l4 = l3 + (ipv6 ? 40 : 20);
 	const __u32 hdr_len = l4 + (tcp ? 20 : 8);
-	const __u32 saddr = ipv6 ? 14 + 8 : 14 + 12;
-	const __u32 daddr = ipv6 ? 14 + 24 : 14 + 16;
+	const __u32 saddr = l3 + (ipv6 ? 8 : 12);
+	const __u32 daddr = l3 + (ipv6 ? 24 : 16);
 	const __u32 l4_check = l4 + (tcp ? 16 : 6);
 	__u32 zero = 0, c = 0, l4_delta = 0, ip_delta = 0;
 	struct gen_state *st = bpf_map_lookup_elem(&state, &zero);
@@ -278,14 +297,11 @@ int xnf_gen(struct xdp_md *ctx)
 	if (data + hdr_len > end)
 		return XDP_ABORTED;
 
-	if (ipv6 && tcp)
-		copy_hdr(data, cls->hdr, 14 + 40 + 20);
-	else if (ipv6)
-		copy_hdr(data, cls->hdr, 14 + 40 + 8);
-	else if (tcp)
-		copy_hdr(data, cls->hdr, 14 + 20 + 20);
+	/* Constant lengths, so that the copies unroll: one per layout. */
+	if (vlan)
+		copy_hdrs(data, cls->hdr, 18);
 	else
-		copy_hdr(data, cls->hdr, 14 + 20 + 8);
+		copy_hdrs(data, cls->hdr, 14);
 
 	if (n_sports > 1) {
 		__u16 port = bpf_htons(base_sport + st->sport_i);
@@ -327,7 +343,7 @@ int xnf_gen(struct xdp_md *ctx)
 			*check = 0xffff;
 	}
 	if (!ipv6 && ip_delta) {
-		struct iphdr *iph = data + 14;
+		struct iphdr *iph = data + l3;
 
 		iph->check = csum_add_delta(iph->check, ip_delta);
 	}

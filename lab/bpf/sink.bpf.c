@@ -7,7 +7,9 @@
  * unreachable flowing back through the device under test). As a veth peer
  * it also gives redirected frames the XDP receive path they need.
  *
- * For verification it can also count frames per length (count_sizes) and
+ * For verification it can also count frames with an 802.1Q tag outermost,
+ * and of those the ones of VLAN tag_vid (count_tags: what `xnf lab router
+ * --vlan` checks), frames per length (count_sizes) and
  * copy every frame, up to SINK_SNAP bytes, into a ring buffer (capture) for
  * user space to parse. Both are read-only data fixed at load: without them
  * the verifier removes their code and the fast path is the plain count.
@@ -35,6 +37,8 @@ const volatile struct {
 
 const volatile __u8 capture = 0;
 const volatile __u8 count_sizes = 0;
+const volatile __u8 count_tags = 0;
+const volatile __u16 tag_vid = 0;
 const volatile __u16 reflect_port = 0;   /* host order; 0: drop everything */
 
 struct sink_count {
@@ -42,6 +46,15 @@ struct sink_count {
 	__u64 bytes;
 	__u64 capture_lost;   /* frames not captured: the ring buffer was full */
 	__u64 reflected;      /* probes turned around (not in packets/bytes) */
+	__u64 tagged;         /* of packets: 802.1Q-tagged (count_tags) */
+	__u64 tagged_vid;     /* of those: of VLAN tag_vid */
+};
+
+/* An Ethernet header with one 802.1Q tag. */
+struct sink_vlan_hdr {
+	struct ethhdr eth;
+	__be16 tci;
+	__be16 proto;
 };
 
 struct {
@@ -150,6 +163,15 @@ int xnf_sink(struct xdp_md *ctx)
 	}
 	c->packets++;
 	c->bytes += len;
+	if (count_tags) {
+		struct sink_vlan_hdr *v = (void *)(long)ctx->data;
+
+		if ((void *)(v + 1) <= (void *)(long)ctx->data_end && v->eth.h_proto == bpf_htons(ETH_P_8021Q)) {
+			c->tagged++;
+			if ((bpf_ntohs(v->tci) & 0xfff) == tag_vid)
+				c->tagged_vid++;
+		}
+	}
 	if (count_sizes) {
 		__u32 k = len < SINK_SIZES ? len : SINK_SIZES - 1;
 		__u64 *n = bpf_map_lookup_elem(&sizes, &k);

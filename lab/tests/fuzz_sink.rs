@@ -138,9 +138,9 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
     let cpu = xnf_testrun::pin_to_current_cpu();
     let mut sinks = [
         Sink::new("plain", SinkOptions::default(), 1),
-        Sink::new("sizes", SinkOptions { capture_ring: None, count_sizes: true, reflect_port: None }, 1),
-        Sink::new("capture 64 KiB + sizes", SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, reflect_port: None }, 8),
-        Sink::new("capture 4 KiB", SinkOptions { capture_ring: Some(4096), count_sizes: false, reflect_port: None }, 4),
+        Sink::new("sizes", SinkOptions { count_sizes: true, ..Default::default() }, 1),
+        Sink::new("capture 64 KiB + sizes", SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, ..Default::default() }, 8),
+        Sink::new("capture 4 KiB", SinkOptions { capture_ring: Some(4096), ..Default::default() }, 4),
         Sink::new("reflect", SinkOptions { reflect_port: Some(PROBE_PORT), ..Default::default() }, 1),
     ];
     let world = World { ports: vec![PROBE_PORT, 9], ..World::default() };

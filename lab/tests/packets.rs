@@ -31,6 +31,8 @@ fn assorted() -> Vec<(&'static str, Vec<u8>)> {
         ("ARP", PacketBuilder::ethernet(A, B).arp_request(A, Ipv4Addr::new(198, 18, 0, 1), Ipv4Addr::new(198, 18, 0, 2)).build()),
         ("bare Ethernet header", PacketBuilder::ethernet(A, B).ethertype(xnf_packet::EtherType(0x88b5)).build()),
         ("garbage", vec![0xff; 99]),
+        ("802.1Q IPv4 UDP", PacketBuilder::ethernet(A, B).vlan(100).ip(v4().0, v4().1).udp(1, 9).frame_len(64).build()),
+        ("802.1ad outside 802.1Q", PacketBuilder::ethernet(A, B).qinq(5).vlan(6).ip(v4().0, v4().1).udp(1, 9).frame_len(68).build()),
     ]
 }
 
@@ -49,7 +51,7 @@ fn pass_passes_every_frame_unchanged() {
 
 #[test]
 fn sink_drops_and_counts_every_frame() {
-    for opts in [SinkOptions::default(), SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, reflect_port: None }] {
+    for opts in [SinkOptions::default(), SinkOptions { capture_ring: Some(1 << 16), count_sizes: true, count_tags: Some(100), ..Default::default() }] {
         let s = SinkProgram::load_with(opts).unwrap();
         let mut want = 0;
         for (desc, frame) in assorted() {
@@ -71,6 +73,14 @@ fn sink_drops_and_counts_every_frame() {
             assert_eq!(sizes, want);
         } else {
             assert!(sizes.is_empty(), "sizes counted without count_sizes");
+        }
+        // Tagged: an 802.1Q tag outermost (what dut puts on a tagged egress).
+        let tagged = u64::from(opts.count_tags.is_some());
+        assert_eq!(c.tags().unwrap(), (tagged, tagged), "{opts:?}");
+        if opts.count_tags.is_some() {
+            let other = PacketBuilder::ethernet(A, B).vlan(200).ip(v4().0, v4().1).udp(1, 9).frame_len(64).build();
+            run_xdp(s.prog(), &other, NO_DEV).unwrap();
+            assert_eq!(c.tags().unwrap(), (2, 1), "VLAN 200 is tagged, not of VLAN 100");
         }
     }
 }
@@ -114,7 +124,7 @@ fn reflecting_sink_turns_probes_around_and_drops_the_rest() {
 
 #[test]
 fn capturing_sink_hands_over_every_frame_exactly() {
-    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(1 << 16), count_sizes: false, reflect_port: None }).unwrap();
+    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(1 << 16), ..Default::default() }).unwrap();
     let mut frames = assorted();
     frames.push(("jumbo, cut at 1518", vec![0xab; 3000]));
     for (_, f) in &frames {
@@ -131,7 +141,7 @@ fn capturing_sink_hands_over_every_frame_exactly() {
 
 #[test]
 fn capturing_sink_counts_what_the_ring_cannot_hold() {
-    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(4096), count_sizes: false, reflect_port: None }).unwrap();
+    let s = SinkProgram::load_with(SinkOptions { capture_ring: Some(4096), ..Default::default() }).unwrap();
     let f = udp(v4(), 1, 1514);
     for _ in 0..5 {
         run_xdp(s.prog(), &f, NO_DEV).unwrap();
@@ -153,7 +163,16 @@ enum Proto {
 }
 
 fn frame(p: Proto, src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize) -> Vec<u8> {
-    let b = PacketBuilder::ethernet(A, B).ip(src, dst).ttl(61);
+    tagged_frame(None, p, src, dst, sport, dport, len)
+}
+
+/// [`frame`] with an 802.1Q tag of VLAN `vid`, if given.
+fn tagged_frame(vid: Option<u16>, p: Proto, src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize) -> Vec<u8> {
+    let e = match vid {
+        Some(v) => PacketBuilder::ethernet(A, B).vlan(v),
+        None => PacketBuilder::ethernet(A, B),
+    };
+    let b = e.ip(src, dst).ttl(61);
     let b = match p {
         Proto::Udp => b.udp(sport, dport),
         Proto::TcpAck => b.tcp(sport, dport, TcpFlags::ACK).seq(0x1234_5678).ack(0x9abc_def0).window(512),
@@ -162,8 +181,8 @@ fn frame(p: Proto, src: IpAddr, dst: IpAddr, sport: u16, dport: u16, len: usize)
     b.frame_len(len).build()
 }
 
-fn hdr_len(p: Proto, ipv6: bool) -> usize {
-    14 + if ipv6 { 40 } else { 20 } + if matches!(p, Proto::Udp) { 8 } else { 20 }
+fn hdr_len(p: Proto, ipv6: bool, vid: Option<u16>) -> usize {
+    14 + 4 * usize::from(vid.is_some()) + if ipv6 { 40 } else { 20 } + if matches!(p, Proto::Udp) { 8 } else { 20 }
 }
 
 /// A page as a receiver may leave it: anything in the headers (receivers
@@ -189,9 +208,12 @@ fn gen_sends_every_protocol_size_and_flow_exactly_as_built() {
     let srcs6: Vec<IpAddr> = ["2001:db8::1", "2001:db8::ffff", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"].iter().map(|s| s.parse().unwrap()).collect();
     let dsts6: Vec<IpAddr> = ["2001:db8:1::2", "2001:db8:1::1:0", "2001:db8:abcd::7", "2001:db8::", "2001:db8:1::3"].iter().map(|s| s.parse().unwrap()).collect();
     let (sports, dports, base_sport, base_dport) = (3u32, 2u32, 65533u16, 7u16);
-    for ipv6 in [false, true] {
+    // Untagged, and with one 802.1Q tag: every offset 4 bytes further.
+    for (vid, ipv6) in [None, Some(100)].into_iter().flat_map(|v| [(v, false), (v, true)]) {
         let (srcs, dsts) = if ipv6 { (&srcs6, &dsts6) } else { (&srcs4, &dsts4) };
+        let frame = |p, src, dst, sport, dport, len| tagged_frame(vid, p, src, dst, sport, dport, len);
         for proto in [Proto::Udp, Proto::TcpAck, Proto::TcpSyn] {
+            let hdr_len = |p, ipv6| hdr_len(p, ipv6, vid);
             let min = hdr_len(proto, ipv6).max(60);
             let imix = imix_sequence(min);
             for (sizes, runs) in [(vec![min as u16], 40), (vec![124], 40), (vec![1514], 40), (vec![min as u16, 1514, 124, 1514], 40), (imix.clone(), imix.len() + 10)] {
@@ -210,7 +232,7 @@ fn gen_sends_every_protocol_size_and_flow_exactly_as_built() {
                 };
                 assert_eq!(cfg.flow_count(), 90);
                 let g = GenProgram::load(&cfg).unwrap();
-                let desc = format!("{} {proto:?} sizes {:?}", if ipv6 { "IPv6" } else { "IPv4" }, &sizes[..sizes.len().min(4)]);
+                let desc = format!("{} {proto:?} VLAN {vid:?} sizes {:?}", if ipv6 { "IPv6" } else { "IPv4" }, &sizes[..sizes.len().min(4)]);
                 for k in 0..runs {
                     let len = sizes[k % sizes.len()] as usize;
                     let f = k as u64;
@@ -300,7 +322,9 @@ fn gen_refuses_what_it_cannot_send() {
         (GenConfig { dst_addrs: vec![v6().1], ..ok.clone() }, "is not IPv4"),
         (GenConfig { template: payload, ..ok.clone() }, "payload must be zeros"),
         (GenConfig { template: PacketBuilder::ethernet(A, B).ip(v4().0, v4().1).icmpv4_echo(1, 1).frame_len(60).build(), ..ok.clone() }, "UDP or TCP only"),
-        (GenConfig { template: PacketBuilder::ethernet(A, B).vlan(5).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() }, "no VLAN"),
+        (GenConfig { template: PacketBuilder::ethernet(A, B).qinq(5).vlan(6).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() }, "one 802.1Q tag"),
+        (GenConfig { template: PacketBuilder::ethernet(A, B).vlan(5).vlan(6).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() }, "one 802.1Q tag"),
+        (GenConfig { template: tagged_frame(Some(5), Proto::Udp, v6().0, v6().1, 1024, 9, 100), ipv6: true, sizes: vec![65], ..ok.clone() }, "shorter than the headers"),
     ];
     for (cfg, want) in cases {
         let err = format!("{:#}", GenProgram::load(&cfg).err().unwrap_or_else(|| panic!("accepted: {want}")));

@@ -375,11 +375,18 @@ pub fn udp_traffic(t: &BuiltTopology, p: &Point) -> Result<GenConfig> {
     let (size, flows, ipv6) = (p.u32("size")?, if p.get("flows").is_some() { p.u32("flows")? } else { 1 }, p.get("ipv6").is_some() && p.flag("ipv6")?);
     let roles = t.roles()?;
     let (src, dst): (IpAddr, IpAddr) = (t.addr(&roles.gen, ipv6)?, t.addr(&roles.sink, ipv6)?);
+    // A tagged ingress (`xnf lab router --vlan`): the tag is inside the
+    // frame's size, as on the wire; IMIX's smallest IPv6 frames grow by it.
+    let vid = super::vlan::Pattern::of(p)?.ingress_vid();
     let (len, sizes) = match size {
-        0 => (1514, crate::programs::gen::imix_sequence(if ipv6 { 62 } else { 60 })),
+        0 => (1514, crate::programs::gen::imix_sequence(if ipv6 { 62 + 4 * usize::from(vid.is_some()) } else { 60 })),
         s => (s as usize - 4, Vec::new()),
     };
-    let frame = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
+    let mut b = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?);
+    if let Some(vid) = vid {
+        b = b.vlan(vid);
+    }
+    let frame = b.ip(src, dst).udp(1024, 9).frame_len(len).try_build()?;
     Ok(GenConfig { template: frame, ipv6, flows, base_sport: 1024, sizes, ..Default::default() })
 }
 

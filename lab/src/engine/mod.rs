@@ -19,6 +19,7 @@ pub mod search;
 pub mod stream;
 pub mod table;
 pub mod topology;
+pub mod vlan;
 
 use anyhow::Result;
 

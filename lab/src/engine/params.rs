@@ -264,9 +264,11 @@ impl Param {
         })
     }
 
-    /// Sort key of a value on an axis: the values set apart last.
-    pub fn order(&self, v: &Value) -> (bool, Value) {
-        (self.apart.contains(v), v.clone())
+    /// Sort key of a value on an axis: the values set apart last; named
+    /// values in the order they were named (VLAN patterns: untagged, in,
+    /// out, both), after the others.
+    pub fn order(&self, v: &Value) -> (bool, Option<usize>, Value) {
+        (self.apart.contains(v), self.names.iter().position(|(w, _)| w == v), v.clone())
     }
 }
 
@@ -326,6 +328,16 @@ pub fn netfilter() -> Param {
     Param::new("netfilter", "netfilter ruleset", "netfilter ruleset", Axis::Bars).quiet(false)
 }
 
+/// 802.1Q tags on dut's sides (`xnf lab router --vlan`): none is quiet.
+pub fn vlan() -> Param {
+    Param::new("vlan", "VLAN tags", "802.1Q tags (dut's ingress / egress)", Axis::Categories)
+        .named("none", "untagged")
+        .named("in", "tagged in")
+        .named("out", "tagged out")
+        .named("both", "tagged in and out")
+        .quiet("none")
+}
+
 /// NFs in a chain.
 pub fn nfs() -> Param {
     Param::new("nfs", "chain length", "NFs in the chain", Axis::Linear).unit("NF", "NFs")
@@ -365,6 +377,10 @@ mod tests {
         let p = router_point().with("size", 0u32).with("flows", 1u32).with("routes", 1000u64).with("queues", 2u32).with("netfilter", true).with("ipv6", true);
         assert_eq!(label(&ps, &p), "IMIX, 1 flow, IPv6, 1000 routes, 2 queues, netfilter");
         assert_eq!(label(&ps, &Point::default().with("vlan", "qinq")), "vlan qinq");
+        let with_vlan = [legacy(), vec![vlan()]].concat();
+        assert_eq!(label(&with_vlan, &router_point().with("vlan", "both")), "64 B, 4 flows, IPv4, tagged in and out");
+        assert_eq!(label(&with_vlan, &router_point().with("vlan", "none")), "64 B, 4 flows, IPv4");
+        assert_eq!(vlan().label(&"none".into()), "untagged");
         assert_eq!((ps[0].label(&0u32.into()), ps[0].label(&64u32.into())), ("IMIX".into(), "64".into()));
         assert_eq!((ps[5].label(&true.into()), ps[2].label(&true.into())), ("on".into(), "IPv6".into()));
     }
@@ -375,6 +391,9 @@ mod tests {
         let mut v = values(&[0u32, 1518, 64]);
         v.sort_by_key(|x| s.order(x));
         assert_eq!(v, values(&[64u32, 1518, 0]));
+        let mut v = values(&["both", "out", "none", "in"]);
+        v.sort_by_key(|x| vlan().order(x));
+        assert_eq!(v, values(&["none", "in", "out", "both"]), "in the order named, not alphabetical");
     }
 
     #[test]

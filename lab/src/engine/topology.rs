@@ -281,17 +281,22 @@ impl TopologySpec {
         }
     }
 
-    /// The addresses configured on an endpoint.
-    fn addrs_of(&self, ep_ns: &str, ep_dev: &str) -> Vec<IpAddr> {
+    /// The addresses configured on an endpoint, with prefix lengths.
+    fn cidrs_of(&self, ep_ns: &str, ep_dev: &str) -> Vec<String> {
         let mut out = Vec::new();
         for l in &self.links {
             for (ep, addrs) in [(&l.a, &l.a_addr), (&l.b, &l.b_addr)] {
                 if split_endpoint(ep).is_ok_and(|(n, d)| n == ep_ns && ifname(d) == ifname(ep_dev)) {
-                    out.extend(addrs.iter().filter_map(|a| a.split('/').next()?.parse::<IpAddr>().ok()));
+                    out.extend(addrs.iter().cloned());
                 }
             }
         }
         out
+    }
+
+    /// The addresses configured on an endpoint.
+    fn addrs_of(&self, ep_ns: &str, ep_dev: &str) -> Vec<IpAddr> {
+        self.cidrs_of(ep_ns, ep_dev).iter().filter_map(|a| a.split('/').next()?.parse::<IpAddr>().ok()).collect()
     }
 }
 
@@ -455,6 +460,12 @@ impl BuiltTopology {
             .into_iter()
             .find(|a| a.is_ipv6() == ipv6)
             .with_context(|| format!("`{ep}` has no {} address in the topology", if ipv6 { "IPv6" } else { "IPv4" }))
+    }
+
+    /// The addresses the topology configures on an endpoint, with their
+    /// prefix lengths (`198.18.0.2/24`).
+    pub fn cidrs(&self, ep: &str) -> Vec<String> {
+        split_endpoint(ep).map(|(ns, dev)| self.spec.cidrs_of(ns, dev)).unwrap_or_default()
     }
 
     pub fn roles(&self) -> Result<&Roles> {

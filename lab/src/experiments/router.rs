@@ -1,7 +1,8 @@
 //! `xnf lab router`: kernel forwarding against `xnf router` on the same
 //! topology (built-in `line`: gen -> dut -> sink), variants alternated
 //! within each run, swept over packet size, flows, queues/CPUs, route-table
-//! size and a netfilter ruleset.
+//! size, a netfilter ruleset and 802.1Q tags on either side of dut
+//! ([`crate::engine::vlan`]).
 //!
 //! The generator sends as fast as it can (live frames, XDP_TX into gen's
 //! veth); the sink counts in XDP and drops. The forwarded rate is what the
@@ -36,9 +37,11 @@ use crate::engine::progress::Progress;
 use crate::engine::results::{Results, Sample};
 use crate::engine::routes::{Installed, Routes, Table};
 use crate::engine::topology::BuiltTopology;
+use crate::engine::vlan::{self, Pattern, Tagged};
 use crate::engine::{nft, LabAttachment, NfGuard};
 use crate::programs::actions::ActionKind;
 use crate::programs::gen::GenConfig;
+use crate::programs::sink::SinkOptions;
 
 /// The ruleset loaded on dut at points with `netfilter` on.
 pub const NETFILTER_RULESET: &str = include_str!("../../topologies/router.nft");
@@ -94,8 +97,10 @@ fn built_in_names() -> Vec<&'static str> {
 #[derive(Args, Clone, Debug, Serialize)]
 pub struct Router {
     /// Frame sizes on the wire, FCS included (64..=1518), or imix (the
-    /// AMS-IX mix); a list sweeps, e.g. 64,128,256,512,1024,1518,imix.
-    #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES|imix[,...]")]
+    /// AMS-IX mix); a list sweeps, e.g. 64,128,256,512,1024,1518,imix
+    /// [default: the smallest UDP frame: 64 for IPv4; 66 for IPv6, 70 with
+    /// a tagged ingress].
+    #[arg(long = "size", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES|imix[,...]")]
     pub sizes: Vec<u32>,
     /// Flows (distinct UDP source ports); a list sweeps, e.g. 1,10,100,1000,10000.
     #[arg(long, default_value = "4", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
@@ -116,6 +121,15 @@ pub struct Router {
     /// dut: off, on, or both (a sweep).
     #[arg(long, default_value = "off", value_parser = netfilter_points, value_name = "off|on|both")]
     pub netfilter: OffOn,
+    /// 802.1Q tags on dut's sides; a list sweeps: none (untagged in and
+    /// out), in (gen -> dut tagged, VLAN 100), out (dut -> sink tagged,
+    /// VLAN 200), both. The tag is inside --size (the frame gen sends);
+    /// frames grow by it when dut adds one (out), shrink when it takes one
+    /// off (in). Tagged patterns need 802.1Q (module 8021q): on a kernel
+    /// without it the run is refused before anything is built.
+    #[arg(long = "vlan", default_value = "none", value_delimiter = ',', value_parser = Pattern::parse, value_name = "none|in|out|both[,...]")]
+    #[serde(skip_serializing_if = "untagged_only")]
+    pub vlan: Vec<Pattern>,
     /// Variants to compare: kernel, xnf (the router, --fib full), xnf-full,
     /// xnf-direct (--fib direct), xnf-cache (--fib cache, with its
     /// follower), xnf-cache-lean (also --no-byte-counters), dut-drop, dut-redirect (every frame
@@ -170,6 +184,21 @@ impl Router {
         Ok(out)
     }
 
+    /// `--size`, or the smallest UDP frame of the family (and tag).
+    fn sizes(&self) -> Vec<u32> {
+        match (self.sizes.is_empty(), self.ipv6) {
+            (false, _) => self.sizes.clone(),
+            (true, false) => vec![64],
+            (true, true) if self.vlan.iter().any(|p| p.ingress_vid().is_some()) => vec![70],
+            (true, true) => vec![66],
+        }
+    }
+
+    /// Whether some point has a tagged side.
+    fn tagged(&self) -> bool {
+        !untagged_only(&self.vlan)
+    }
+
     /// Whether `name` is a peer's, built-in or --peer.
     fn is_peer(&self, name: &str) -> bool {
         self.peers.iter().any(|p| p.name == name) || peers::BUILT_IN.iter().any(|(n, _)| *n == name)
@@ -181,18 +210,26 @@ impl Experiment for Router {
     const NAME: &'static str = "router";
 
     fn params(&self) -> Vec<Param> {
-        params::legacy()
+        let mut p = params::legacy();
+        // Described only when swept: untagged results read as they did.
+        if self.tagged() {
+            p.push(params::vlan());
+        }
+        p
     }
 
+    /// Untagged alone, the points have no `vlan`: they read as they always did.
     fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
-        vec![
+        let mut s = vec![
             ("queues", params::values(&self.queues)),
             ("routes", params::values(&self.routes)),
             ("netfilter", params::values(&self.netfilter.0)),
-            ("size", params::values(&self.sizes)),
-            ("flows", params::values(&self.flows)),
-            ("ipv6", params::values(&[self.ipv6])),
-        ]
+        ];
+        if self.tagged() {
+            s.push(("vlan", params::values(&self.vlan)));
+        }
+        s.extend([("size", params::values(&self.sizes())), ("flows", params::values(&self.flows)), ("ipv6", params::values(&[self.ipv6]))]);
+        s
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -221,7 +258,7 @@ impl Experiment for Router {
 
     fn check(&self, cpus: Cpus) -> Result<()> {
         self.resolve()?;
-        measure::check_sizes(&self.sizes, self.ipv6)?;
+        measure::check_sizes(&self.sizes(), self.ipv6)?;
         measure::check_generator(&self.flows, &self.queues, cpus.count)?;
         for r in &self.routes {
             r.check(2_000_000)?;
@@ -229,7 +266,7 @@ impl Experiment for Router {
         if self.netfilter.0.contains(&true) {
             nft::require("--netfilter")?;
         }
-        Ok(())
+        self.check_vlan()
     }
 
     /// The routes (synthetic or a table file) and the netfilter ruleset of
@@ -239,6 +276,9 @@ impl Experiment for Router {
         let roles = t.roles()?;
         let (dut, dout) = t.endpoint(&roles.dut_out)?;
         let (ipv6, flows) = (p.flag("ipv6")?, p.u32("flows")?);
+        // First: the routes go through the egress's VLAN device.
+        let tagged = Tagged::new(t, Pattern::of(p)?)?;
+        let dout = tagged.device(&dout);
         let source = Routes::from_value(p.get("routes").context("the point has no routes")?)?;
         let mut notes = Vec::new();
         let routes = match Table::load(&source, ipv6)? {
@@ -260,11 +300,26 @@ impl Experiment for Router {
             notes.push(format!("the flows go to {} destinations in distinct prefixes of the table", spread(flows, dsts.len())));
         }
         let nft = if p.flag("netfilter")? { Some(Netfilter::load(dut)?) } else { None };
-        Ok(AtPoint { traffic: template(t, p, &dsts)?, guard: Box::new((nft, routes)), notes })
+        // Dropped in order: the VLAN devices last, after what uses them.
+        Ok(AtPoint { traffic: template(t, p, &dsts)?, guard: Box::new((nft, routes, tagged)), notes })
     }
 
-    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
+    /// With tagged points, the sink also counts the tags it sees
+    /// ([`vlan::TagCheck`]).
+    fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
+        if self.tagged() {
+            let sink = t.roles()?.sink.clone();
+            t.replace_function(&sink, |ns, dev| LabAttachment::sink_with(ns, dev, SinkOptions { count_tags: Some(vlan::SINK_VID), ..Default::default() }))?;
+        }
+        Ok(())
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
         let roles = t.roles()?;
+        let sink = t.attachment(&roles.sink)?;
+        // What arrives must carry the pattern's egress tag, from a forwarder.
+        let forwards = matches!(v, Variant::Kernel | Variant::Xnf(..) | Variant::Peer(_));
+        let tags = if self.tagged() && forwards { Some(vlan::TagCheck::start(Pattern::of(p)?, &v.name(), sink.sink_counter()?)?) } else { None };
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let (_, dout) = t.endpoint(&roles.dut_out)?;
         let setup = match v {
@@ -274,7 +329,7 @@ impl Experiment for Router {
             Variant::Xnf(_, opts) => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
             Variant::Peer(p) => Setup::Peer(PeerGuard::attach(&p, dut, &din, &dout)?),
         };
-        Ok(Box::new(Set { setup, dut, din, dout, sink: t.attachment(&roles.sink)? }))
+        Ok(Box::new(Set { setup, dut, din, dout, sink, tags }))
     }
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
@@ -282,13 +337,44 @@ impl Experiment for Router {
             "veth: every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
             cpus.gen
         ));
+        if self.tagged() {
+            res.notes.push(format!(
+                "vlan: tagged sides are VLAN devices on dut's veths (VLAN {} from gen, {} to the sink) holding the veths' addresses; the tag is inside the generated frame's size",
+                vlan::GEN_VID,
+                vlan::SINK_VID
+            ));
+        }
         for v in self.resolve()? {
+            if v == Variant::DutRedirect && self.tagged() {
+                res.notes.push("dut-redirect at tagged points: frames leave as they came, tag or none (no rewrite): the ceiling of moving a frame, not a forwarder of the pattern".into());
+            }
             if let Variant::Peer(p) = v {
                 res.notes.push(format!("{}: attached by `{}`, detached by `{}`, in dut's network namespace", p.name, p.attach, p.detach));
             }
         }
         Ok(())
     }
+}
+
+impl Router {
+    /// `--vlan`: each pattern once, IPv6 sizes with room for the tag, and
+    /// a kernel that can make VLAN devices (probed last: it builds one).
+    fn check_vlan(&self) -> Result<()> {
+        for (i, p) in self.vlan.iter().enumerate() {
+            ensure!(!self.vlan[..i].contains(p), "--vlan: {p} named twice");
+        }
+        if self.ipv6 && self.vlan.iter().any(|p| p.ingress_vid().is_some()) {
+            if let Some(s) = self.sizes().iter().find(|s| (1..70).contains(*s)) {
+                bail!("--size {s}: tagged IPv6 UDP (--vlan in or both) needs at least 70 bytes on the wire (14 + 4 + 40 + 8 + FCS)");
+            }
+        }
+        vlan::require_8021q(&self.vlan)
+    }
+}
+
+/// `--vlan none` alone: no point is tagged.
+fn untagged_only(v: &[Pattern]) -> bool {
+    v.iter().all(|p| *p == Pattern::None)
 }
 
 /// The generator's frames at `p` ([`measure::udp_traffic`]). With synthetic routes, destinations spread over
@@ -330,6 +416,7 @@ struct Set<'a> {
     din: String,
     dout: String,
     sink: &'a LabAttachment,
+    tags: Option<vlan::TagCheck<'a>>,
 }
 
 impl Running for Set<'_> {
@@ -344,12 +431,13 @@ impl Running for Set<'_> {
     }
 
     /// A peer's detach command runs here, so its failure fails the run:
-    /// what it left on dut would be measured with the next variant.
+    /// what it left on dut would be measured with the next variant. Then
+    /// the tags: frames of the wrong pattern fail it too.
     fn finish(self: Box<Self>, _: &[Sample]) -> Result<()> {
-        match self.setup {
-            Setup::Peer(g) => g.detach(),
-            _ => Ok(()),
+        if let Setup::Peer(g) = self.setup {
+            g.detach()?;
         }
+        self.tags.map_or(Ok(()), |t| t.check())
     }
 }
 
@@ -444,6 +532,46 @@ mod tests {
     }
 
     #[test]
+    fn vlan_patterns_sweep_and_are_left_out_untagged() {
+        let p = driver::points(&opts(&["--vlan", "none,both"]));
+        assert_eq!(p.len(), 2);
+        assert_eq!(serde_json::to_string(&p[1]).unwrap(), r#"{"size":64,"flows":4,"ipv6":false,"routes":0,"queues":1,"netfilter":false,"vlan":"both"}"#);
+        let swept = opts(&["--vlan", "none,both"]).params();
+        assert_eq!(params::label(&swept, &p[1]), "64 B, 4 flows, IPv4, tagged in and out");
+        assert_eq!(params::label(&swept, &p[0]), "64 B, 4 flows, IPv4");
+        assert!(!opts(&[]).params().iter().any(|q| q.name == "vlan"), "untagged: vlan is not a described parameter");
+        assert_eq!(Pattern::of(&p[1]).unwrap(), Pattern::Both);
+        // --vlan none alone: points and recorded options as they always were.
+        assert!(driver::points(&opts(&["--vlan", "none"])).iter().all(|p| p.get("vlan").is_none()));
+        let record = |a: &[&str]| serde_json::to_value(opts(a)).unwrap();
+        assert!(record(&[]).get("vlan").is_none());
+        assert_eq!(record(&["--vlan", "in,out"])["vlan"], serde_json::json!(["in", "out"]));
+    }
+
+    #[test]
+    fn tagged_patterns_need_802_1q_and_room_for_the_tag() {
+        let cpus = Cpus { gen: 0, count: 2 };
+        for (args, want) in [
+            (&["--vlan", "in,in"][..], "--vlan: in named twice"),
+            (&["--vlan", "both", "--ipv6", "--size", "66,128"][..], "--size 66: tagged IPv6 UDP"),
+        ] {
+            let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
+            assert!(e.contains(want) && !e.contains('\n'), "{args:?}: {e}");
+        }
+        assert!(driver::parse_options::<Router>(&["--vlan", "in,qinq"]).unwrap_err().to_string().contains("none, in, out or both"));
+        assert!(opts(&["--ipv6", "--size", "66", "--vlan", "none"]).check(cpus).is_ok(), "untagged: no tag to make room for");
+        // The rest is the kernel's to say: refused in one line without 802.1Q.
+        let r = opts(&["--vlan", "none,out"]).check(cpus);
+        match xnf_core::features::Feature::Vlan.probe() {
+            Ok(()) => r.unwrap(),
+            Err(_) => {
+                let e = format!("{:#}", r.unwrap_err());
+                assert!(e.starts_with("--vlan out: this kernel has no 802.1Q support") && e.contains("only --vlan none runs here") && !e.contains('\n'), "{e}");
+            }
+        }
+    }
+
+    #[test]
     fn flows_spread_over_destinations_keep_their_count() {
         assert_eq!(spread(10000, 20000), 10000);
         assert_eq!(spread(10000, 3000), 2500);
@@ -500,7 +628,10 @@ mod tests {
 
     #[test]
     fn lists_parse_and_name_the_bad_element() {
-        assert_eq!(opts(&["--size", "64, 128,imix"]).sizes, vec![64, 128, 0]);
+        assert_eq!(opts(&["--size", "64, 128,imix"]).sizes(), vec![64, 128, 0]);
+        // Unless given, the smallest UDP frame of the family (and tag).
+        let default = |a: &[&str]| opts(a).sizes();
+        assert_eq!((default(&[]), default(&["--ipv6"]), default(&["--ipv6", "--vlan", "none,in"]), default(&["--vlan", "both"])), (vec![64], vec![66], vec![70], vec![64]));
         assert!(parse_item::<u32>("-5").unwrap_err().contains("`-5`"));
         assert_eq!(netfilter_points("both").unwrap().0, vec![false, true]);
         assert!(netfilter_points("maybe").is_err());

@@ -71,9 +71,10 @@ pub fn imix_sequence(min_len: usize) -> Vec<u16> {
 
 /// What to generate.
 ///
-/// The template is a complete Ethernet / IPv4 or IPv6 (no options or
-/// extension headers) / UDP or TCP (no options) frame whose payload is all
-/// zeros: the headers of flow 0. Its destination port is the base of the
+/// The template is a complete Ethernet (untagged, or with one 802.1Q tag) /
+/// IPv4 or IPv6 (no options or extension headers) / UDP or TCP (no options)
+/// frame whose payload is all zeros: the headers of flow 0. A tag is sent
+/// as the template has it; every offset behind it is 4 bytes further. Its destination port is the base of the
 /// destination ports (the source port is `base_sport`); its addresses are replaced by the first entries of `src_addrs`
 /// and `dst_addrs` when those are given.
 #[derive(Clone, Debug, Default)]
@@ -107,6 +108,8 @@ pub struct Flow {
 /// Header layout of a template, found by [`GenConfig::layout`].
 #[derive(Clone, Copy, Debug)]
 struct Layout {
+    /// Where the IP header starts: 14, or 18 behind an 802.1Q tag.
+    l2: usize,
     tcp: bool,
     l4: usize,
     hdr_len: usize,
@@ -141,7 +144,7 @@ impl GenConfig {
     pub fn flow(&self, i: u64) -> Result<Flow> {
         let l = self.layout()?;
         let t = &self.template;
-        let (src0, dst0) = template_addrs(t, self.ipv6);
+        let (src0, dst0) = template_addrs(t, l.l2, self.ipv6);
         let base_dport = u16::from_be_bytes([t[l.l4 + 2], t[l.l4 + 3]]);
         let mut i = i % self.flow_count();
         let mut digit = |n: u64| {
@@ -164,17 +167,25 @@ impl GenConfig {
     fn layout(&self) -> Result<Layout> {
         let t = &self.template;
         let (ethertype, l3) = if self.ipv6 { (0x86dd, 40) } else { (0x0800, 20) };
+        let type_at = |at: usize| t.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
         ensure!(t.len() >= 14, "template shorter than an Ethernet header");
-        ensure!(u16::from_be_bytes([t[12], t[13]]) == ethertype, "template is not {} (no VLAN tags)", if self.ipv6 { "IPv6" } else { "IPv4" });
-        ensure!(t.len() >= 14 + l3 + 8, "template frame shorter than its headers");
+        // One 802.1Q tag at most: the program's header room (GEN_HDR_MAX)
+        // has space for one.
+        let l2 = if type_at(12) == Some(0x8100) { 18 } else { 14 };
+        ensure!(
+            type_at(l2 - 2) == Some(ethertype),
+            "template is not {} (untagged, or with one 802.1Q tag)",
+            if self.ipv6 { "IPv6" } else { "IPv4" }
+        );
+        ensure!(t.len() >= l2 + l3 + 8, "template frame shorter than its headers");
         let proto = if self.ipv6 {
-            ensure!(t[14] >> 4 == 6, "template: not an IPv6 header");
-            t[14 + 6]
+            ensure!(t[l2] >> 4 == 6, "template: not an IPv6 header");
+            t[l2 + 6]
         } else {
-            ensure!(t[14] == 0x45, "template: IPv4 header must be 20 bytes (no options)");
-            t[14 + 9]
+            ensure!(t[l2] == 0x45, "template: IPv4 header must be 20 bytes (no options)");
+            t[l2 + 9]
         };
-        let l4 = 14 + l3;
+        let l4 = l2 + l3;
         let tcp = match proto {
             17 => false,
             6 => {
@@ -185,7 +196,7 @@ impl GenConfig {
         };
         let hdr_len = l4 + if tcp { 20 } else { 8 };
         ensure!(t[hdr_len..].iter().all(|&b| b == 0), "template payload must be zeros (incremental checksums assume it)");
-        Ok(Layout { tcp, l4, hdr_len })
+        Ok(Layout { l2, tcp, l4, hdr_len })
     }
 
     /// Checks everything [`GenProgram::load`] needs; errors say what is wrong.
@@ -225,22 +236,23 @@ impl GenConfig {
         let mut h = self.template[..l.hdr_len].to_vec();
         h[l.l4..l.l4 + 2].copy_from_slice(&self.base_sport.to_be_bytes());
         if let Some(&a) = self.src_addrs.first() {
-            put_addr(&mut h, self.ipv6, true, a);
+            put_addr(&mut h, l.l2, self.ipv6, true, a);
         }
         if let Some(&a) = self.dst_addrs.first() {
-            put_addr(&mut h, self.ipv6, false, a);
+            put_addr(&mut h, l.l2, self.ipv6, false, a);
         }
         let l4_len = (len - l.l4) as u16;
         let proto = if l.tcp { 6u16 } else { 17 };
+        let ip = l.l2;
         let pseudo = if self.ipv6 {
-            h[18..20].copy_from_slice(&l4_len.to_be_bytes());
-            words(&h[22..54]) + l4_len as u32 + proto as u32
+            h[ip + 4..ip + 6].copy_from_slice(&l4_len.to_be_bytes());
+            words(&h[ip + 8..ip + 40]) + l4_len as u32 + proto as u32
         } else {
-            h[16..18].copy_from_slice(&((len - 14) as u16).to_be_bytes());
-            h[24..26].fill(0);
-            let c = !fold(words(&h[14..34]));
-            h[24..26].copy_from_slice(&c.to_be_bytes());
-            words(&h[26..34]) + l4_len as u32 + proto as u32
+            h[ip + 2..ip + 4].copy_from_slice(&((len - ip) as u16).to_be_bytes());
+            h[ip + 10..ip + 12].fill(0);
+            let c = !fold(words(&h[ip..ip + 20]));
+            h[ip + 10..ip + 12].copy_from_slice(&c.to_be_bytes());
+            words(&h[ip + 12..ip + 20]) + l4_len as u32 + proto as u32
         };
         let check_at = l.l4 + if l.tcp { 16 } else { 6 };
         if !l.tcp {
@@ -263,14 +275,15 @@ fn distinct(seq: &[u16]) -> Vec<u16> {
     v
 }
 
-fn template_addrs(t: &[u8], ipv6: bool) -> (IpAddr, IpAddr) {
+/// The addresses of a template whose IP header starts at `ip`.
+fn template_addrs(t: &[u8], ip: usize, ipv6: bool) -> (IpAddr, IpAddr) {
     if ipv6 {
-        let a: [u8; 16] = t[22..38].try_into().unwrap_or_default();
-        let b: [u8; 16] = t[38..54].try_into().unwrap_or_default();
+        let a: [u8; 16] = t[ip + 8..ip + 24].try_into().unwrap_or_default();
+        let b: [u8; 16] = t[ip + 24..ip + 40].try_into().unwrap_or_default();
         (a.into(), b.into())
     } else {
-        let a: [u8; 4] = t[26..30].try_into().unwrap_or_default();
-        let b: [u8; 4] = t[30..34].try_into().unwrap_or_default();
+        let a: [u8; 4] = t[ip + 12..ip + 16].try_into().unwrap_or_default();
+        let b: [u8; 4] = t[ip + 16..ip + 20].try_into().unwrap_or_default();
         (a.into(), b.into())
     }
 }
@@ -282,12 +295,13 @@ fn addr_bytes(a: IpAddr) -> Vec<u8> {
     }
 }
 
-fn put_addr(h: &mut [u8], ipv6: bool, src: bool, a: IpAddr) {
-    let at = match (ipv6, src) {
-        (false, true) => 26,
-        (false, false) => 30,
-        (true, true) => 22,
-        (true, false) => 38,
+/// Writes an address into headers whose IP header starts at `ip`.
+fn put_addr(h: &mut [u8], ip: usize, ipv6: bool, src: bool, a: IpAddr) {
+    let at = ip + match (ipv6, src) {
+        (false, true) => 12,
+        (false, false) => 16,
+        (true, true) => 8,
+        (true, false) => 24,
     };
     let b = addr_bytes(a);
     h[at..at + b.len()].copy_from_slice(&b);
@@ -347,6 +361,7 @@ impl GenProgram {
         }
         let ro = open.maps.rodata_data.as_deref_mut().context("generator has no rodata")?;
         ro.ipv6 = cfg.ipv6 as u8;
+        ro.vlan = (l.l2 == 18) as u8;
         ro.tcp = l.tcp as u8;
         ro.seq_len = seq.len() as u32;
         ro.n_sports = cfg.src_ports();
@@ -475,6 +490,32 @@ mod tests {
         // Interleaved: the largest class (37 %) never comes 4 times running.
         assert!(!seq.windows(4).any(|w| w.iter().all(|&l| l == 1020)));
         assert_eq!(imix_sequence(74).iter().filter(|&&l| l == 74).count(), 278, "64 B raised to the TCP/IPv6 minimum");
+    }
+
+    #[test]
+    fn a_tagged_template_has_every_field_4_bytes_further() {
+        use xnf_packet::{MacAddr, PacketBuilder};
+        let build = |vid: Option<u16>, sport: u16, src: IpAddr, dst: IpAddr, len: usize| {
+            let e = PacketBuilder::ethernet(MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+            let e = if let Some(v) = vid { e.vlan(v) } else { e };
+            e.ip(src, dst).udp(sport, 9).frame_len(len).build()
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (ipv6, s, d, s2) in [(false, ip("198.18.0.1"), ip("198.18.1.2"), ip("198.18.0.9")), (true, ip("2001:db8::1"), ip("2001:db8:1::2"), ip("2001:db8::9"))] {
+            let plain = GenConfig { template: build(None, 1, s, d, 120), ipv6, flows: 4, base_sport: 1024, src_addrs: vec![s2, s], ..Default::default() };
+            let tagged = GenConfig { template: build(Some(100), 1, s, d, 124), ..plain.clone() };
+            let (lp, lt) = (plain.layout().unwrap(), tagged.layout().unwrap());
+            assert_eq!((lp.l2, lt.l2, lt.l4, lt.hdr_len), (14, 18, lp.l4 + 4, lp.hdr_len + 4));
+            // Bytes exact: the builder's headers of flow 0 at that length...
+            let h = tagged.class_header(lt, 100);
+            assert_eq!(h, build(Some(100), 1024, s2, d, 100)[..lt.hdr_len]);
+            // ...which are the untagged frame's, 4 bytes shorter, with the tag inserted.
+            let mut p = plain.class_header(lp, 96);
+            p.splice(12..12, [0x81, 0x00, 0x00, 100]);
+            assert_eq!(h, p);
+            assert_eq!(tagged.flow(4 + 1).unwrap(), Flow { src: s, dst: d, sport: 1025, dport: 9 });
+            assert_eq!(template_addrs(&tagged.template, lt.l2, ipv6), (s, d));
+        }
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct SinkOptions {
     pub capture_ring: Option<u32>,
     /// Count frames per length.
     pub count_sizes: bool,
+    /// Count the frames with an 802.1Q tag outermost, and of those the ones
+    /// of this VLAN ([`SinkCounter::tags`]).
+    pub count_tags: Option<u16>,
     /// Send IPv4 UDP to this port back where it came from (XDP_TX, MACs,
     /// addresses and ports swapped), counted apart from the frames it drops
     /// ([`SinkCounts::reflected`]): the echo of `xnf lab fwd-latency`'s probes.
@@ -53,6 +56,8 @@ impl SinkProgram {
         let ro = open.maps.rodata_data.as_deref_mut().context("sink has no rodata")?;
         ro.capture = opts.capture_ring.is_some() as u8;
         ro.count_sizes = opts.count_sizes as u8;
+        ro.count_tags = opts.count_tags.is_some() as u8;
+        ro.tag_vid = opts.count_tags.unwrap_or(0);
         ro.reflect_port = opts.reflect_port.unwrap_or(0);
         Ok(Self { skel: open.load().context("loading the sink program")? })
     }
@@ -110,6 +115,14 @@ impl SinkCounter {
     /// Packets counted so far, summed over CPUs.
     pub fn packets(&self) -> Result<u64> {
         Ok(sum_percpu::<1>(&self.counts, 0)?[0])
+    }
+
+    /// Of the packets counted so far (summed over CPUs), those with an
+    /// 802.1Q tag outermost, and of those the ones of the VLAN given
+    /// `count_tags` (0 and 0 without it).
+    pub fn tags(&self) -> Result<(u64, u64)> {
+        let c = sum_percpu::<6>(&self.counts, 0)?;
+        Ok((c[4], c[5]))
     }
 
     /// Counters per CPU, indexed by CPU number.

@@ -88,7 +88,7 @@ pub fn run_plan(p: &Plan, args: &impl Serialize, status: &mut dyn FnMut(&str)) -
     let (gen_ns, gen_if, src_mac, dst_mac) = path.gen();
     let cfg = p.gen_config(src_mac, dst_mac)?;
     let (sink_ns, sink_if) = path.sink();
-    let sink_opts = if p.verify { SinkOptions { capture_ring: Some(VERIFY_RING), count_sizes: false, reflect_port: None } } else { SinkOptions::default() };
+    let sink_opts = if p.verify { SinkOptions { capture_ring: Some(VERIFY_RING), ..Default::default() } } else { SinkOptions::default() };
     let sink = LabAttachment::sink_with(sink_ns, sink_if, sink_opts)?;
     let counter = sink.sink_counter()?;
 
