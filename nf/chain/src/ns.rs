@@ -118,6 +118,12 @@ fn forward_back(ifname: &str, host_mac: [u8; 6]) -> Result<()> {
     sysctl("net/ipv6/conf/all/forwarding", "1")?;
     sysctl("net/ipv4/conf/all/rp_filter", "0")?;
     sysctl(&format!("net/ipv4/conf/{ifname}/rp_filter"), "0")?;
+    // The NF forwards out of the interface a packet came in by: the
+    // kernel would answer that with ICMP redirects to the traffic's source
+    // (rate-limited, after a peer lookup on every packet). Sent when `all`
+    // or the device says so: both off.
+    sysctl("net/ipv4/conf/all/send_redirects", "0")?;
+    sysctl(&format!("net/ipv4/conf/{ifname}/send_redirects"), "0")?;
     let mac = host_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
     for args in [
         vec!["neigh", "replace", GATEWAY_V4, "lladdr", &mac, "nud", "permanent", "dev", ifname],

@@ -152,12 +152,19 @@ impl Podman {
 
     /// IPv4 datagrams the container's kernel forwarded (`Ip ForwDatagrams`).
     pub fn forwarded(&self, name: &str) -> Result<u64> {
+        self.snmp(name, "Ip", "ForwDatagrams")
+    }
+
+    /// Counter `key` of group `group` (`Ip`, `Icmp`, ...) of the
+    /// container's /proc/net/snmp.
+    pub fn snmp(&self, name: &str, group: &str, key: &str) -> Result<u64> {
         let pid = self.inspect(name, "{{.State.Pid}}")?;
         let snmp = std::fs::read_to_string(format!("/proc/{pid}/net/snmp")).with_context(|| format!("reading container {name}'s /proc/{pid}/net/snmp"))?;
-        let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:"));
-        let (h, v) = ip.next().zip(ip.next()).context("no Ip lines in net/snmp")?;
-        let i = h.split_whitespace().position(|k| k == "ForwDatagrams").context("no Ip ForwDatagrams in net/snmp")?;
-        v.split_whitespace().nth(i).context("short Ip line in net/snmp")?.parse().context("Ip ForwDatagrams is not a number")
+        let prefix = format!("{group}:");
+        let mut lines = snmp.lines().filter(|l| l.starts_with(&prefix));
+        let (h, v) = lines.next().zip(lines.next()).with_context(|| format!("no {group} lines in net/snmp"))?;
+        let i = h.split_whitespace().position(|k| k == key).with_context(|| format!("no {group} {key} in net/snmp"))?;
+        v.split_whitespace().nth(i).with_context(|| format!("short {group} line in net/snmp"))?.parse().with_context(|| format!("{group} {key} is not a number"))
     }
 }
 

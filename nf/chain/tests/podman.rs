@@ -67,7 +67,7 @@ fn chain_through(line: &RoutedLine, nf: &str) {
 
 /// N datagrams gen -> sink all arrive, every one counted at the chain's
 /// ingress and in and out of its NF, and the container's kernel forwarded them.
-fn round_trip(line: &RoutedLine, pm: &Podman, container: &str) {
+fn round_trip(line: &RoutedLine, pm: &Podman, container: &str, ifname: &str) {
     let (before, fwd) = (chain_stats(line.dut(), "web"), pm.forwarded(container).must());
     let dut_fwd = line.forw_v4();
     assert_eq!(line.send_udp(false, N), N, "datagrams through container {container} to sink");
@@ -80,6 +80,16 @@ fn round_trip(line: &RoutedLine, pm: &Podman, container: &str) {
     }
     assert!(num(&after["routed"]) - num(&before["routed"]) >= N as u64, "routed out in XDP: {after}");
     assert!(pm.forwarded(container).must() - fwd >= N as u64, "the container's kernel did not forward them");
+    // Forwarded out of the interface they came in by: redirects are off
+    // (all and the NF's interface), which also keeps the kernel on its
+    // fast source check (no reverse FIB lookup per packet), and none was sent.
+    let pid = pm.inspect(container, "{{.State.Pid}}").must();
+    for dev in ["all", ifname] {
+        let f = format!("/proc/sys/net/ipv4/conf/{dev}/send_redirects");
+        let out = Command::new("nsenter").args(["-t", &pid, "-n", "cat", &f]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{f} in container {container}: {out:?}");
+    }
+    assert_eq!(pm.snmp(container, "Icmp", "OutRedirects").must(), 0, "the container's kernel sent ICMP redirects");
     assert_eq!(line.forw_v4(), dut_fwd, "dut's kernel forwarded what the chain should have");
 }
 
@@ -133,7 +143,7 @@ fn chained_after(main: &str, tag: &str, subnet: &str) {
     assert_eq!((row["origin"].as_str(), row["state"].as_str(), row["ifname"].as_str()), (Some("cni"), Some("up"), Some("eth0")), "{row}");
     assert_eq!(row["netns"].as_str().unwrap(), pm.inspect(&fw, "{{.NetworkSettings.SandboxKey}}").must(), "the runtime's namespace path");
     chain_through(&line, &fw);
-    round_trip(&line, &pm, &fw);
+    round_trip(&line, &pm, &fw, "eth0");
 
     // Every podman process has exited since ADD (podman has no daemon): a
     // runtime coming back CHECKs the network from its cache.
@@ -152,7 +162,7 @@ fn chained_after(main: &str, tag: &str, subnet: &str) {
     // Start again (same name, new namespace): ADD brings the chain back up.
     pm.ok(&["start", &fw]).must();
     assert_eq!(chain_state(dut, "web"), "up");
-    round_trip(&line, &pm, &fw);
+    round_trip(&line, &pm, &fw, "eth0");
     check_from_cache(dut, &pm, &net, &fw);
     pm.ok(&["rm", "--force", "--time", "0", &fw]).must();
     assert!(nf_row(dut, &fw).is_none(), "rm left the NF");
@@ -195,7 +205,7 @@ fn container_flag_with_a_podman_container_on_its_own_network() {
         assert_eq!(mask, want, "{f}");
     }
     chain_through(&line, "fw");
-    round_trip(&line, &pm, "xnf-ctr");
+    round_trip(&line, &pm, "xnf-ctr", "xnf0");
     // The container stops: its namespace and the NF's veth go with it.
     pm.ok(&["stop", "--time", "0", "xnf-ctr"]).must();
     wait_for("the stopped container's NF to be gone", || nf_row(dut, "fw").is_some_and(|r| r["state"] == "gone"));
