@@ -28,7 +28,7 @@ demo: build
 ## from the lab generator, per-hop counts, against the same NFs in plain
 ## namespaces; everything removed on exit (about 2 minutes).
 demo-containers: build
-	$(XNF) lab chain --variants xnf-podman-cni,xnf-podman,xnf-linux-nf --length 2 --runs 3 --seconds 2
+	$(XNF) lab chain --variants xnf-podman-cni,xnf-podman,xnf-linux-nf --length 2 --runs 3 --seconds 2 --warmup 3
 
 ## test: every test on this machine's kernel, then again inside each kernel
 ## of the matrix (Debian's 6.1, booted under qemu; see README "Kernels").
