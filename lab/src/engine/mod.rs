@@ -72,7 +72,7 @@ pub fn remove_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
     if !roots.is_empty() {
         let scratch = xnf_netns::Netns::new("podgc")?;
         for root in roots {
-            xnf_chain::podman::remove_stale(&root, &scratch.path());
+            xnf_chain::podman::remove_root(&root, &scratch.path());
             lines(&format!("removed podman root {} and its containers, left by a lab run that was killed", root.display()));
         }
     }

@@ -182,8 +182,9 @@ const ROOT_PREFIX: &str = "xnf-podman-";
 static LIVE: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
 
 /// Removes every container of the root at `dir` (their CNI DEL run in the
-/// namespace at `host`), then the folder.
-fn remove_root(dir: &Path, host: &Path) {
+/// namespace at `host`; for a stale root, a scratch namespace of the
+/// caller's, since theirs is gone), then the folder.
+pub fn remove_root(dir: &Path, host: &Path) {
     let mut c = Command::new("podman");
     c.args(["rm", "--all", "--force", "--time", "0"]);
     c.env("CONTAINERS_CONF", dir.join("containers.conf")).env("CONTAINERS_STORAGE_CONF", dir.join("storage.conf"));
@@ -216,11 +217,6 @@ pub fn stale_roots() -> Vec<PathBuf> {
         .collect()
 }
 
-/// Removes a stale root and its containers, running the runtime's DEL in
-/// `scratch` — a namespace of the caller's, since theirs is gone.
-pub fn remove_stale(root: &Path, scratch: &Path) {
-    remove_root(root, scratch);
-}
 
 /// Makes `c` start in the network namespace at `netns` (setns between
 /// fork and exec, as a runtime running in that namespace starts its

@@ -211,18 +211,24 @@ impl Experiment for Chain {
         match v {
             Variant::Linux => linux = Some(setup_linux(dut, &din, &dout, &self.nfs, n, queues, sink_addr)?),
             _ => {
-                let mut netns: Vec<String> = self.nfs.iter().take(n as usize).map(|ns| ns.path().display().to_string()).collect();
                 if v.in_containers() {
                     let pm = self.podman.as_ref().context("podman was not set up")?;
-                    let c = containers::start(pm, n, v == Variant::XnfPodmanCni)?;
-                    netns = (1..=n).map(|i| c.netns(i)).collect::<Result<_>>()?;
-                    started = Some(c);
+                    started = Some(containers::start(pm, n, v == Variant::XnfPodmanCni)?);
                 }
-                let (c, warnings) = if v == Variant::XnfPodmanCni {
-                    ports = containers::host_ports(dut, n)?;
-                    chain_only(dut, &din, &dout, n, sink_addr)?
-                } else {
-                    setup_xnf(dut, &din, &dout, &netns, queues, sink_addr, v)?
+                let (c, warnings) = match (v, &started) {
+                    // The runtime's ADD made the NFs on ptp's veths.
+                    (Variant::XnfPodmanCni, _) => {
+                        ports = containers::host_ports(dut, n)?;
+                        chain_only(dut, &din, &dout, n, sink_addr)?
+                    }
+                    (_, Some(c)) => {
+                        let netns = (1..=n).map(|i| c.netns(i)).collect::<Result<Vec<_>>>()?;
+                        setup_xnf(dut, &din, &dout, &netns, queues, sink_addr, v)?
+                    }
+                    _ => {
+                        let netns: Vec<String> = self.nfs.iter().take(n as usize).map(|ns| ns.path().display().to_string()).collect();
+                        setup_xnf(dut, &din, &dout, &netns, queues, sink_addr, v)?
+                    }
                 };
                 warnings.iter().for_each(|w| pg.println(&format!("xnf chain: {w}")));
                 xnf = Some(c);
