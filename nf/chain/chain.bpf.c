@@ -290,7 +290,7 @@ static __always_inline __u32 from_ingress(struct xdp_md *ctx, const struct xnf_c
 static __always_inline __u32 route_out(struct xdp_md *ctx, const struct xnf_chain_port *port, __u32 *reason)
 {
 	__u32 trailer = ctx->data_end - ctx->data;
-	struct bpf_fib_lookup p = {};
+	struct bpf_fib_lookup p;
 	struct xnf_pkt f = {};
 	enum xnf_parse_result parsed;
 	struct ethhdr *eth;
@@ -312,7 +312,7 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, const struct xnf_chai
 	switch (parsed) {
 	case XNF_PARSE_OK:
 		/* An NF sends untagged frames; a tag here has no VLAN device. */
-		*reason = f.tagged ? XNF_R_VLAN_UNKNOWN : fib_prepare(ctx, &f, &p);
+		*reason = f.tagged ? XNF_R_VLAN_UNKNOWN : fib_check(ctx, &f);
 		break;
 	case XNF_PARSE_QINQ:
 		*reason = XNF_R_VLAN_UNKNOWN;
@@ -326,7 +326,7 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, const struct xnf_chai
 	if (*reason)
 		return XDP_PASS;
 
-	p.ifindex = ctx->ingress_ifindex;
+	fib_fill(&f, ctx->ingress_ifindex, &p);
 	rc = bpf_fib_lookup(ctx, &p, sizeof(p), 0);
 	if (f.family == AF_INET && fib_forwards(rc)) {
 		*reason = fib_check_source(ctx, &f, ctx->ingress_ifindex, p.ifindex, port->rpf, 0);

@@ -29,6 +29,7 @@ const volatile struct {
 	struct xnf_fib_ctl ctl;
 	struct xnf_fib_cache_key cache_key;
 	struct xnf_fib_cache_entry cache_entry;
+	struct xnf_fib_cache_slot cache_slot;
 } xnf_btf_anchor = {};
 
 /* Set by the loader before load; the verifier prunes what they turn off. */
@@ -254,17 +255,19 @@ static __always_inline int decrement_hops(struct xdp_md *ctx, const struct xnf_p
 }
 
 /* The forward lookup, through the cache when the instance has it. */
-static __always_inline long lookup(struct xdp_md *ctx, struct bpf_fib_lookup *p, __u32 *outcome)
+static __always_inline long lookup(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
+				   struct bpf_fib_lookup *p, __u32 *outcome)
 {
 	if (fib_cached)
-		return fib_lookup_cached(ctx, p, fib_flags, outcome);
+		return fib_lookup_cached(ctx, f, iif, p, fib_flags, outcome);
+	fib_fill(f, iif, p);
 	return bpf_fib_lookup(ctx, p, sizeof(*p), fib_flags);
 }
 
 static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *outcome)
 {
 	__u32 trailer = ctx->data_end - ctx->data;
-	struct bpf_fib_lookup p = {};
+	struct bpf_fib_lookup p; /* filled by lookup() */
 	struct xnf_pkt f = {};
 	enum xnf_parse_result parsed;
 	__u16 out_vid = 0;
@@ -277,12 +280,11 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *out
 	*reason = check_l2(ctx, &f, parsed, &iif, &rpf);
 	if (*reason)
 		return XDP_PASS;
-	*reason = fib_prepare(ctx, &f, &p);
+	*reason = fib_check(ctx, &f);
 	if (*reason)
 		return XDP_PASS;
 
-	p.ifindex = iif;
-	rc = lookup(ctx, &p, outcome);
+	rc = lookup(ctx, &f, iif, &p, outcome);
 	if (f.family == AF_INET && fib_forwards(rc)) {
 		*reason = fib_check_source(ctx, &f, iif, p.ifindex, rpf, fib_flags);
 		if (*reason)

@@ -14,11 +14,13 @@ enum xnf_router_limits {
 	XNF_ROUTER_MAX_VLANS = 4096, /* VLAN sub-interfaces it can translate */
 };
 
+/* Ordered so that a forwarded packet's counters (packets and bytes of
+ * XDP_REDIRECT, its cache outcome, reason 0) share two cache lines. */
 struct xnf_router_stats {
 	__u64 packets[XNF_VERDICTS]; /* indexed by XDP action */
 	__u64 bytes[XNF_VERDICTS];
-	__u64 reasons[XNF_R_MAX];    /* packets per reason */
 	__u64 cache[XNF_FC_MAX];     /* route cache: lookups per outcome (cache mode only) */
+	__u64 reasons[XNF_R_MAX];    /* packets per reason */
 };
 
 /* Per managed interface, indexed by its stats slot. */

@@ -32,21 +32,43 @@ crate::c_enum! {
 /// Local and broadcast addresses a program's source check holds.
 pub const MAX_LOCALS: u32 = types::xnf_fib_limits::XNF_MAX_LOCALS.0;
 
+/// Bits of the filter in front of the table (`struct xnf_locals_filter`).
+const FILTER_BITS: u32 = types::xnf_fib_limits::XNF_LOCALS_FILTER_BITS.0;
+const FILTER_WORDS: usize = types::xnf_fib_limits::XNF_LOCALS_FILTER_WORDS.0 as usize;
+
+/// An address's bit in the filter: `xnf_locals_bit` in fib.h, on the
+/// address as it sits in a header (network order, read as a native word).
+pub fn locals_bit(a: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(a.octets()).wrapping_mul(0x9e37_79b1) >> (32 - FILTER_BITS)
+}
+
+fn write_filter<'a>(filter: &MapHandle, addrs: impl Iterator<Item = &'a Ipv4Addr>) -> Result<()> {
+    let mut words = [0u64; FILTER_WORDS];
+    for a in addrs {
+        let b = locals_bit(*a);
+        words[(b / 64) as usize] |= 1 << (b % 64);
+    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    filter.update(&0u32.to_ne_bytes(), &bytes, MapFlags::ANY).context("writing the filter of local addresses")
+}
+
 /// Makes a program's table of local and broadcast addresses (a hash of
-/// `__be32`) exactly `want`.
-pub fn write_locals(map: &MapHandle, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
+/// `__be32`) exactly `want`, and its filter (`locals_filter`) cover it at
+/// every moment: first the bits of the old and the new addresses, then the
+/// table, then the new bits alone.
+pub fn write_locals(map: &MapHandle, filter: &MapHandle, want: &BTreeSet<Ipv4Addr>) -> Result<()> {
     if want.len() > MAX_LOCALS as usize {
         bail!("the host has {} local and broadcast IPv4 addresses; the source check holds {MAX_LOCALS}", want.len());
     }
-    for k in map.keys() {
-        if k.len() == 4 && !want.contains(&Ipv4Addr::new(k[0], k[1], k[2], k[3])) {
-            crate::maps::delete_if_present(map, &k)?;
-        }
+    let old = read_locals(map);
+    write_filter(filter, old.iter().chain(want))?;
+    for a in old.difference(want) {
+        crate::maps::delete_if_present(map, &a.octets())?;
     }
     for a in want {
         map.update(&a.octets(), &1u32.to_ne_bytes(), MapFlags::ANY).context("writing the table of local addresses")?;
     }
-    Ok(())
+    write_filter(filter, want.iter())
 }
 
 /// The addresses in a program's table of local and broadcast addresses.

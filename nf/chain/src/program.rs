@@ -25,7 +25,7 @@ pub const MAX_NFS: u32 = limits::XNF_CHAIN_MAX_NFS.0;
 pub const MAX_INGRESS: u32 = limits::XNF_CHAIN_MAX_INGRESS.0;
 
 /// Names of the shared maps, as pinned.
-pub const MAP_NAMES: [&str; 8] = ["ports", "rules", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats", "locals"];
+pub const MAP_NAMES: [&str; 9] = ["ports", "rules", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats", "locals", "locals_filter"];
 /// Name of the pinned program.
 pub const PROG_PIN: &str = "prog";
 
@@ -194,6 +194,7 @@ impl ChainProgram {
                 &mut m.chain_stats,
                 &mut m.nf_stats,
                 &mut m.locals,
+                &mut m.locals_filter,
             ]
             .into_iter()
             .zip(MAP_NAMES)
@@ -223,6 +224,7 @@ impl ChainProgram {
             chain_stats: MapHandle::try_from(&m.chain_stats)?,
             nf_stats: MapHandle::try_from(&m.nf_stats)?,
             locals: MapHandle::try_from(&m.locals)?,
+            locals_filter: MapHandle::try_from(&m.locals_filter)?,
         })
     }
 }
@@ -237,12 +239,13 @@ pub struct ChainMaps {
     chain_stats: MapHandle,
     nf_stats: MapHandle,
     locals: MapHandle,
+    locals_filter: MapHandle,
 }
 
 impl ChainMaps {
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals })
+        let [ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals, locals_filter] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
+        Ok(Self { ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals, locals_filter })
     }
 
     pub fn set_port(&self, ifindex: u32, port: Port) -> Result<()> {
@@ -382,6 +385,6 @@ impl ChainMaps {
 
     /// Makes the exit's table of local and broadcast addresses exactly `want`.
     pub fn set_locals(&self, want: &std::collections::BTreeSet<std::net::Ipv4Addr>) -> Result<()> {
-        xnf_core::sources::write_locals(&self.locals, want)
+        xnf_core::sources::write_locals(&self.locals, &self.locals_filter, want)
     }
 }

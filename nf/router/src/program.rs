@@ -4,7 +4,7 @@
 use xnf_core::features::{explain, Feature};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
@@ -23,8 +23,19 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 
 /// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 10] =
-    ["tx_ports", "tx_ports_all", "skb_ports", "ifaces", "stats", "vlan_ingress", "vlan_egress", "locals", "fib_ctl", "fib_cache"];
+pub const MAP_NAMES: [&str; 11] = [
+    "tx_ports",
+    "tx_ports_all",
+    "skb_ports",
+    "ifaces",
+    "stats",
+    "vlan_ingress",
+    "vlan_egress",
+    "locals",
+    "locals_filter",
+    "fib_ctl",
+    "fib_cache",
+];
 
 /// How an instance looks routes up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -98,6 +109,9 @@ impl RouterProgram {
         ro.count_bytes = (!cfg.no_bytes) as u8;
         ro.stats_slot = cfg.slot;
         ro.generic = cfg.generic as u8;
+        // One region of the route cache per possible CPU (fib_cache.h).
+        let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")? as u32;
+        open.maps.fib_cache.set_max_entries(CACHE_SLOTS * cpus).context("sizing the route cache")?;
         if let Some(dir) = pin_dir {
             let m = &mut open.maps;
             for (map, name) in [
@@ -109,6 +123,7 @@ impl RouterProgram {
                 &mut m.vlan_ingress,
                 &mut m.vlan_egress,
                 &mut m.locals,
+                &mut m.locals_filter,
                 &mut m.fib_ctl,
                 &mut m.fib_cache,
             ]
@@ -154,6 +169,7 @@ impl RouterProgram {
             vlan_ingress: MapHandle::try_from(&m.vlan_ingress)?,
             vlan_egress: MapHandle::try_from(&m.vlan_egress)?,
             locals: MapHandle::try_from(&m.locals)?,
+            locals_filter: MapHandle::try_from(&m.locals_filter)?,
             fib_ctl: MapHandle::try_from(&m.fib_ctl)?,
             fib_cache: MapHandle::try_from(&m.fib_cache)?,
         })
@@ -170,6 +186,7 @@ pub struct RouterMaps {
     vlan_ingress: MapHandle,
     vlan_egress: MapHandle,
     locals: MapHandle,
+    locals_filter: MapHandle,
     fib_ctl: MapHandle,
     fib_cache: MapHandle,
 }
@@ -297,9 +314,9 @@ impl Stats {
 impl RouterMaps {
     /// Opens the maps pinned in `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, fib_ctl, fib_cache] =
+        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_cache] =
             xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, fib_ctl, fib_cache })
+        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_cache })
     }
 
     /// Makes `ifindex` a redirect target: for every instance when it is
@@ -430,7 +447,7 @@ impl RouterMaps {
     /// Makes the source check's table of local and broadcast addresses
     /// exactly `want`.
     pub fn set_locals(&self, want: &std::collections::BTreeSet<std::net::Ipv4Addr>) -> Result<()> {
-        xnf_core::sources::write_locals(&self.locals, want)
+        xnf_core::sources::write_locals(&self.locals, &self.locals_filter, want)
     }
 
     /// The addresses in the source check's table.
@@ -463,31 +480,88 @@ impl RouterMaps {
         self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the route cache's control map")
     }
 
-    /// Entries in the route cache (of any generation).
-    pub fn cache_len(&self) -> usize {
-        self.fib_cache.keys().count()
+    /// Filled slots of the route cache, over every CPU's region (of any
+    /// generation; a destination cached by two CPUs fills two).
+    pub fn cache_len(&self) -> Result<usize> {
+        Ok(self.cache_slots()?.iter().filter(|s| s.seq != 0).count())
     }
 
-    /// The cached entry for a destination, if any (of any generation).
+    /// The route cache as it is: every slot of every CPU's region, read
+    /// through a read-only mapping of the array (one copy, no syscall per
+    /// slot).
+    fn cache_slots(&self) -> Result<Vec<types::xnf_fib_cache_slot>> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let info = self.fib_cache.info().context("reading the route cache's map info")?;
+        let (n, size) = (info.info.max_entries as usize, std::mem::size_of::<types::xnf_fib_cache_slot>());
+        ensure!(info.info.value_size as usize == size, "the route cache's slots are {} bytes, not {size}", info.info.value_size);
+        let len = n * size;
+        // SAFETY: a shared read-only mapping of the map's fd, as long as
+        // the array; unmapped below after copying.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, self.fib_cache.as_fd().as_raw_fd(), 0)
+        };
+        ensure!(ptr != libc::MAP_FAILED, "mapping the route cache: {}", std::io::Error::last_os_error());
+        let out = (0..n)
+            .map(|i| {
+                // SAFETY: i < n slots of `size` bytes lie in the mapping;
+                // read_unaligned: the slot is plain data.
+                unsafe { std::ptr::read_unaligned((ptr as *const u8).add(i * size) as *const types::xnf_fib_cache_slot) }
+            })
+            .collect();
+        // SAFETY: the mapping made above, no longer referenced.
+        unsafe { libc::munmap(ptr, len) };
+        Ok(out)
+    }
+
+    /// The cached entry for a destination, if any (of any generation), in
+    /// the region of the first CPU that has one.
     pub fn cache_entry(&self, ingress: u32, dst: std::net::IpAddr, tos: u8) -> Result<Option<CacheEntry>> {
-        let mut key = types::xnf_fib_cache_key { ifindex: ingress, ..Default::default() };
-        match dst {
-            std::net::IpAddr::V4(a) => {
-                key.family = libc::AF_INET as u8;
-                key.tos = tos & 0xfc;
-                key.dst[0] = u32::from_ne_bytes(a.octets());
-            }
-            std::net::IpAddr::V6(a) => {
-                key.family = libc::AF_INET6 as u8;
-                for (i, c) in a.octets().chunks(4).enumerate() {
-                    key.dst[i] = u32::from_ne_bytes(c.try_into()?);
-                }
+        let key = cache_key(ingress, dst, tos);
+        let slot = cache_slot(&key) as usize;
+        let found = self.cache_slots()?.into_iter().skip(slot).step_by(CACHE_SLOTS as usize).find(|s| {
+            s.seq != 0 && s.seq % 2 == 0 && as_bytes(&s.key) == as_bytes(&key)
+        });
+        Ok(found.map(|s| CacheEntry { gen: s.e.gen, ifindex: s.e.ifindex, mtu: s.e.mtu, dmac: s.e.dmac, smac: s.e.smac }))
+    }
+}
+
+/// Slots of one CPU's region of the route cache.
+pub const CACHE_SLOTS: u32 = types::xnf_fib_cache_limits::XNF_FIB_CACHE_SLOTS.0;
+const CACHE_SLOT_BITS: u32 = types::xnf_fib_cache_limits::XNF_FIB_CACHE_SLOT_BITS.0;
+const _: () = assert!(1 << CACHE_SLOT_BITS == CACHE_SLOTS);
+
+/// The route cache's key of a lookup, as `fib_lookup_cached` builds it.
+fn cache_key(ingress: u32, dst: std::net::IpAddr, tos: u8) -> types::xnf_fib_cache_key {
+    let mut key = types::xnf_fib_cache_key { ifindex: ingress, ..Default::default() };
+    match dst {
+        std::net::IpAddr::V4(a) => {
+            key.family = libc::AF_INET as u8;
+            key.tos = tos & 0xfc;
+            key.dst[0] = u32::from_ne_bytes(a.octets());
+        }
+        std::net::IpAddr::V6(a) => {
+            key.family = libc::AF_INET6 as u8;
+            for (w, c) in key.dst.iter_mut().zip(a.octets().chunks_exact(4)) {
+                *w = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
             }
         }
-        let Some(v) = self.fib_cache.lookup(as_bytes(&key), MapFlags::ANY)? else { return Ok(None) };
-        let e: types::xnf_fib_cache_entry = from_bytes(&v);
-        Ok(Some(CacheEntry { gen: e.gen, ifindex: e.ifindex, mtu: e.mtu, dmac: e.dmac, smac: e.smac }))
     }
+    key
+}
+
+/// A key's slot in a CPU's region: `fib_cache_slot` in fib_cache.h.
+fn cache_slot(k: &types::xnf_fib_cache_key) -> u32 {
+    const M: [u64; 6] =
+        [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x27d4_eb2f_1656_67c5, 0x85eb_ca77_c2b2_ae63, 0xff51_afd7_ed55_8ccd];
+    let words = [k.dst[0], k.dst[1], k.dst[2], k.dst[3], k.ifindex, k.tos as u32];
+    let h = words.iter().zip(M).fold(0u64, |h, (w, m)| h.wrapping_add((*w as u64).wrapping_mul(m)));
+    (h >> (64 - CACHE_SLOT_BITS)) as u32
+}
+
+/// A destination's slot in a CPU's region of the route cache (for models
+/// of the cache: two keys on one slot evict each other).
+pub fn cache_slot_of(ingress: u32, dst: std::net::IpAddr, tos: u8) -> u32 {
+    cache_slot(&cache_key(ingress, dst, tos))
 }
 
 /// The route cache's control word (`struct xnf_fib_ctl`).

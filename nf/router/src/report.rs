@@ -57,7 +57,7 @@ pub fn status(json: bool) -> Result<()> {
         // runs renews it every 100 ms; none runs, none is current.
         leased: crate::follow::running_pid().is_some() && ctl.lease_until > 0,
         generation: ctl.gen,
-        entries: maps.cache_len(),
+        entries: maps.cache_len()?,
         ipv4_cached: ctl.aside & crate::program::ASIDE_V4 == 0,
         ipv6_cached: ctl.aside & crate::program::ASIDE_V6 == 0,
     };

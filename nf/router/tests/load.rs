@@ -23,7 +23,7 @@ fn router_loads_in_every_fib_mode() {
         assert_eq!(maps.stats(3).unwrap().total_packets(), 0);
         // The route cache starts unleased and empty: unused until a follower renews it.
         let ctl = maps.cache_ctl().unwrap();
-        assert_eq!((ctl.lease_until, ctl.gen, ctl.aside, maps.cache_len()), (0, 0, 0, 0));
+        assert_eq!((ctl.lease_until, ctl.gen, ctl.aside, maps.cache_len().unwrap()), (0, 0, 0, 0));
         r.renew_lease().unwrap();
         assert!(maps.cache_ctl().unwrap().lease_until > 0, "the lease program ran");
         maps.set_cache_ctl(7, 3).unwrap();

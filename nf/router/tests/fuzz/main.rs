@@ -8,7 +8,7 @@
 //! The route cache (`--fib cache`) must be invisible: the same decisions
 //! as full lookups. Its instances are also checked against a shadow of
 //! what it can hold ([`Shadow`]): a hit only on an entry filled in the
-//! current generation, never a miss on one that surely was, a bypass
+//! current generation, never a miss on one its slot surely holds, a bypass
 //! exactly for a family stepping aside. The FIB changes twice in the run,
 //! at fixed frame numbers (so any frame still reproduces alone): the
 //! policy rule goes (IPv4 stops stepping aside), then the next hop gets a
@@ -19,13 +19,13 @@
 mod fixture;
 mod model;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use fixture::{dst, Fixture, Ingress, POLICY_SRC4, SRC4, SRC6, VLAN200_SRC4};
 use model::Model;
 use xnf_router::cache::aside_bits;
-use xnf_router::program::{CacheOutcome, FibMode, Reason, RouterMaps, RouterProgram, Stats, ASIDE_V4, ASIDE_V6};
+use xnf_router::program::{cache_slot_of, CacheOutcome, FibMode, Reason, RouterMaps, RouterProgram, Stats, ASIDE_V4, ASIDE_V6};
 use xnf_testrun::frames::{frame, World};
 use xnf_testrun::fuzz::{Fuzz, DEFAULT_FRAMES};
 use xnf_testrun::kernel::{view, L3};
@@ -65,15 +65,18 @@ fn enter_phase(f: &Fixture, from: u8, to: u8) {
     }
 }
 
-/// What a cache instance can hold, as far as its outcomes have shown.
+/// What a cache instance can hold, as far as its outcomes have shown. The
+/// cache is direct-mapped per CPU (the thread is pinned): a key has one
+/// slot, and the last key filled into it is what it holds.
 #[derive(Default)]
 struct Shadow {
     gen: u32,
     aside: u32,
     /// Keys looked up (and so maybe cached) in this generation.
     maybe: HashSet<Key>,
-    /// Keys surely cached in this generation: a lookup that forwarded.
-    sure: HashSet<Key>,
+    /// Slots surely holding a key of this generation: the last lookup on
+    /// the slot forwarded (so the helper succeeded and filled it).
+    sure: HashMap<u32, Key>,
 }
 
 /// The cache's key: FIB ingress, destination, IPv4 DSCP.
@@ -98,12 +101,18 @@ impl Shadow {
             Some(CacheOutcome::Bypass) => Ok(()),
             Some(CacheOutcome::Hit) if !self.maybe.contains(&key) => Err("hit on an entry not filled in this generation".into()),
             Some(CacheOutcome::Hit) => Ok(()),
-            // Below a quarter of the LRU's per-CPU share nothing is evicted.
-            Some(CacheOutcome::Miss) if self.sure.contains(&key) && self.sure.len() < 8192 => Err("miss on a destination cached in this generation".into()),
             Some(CacheOutcome::Miss) => {
+                let slot = cache_slot_of(key.0, key.1, key.2);
+                if self.sure.get(&slot) == Some(&key) {
+                    return Err("miss on a destination its slot holds in this generation".into());
+                }
                 self.maybe.insert(key);
+                // A lookup that did not forward may have succeeded (and
+                // filled the slot) or not: the slot is then unknown.
                 if want == Verdict::Redirect {
-                    self.sure.insert(key);
+                    self.sure.insert(slot, key);
+                } else {
+                    self.sure.remove(&slot);
                 }
                 Ok(())
             }
@@ -148,6 +157,8 @@ fn the_router_does_what_the_kernel_rules_say_on_every_frame() {
     let f = Fixture::new().expect("fixture namespace (run as root)");
     f.dut
         .run(|| {
+            // The route cache is per CPU: every run on one CPU meets one region.
+            xnf_testrun::pin_to_current_cpu();
             let fuzz = Fuzz::from_env("router", DEFAULT_FRAMES);
             let mut at = phase(fuzz.first);
             enter_phase(&f, 0, at);
