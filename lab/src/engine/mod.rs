@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod driver;
 pub mod generator;
 pub mod measure;
+pub mod mrt;
 pub mod nft;
 pub mod params;
 pub mod peers;

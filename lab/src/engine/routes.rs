@@ -8,7 +8,8 @@
 //! inside the lab range (in prefixes of the table), so no packet is ever
 //! addressed outside it.
 //!
-//! `--routes FILE` installs a table dump instead ([`parse_table`]): IPv4
+//! `--routes FILE` installs a table dump instead ([`read_table`]: one
+//! prefix per line, or an MRT dump read by `mrt.rs`): IPv4
 //! prefixes as they are (plus a synthetic slice in the lab's range for the
 //! traffic, which a real table never covers), real IPv6 prefixes moved
 //! into 2001:db8::/32 ([`lab_v6`]).
@@ -55,7 +56,7 @@ pub fn install_synthetic(ns: &Netns, ipv6: bool, count: u64, via: &str, dev: Opt
 pub enum Routes {
     /// That many synthetic prefixes (0: none).
     Count(u64),
-    /// A file with one prefix per line ([`parse_table`]).
+    /// A table dump: one prefix per line ([`parse_table`]) or MRT ([`read_table`]).
     File(PathBuf),
 }
 
@@ -119,8 +120,45 @@ pub struct TableFile {
     pub v4: Vec<IpNet>,
     /// Real IPv6 prefixes (2000::/4) moved into 2001:db8::/32 ([`lab_v6`]).
     pub v6: Vec<IpNet>,
-    /// Lines that repeated a prefix (dumps taken from several peers do).
+    /// Lines or MRT entries that repeated a prefix (dumps taken from
+    /// several peers do).
     pub duplicates: usize,
+    /// MRT only: announced prefixes the lab cannot install (a default
+    /// route, bogons, IPv6 longer than /100), left out. A text table fails
+    /// on such a line instead: it can be edited, a dump cannot.
+    pub skipped: usize,
+}
+
+impl TableFile {
+    fn add(&mut self, net: IpNet) {
+        match net {
+            IpNet::V4(_) => self.v4.push(net),
+            IpNet::V6(_) => self.v6.push(net),
+        }
+    }
+
+    /// Sorted, repeats counted and dropped.
+    fn finish(mut self) -> TableFile {
+        for list in [&mut self.v4, &mut self.v6] {
+            let n = list.len();
+            list.sort_unstable();
+            list.dedup();
+            self.duplicates += n - list.len();
+        }
+        self
+    }
+}
+
+/// A prefix as the lab installs it (IPv6 moved into 2001:db8::/32), if it
+/// follows the rules every installed table follows (global unicast IPv4,
+/// nothing on the links).
+fn installable(net: IpNet) -> Result<IpNet> {
+    let net = match net {
+        IpNet::V6(p) => IpNet::V6(lab_v6(p)?),
+        v4 => v4,
+    };
+    RouteSet::from_prefixes(vec![net])?;
+    Ok(net)
 }
 
 /// Bits the lab's IPv6 range adds to a real IPv6 prefix: 2000::/4 is
@@ -157,31 +195,36 @@ pub fn parse_table(text: &str, origin: &str) -> Result<TableFile> {
         }
         let at = || format!("{origin}: line {}", i + 1);
         ensure!(!entry.contains(char::is_whitespace), "{}: `{entry}`: one prefix per line", at());
-        let net = match parse_prefix(entry).with_context(at)? {
-            IpNet::V6(p) => IpNet::V6(lab_v6(p).with_context(at)?),
-            v4 => v4,
-        };
-        // The rules every installed table follows (global unicast IPv4,
-        // nothing on the links), checked line by line to name the line.
-        RouteSet::from_prefixes(vec![net]).with_context(at)?;
-        match net {
-            IpNet::V4(_) => t.v4.push(net),
-            IpNet::V6(_) => t.v6.push(net),
-        }
+        // Checked line by line to name the line.
+        t.add(installable(parse_prefix(entry).with_context(at)?).with_context(at)?);
     }
-    for list in [&mut t.v4, &mut t.v6] {
-        let n = list.len();
-        list.sort_unstable();
-        list.dedup();
-        t.duplicates += n - list.len();
-    }
-    Ok(t)
+    Ok(t.finish())
 }
 
-/// Reads and parses the table in `path`.
+/// The prefixes of an MRT dump (`mrt.rs`) as the lab installs them; the
+/// ones it cannot install are counted in `skipped`.
+pub fn parse_mrt(bytes: &[u8], origin: &str) -> Result<TableFile> {
+    let mut t = TableFile::default();
+    for net in super::mrt::prefixes(bytes, origin)? {
+        match installable(net) {
+            Ok(net) => t.add(net),
+            Err(_) => t.skipped += 1,
+        }
+    }
+    Ok(t.finish())
+}
+
+/// Reads and parses the table in `path`: text with one prefix per line, or
+/// an MRT dump, either gzip-compressed or not.
 pub fn read_table(path: &Path) -> Result<TableFile> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("--routes {}: cannot read it (give a route count or a table file)", path.display()))?;
-    parse_table(&text, &path.display().to_string())
+    let origin = path.display().to_string();
+    let bytes = std::fs::read(path).with_context(|| format!("--routes {origin}: cannot read it (give a route count or a table file)"))?;
+    let bytes = super::mrt::decompressed(bytes, &origin)?;
+    if super::mrt::is_binary(&bytes) {
+        return parse_mrt(&bytes, &origin);
+    }
+    let text = String::from_utf8(bytes).map_err(|_| anyhow!("--routes {origin}: neither text (one prefix per line) nor MRT"))?;
+    parse_table(&text, &origin)
 }
 
 /// A table to install: its prefixes and what it is, for results.
@@ -225,6 +268,9 @@ impl Table {
                 }
                 if t.duplicates > 0 || other > 0 {
                     about.push_str(&format!(" ({} repeated lines, {other} prefixes of the other family left out)", t.duplicates));
+                }
+                if t.skipped > 0 {
+                    about.push_str(&format!(" ({} announced prefixes the lab cannot install left out: default routes, bogons, IPv6 longer than /100)", t.skipped));
                 }
                 Ok(Some(Table { set: RouteSet::from_prefixes(prefixes)?, source: name, from_source: n, about }))
             }

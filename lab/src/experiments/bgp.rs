@@ -72,7 +72,7 @@ impl VariantName for Variant {
 #[derive(Args, Clone, Debug, Serialize)]
 pub struct Bgp {
     /// The table BIRD announces: N synthetic prefixes, or a table dump
-    /// (one prefix per line, as for `xnf lab router --routes`).
+    /// (one prefix per line or MRT, as for `xnf lab router --routes`).
     #[arg(long, default_value = "100000", value_parser = Routes::parse, value_name = "N|FILE")]
     pub routes: Routes,
     /// Prefix changes per second while traffic flows (withdrawals,

@@ -112,9 +112,10 @@ pub struct Router {
     #[arg(long, default_value = "1", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
     pub queues: Vec<u32>,
     /// Routes added to dut's table (by netlink batches): N synthetic
-    /// prefixes (the public BGP table's length mix), or FILE, a table dump
-    /// with one prefix per line (# comments; real IPv6 prefixes are moved
-    /// into 2001:db8::/32); a list sweeps, e.g. 0,10000,1000000,bgp.txt.
+    /// prefixes (the public BGP table's length mix), or FILE, a table dump:
+    /// one prefix per line (# comments) or an MRT RIB dump, gzipped or not
+    /// (real IPv6 prefixes are moved into 2001:db8::/32); a list sweeps,
+    /// e.g. 0,10000,1000000,bgp.txt.
     #[arg(long, default_value = "0", value_delimiter = ',', value_parser = Routes::parse, value_name = "N|FILE[,...]")]
     pub routes: Vec<Routes>,
     /// Load a realistic netfilter ruleset (conntrack, sets, counters) on
