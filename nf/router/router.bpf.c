@@ -336,4 +336,15 @@ int xnf_router_lease(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
+/* Attached by the follower to its rtnetlink socket (SO_ATTACH_BPF), never
+ * to an interface: the kernel runs it for every notification of the
+ * follower's groups as it makes the change (see fib_kgen in fib_cache.h).
+ * Keeps every message: the follower reads them all. */
+SEC("socket")
+int xnf_router_notify(struct __sk_buff *skb)
+{
+	fib_cache_kernel_bump();
+	return skb->len;
+}
+
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -22,8 +22,10 @@
  * follower, nf/router/src/cache.rs):
  *  - a generation number, bumped after every netlink change that can alter
  *    a lookup's answer (routes, rules, neighbours, links, addresses,
- *    forwarding settings). An entry stamped with an older generation is a
- *    miss. The generation is read *before* the helper runs: if the kernel
+ *    forwarding settings): by the kernel itself as it notifies the change
+ *    (fib_kgen below) and by the follower when it has read it (fib_ctl's
+ *    gen, which also moves with the families stepping aside). An entry
+ *    stamped with another generation of either is a miss. The generation is read *before* the helper runs: if the kernel
  *    changes in between, the entry carries the old number and the bump
  *    that follows the change retires it;
  *  - a lease: the cache is used only while the follower renews it
@@ -81,6 +83,7 @@ struct xnf_fib_cache_key {
 struct xnf_fib_cache_entry {
 	__u32 gen;
 	__u32 ifindex;   /* egress as the FIB returned it (maybe a VLAN device) */
+	__u64 kgen;      /* fib_kgen when it was filled */
 	__u16 mtu;       /* the route's MTU the helper checked against */
 	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
@@ -95,6 +98,24 @@ struct {
 } fib_ctl SEC(".maps");
 
 /*
+ * The kernel's own count of changes: bumped by xnf_router_notify, a socket
+ * filter the follower attaches to its rtnetlink socket. The kernel runs a
+ * socket's filter for every notification it broadcasts, in the context of
+ * the change itself (do_one_broadcast), after the change is visible: so
+ * an entry is retired before the call that changed a route, a neighbour, a
+ * link returns — however long the follower then waits for a CPU (it waited
+ * up to 60 ms here, behind a routing daemon installing a million routes).
+ * A separate map: user space rewrites fib_ctl whole, which would undo a
+ * concurrent increment.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} fib_kgen SEC(".maps");
+
+/*
  * One slot. seq is odd while its owner writes it: a program that runs
  * nested on the same CPU (an XDP program under BPF_PROG_TEST_RUN can be
  * interrupted by a softirq running another instance) neither writes a slot
@@ -105,7 +126,6 @@ struct xnf_fib_cache_slot {
 	__u32 pad;
 	struct xnf_fib_cache_key key;
 	struct xnf_fib_cache_entry e;
-	__u64 pad2;      /* to 64 bytes: one cache line */
 };
 
 /* max_entries is XNF_FIB_CACHE_SLOTS times the possible CPUs, set by the
@@ -165,6 +185,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	struct xnf_fib_cache_entry e;
 	__u32 zero = 0, aside, gen, idx, seq;
 	struct xnf_fib_ctl *ctl;
+	__u64 *kgen_p, kgen;
 	long rc;
 
 	ctl = bpf_map_lookup_elem(&fib_ctl, &zero);
@@ -173,7 +194,10 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		*outcome = XNF_FC_BYPASS;
 		return fib_cache_helper(ctx, f, iif, p, flags);
 	}
-	gen = ctl->gen; /* before the helper: see the top of this file */
+	/* Both before the helper: see the top of this file. */
+	gen = ctl->gen;
+	kgen_p = bpf_map_lookup_elem(&fib_kgen, &zero);
+	kgen = kgen_p ? *(volatile __u64 *)kgen_p : 0;
 	if (f->family == AF_INET) {
 		key.tos = f->tos & 0xfc;
 		key.dst[0] = f->dst[0];
@@ -192,7 +216,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	if (seq && !(seq & 1) && fib_cache_key_eq(&sl->key, &key)) {
 		e = sl->e;
 		xnf_barrier();
-		if (e.gen == gen && sl->seq == seq) {
+		if (e.gen == gen && e.kgen == kgen && sl->seq == seq) {
 			*outcome = XNF_FC_HIT;
 			/* The helper checks the MTU before it looks at the next
 			 * hop: a packet too big for the route gets FRAG_NEEDED
@@ -221,6 +245,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		xnf_barrier();
 		sl->key = key;
 		sl->e.gen = gen;
+		sl->e.kgen = kgen;
 		sl->e.ifindex = p->ifindex;
 		sl->e.mtu = p->mtu_result;
 		__builtin_memcpy(sl->e.dmac, p->dmac, ETH_ALEN);
@@ -229,6 +254,17 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		sl->seq = seq + 2;
 	}
 	return rc;
+}
+
+/* One more change seen by the kernel (see fib_kgen). */
+static __always_inline void fib_cache_kernel_bump(void)
+{
+	__u64 *k;
+	__u32 zero = 0;
+
+	k = bpf_map_lookup_elem(&fib_kgen, &zero);
+	if (k)
+		__sync_fetch_and_add(k, 1);
 }
 
 /*

@@ -428,9 +428,18 @@ impl Listener {
         let plan = plan.clone();
         let thread = std::thread::spawn(move || {
             let (mut changes, mut overflows) = (Vec::new(), 0);
-            while !s2.load(Ordering::Relaxed) {
-                let Ok(batch) = events.next_batch(Duration::from_millis(50)) else { break };
-                let t = now_ns();
+            // Each datagram stamped as it is read (not after the whole
+            // burst): the change is no later than that.
+            let mut next = || -> Result<Option<(u64, xnf_netns::netlink::Batch)>> {
+                while !s2.load(Ordering::Relaxed) {
+                    if let Some(b) = events.recv()? {
+                        return Ok(Some((now_ns(), b)));
+                    }
+                    events.wait(Duration::from_millis(50))?;
+                }
+                Ok(None)
+            };
+            while let Ok(Some((t, batch))) = next() {
                 overflows += u64::from(batch.overflowed);
                 for m in &batch.messages {
                     let (msg, added) = match m {

@@ -1,7 +1,8 @@
 //! Keeping the route cache (`bpf/include/xnf/fib_cache.h`) exact: the
-//! follower's half. Every batch of rtnetlink notifications bumps the
-//! cache's generation — before anything slow is done about them, since the
-//! data plane follows the old decision until the bump lands — and sets
+//! follower's half. Every rtnetlink notification bumps the kernel's
+//! generation as the change is made (a socket filter on the follower's
+//! socket, `xnf_router_notify`), every batch of them the follower's own
+//! once it has read them, and sets
 //! which families step aside ([`FibShape`]); a lease renewed every
 //! [`RENEW`] keeps the cache in use only while this runs.
 
@@ -9,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
-use xnf_netns::netlink::{Batch, FibShape, Shape};
+use xnf_netns::netlink::{Batch, Events, FibShape, Shape};
 
 use crate::program::{RouterMaps, RouterProgram, ASIDE_V4, ASIDE_V6};
 
@@ -34,8 +35,11 @@ pub fn aside_bits(shape: &Shape) -> u32 {
 impl Keeper {
     /// Takes over the cache pinned in `dir`: whatever it holds is of
     /// unknown age, so the generation moves on before the lease starts.
-    pub fn start(dir: &Path) -> Result<Self> {
+    /// The kernel's bump is attached to `events` first: from then on every
+    /// change retires the entries as it is made.
+    pub fn start(dir: &Path, events: &Events) -> Result<Self> {
         let prog = RouterProgram::load_lease(dir)?;
+        events.attach_filter(prog.notify_filter())?;
         let maps = prog.maps()?;
         let gen = maps.cache_ctl()?.gen;
         // Both families aside until the FIB's shape is known.

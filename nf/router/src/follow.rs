@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use xnf_core::state::{self, StateLock};
-use xnf_netns::netlink::{self, group, Events, Link, Shape};
+use xnf_netns::netlink::{self, group, Batch, Events, Link, Shape};
 
 use crate::attach::LOCK;
 use crate::cache;
@@ -110,7 +110,7 @@ pub fn run() -> Result<()> {
             eprintln!("xnf router follow: router detached, exiting");
             return Ok(());
         }
-        cache::Keeper::start(&dir)?
+        cache::Keeper::start(&dir, &events)?
     };
     say_shape(&keeper.shape(), None);
     let result = follow(&dir, &mut events, keeper);
@@ -124,10 +124,13 @@ fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper)
     let mut resync = true;
     let mut last_sync = Instant::now();
     loop {
-        let batch = events.next_batch(cache::RENEW)?;
+        // The kernel's bump (the filter on this socket) has retired the
+        // cache's entries already; what the batch holds is followed here
+        // (another bump, families stepping aside).
+        let batch = if events.wait(cache::RENEW)? { events.drain()? } else { Batch::default() };
         if !batch.is_empty() {
-            // The cache first: until the bump lands, the data plane follows
-            // the kernel's old decision.
+            // The cache first: its step-aside bits follow the FIB's shape
+            // only once the follower has read the change.
             let before = keeper.shape();
             if let Err(e) = keeper.changed(&batch) {
                 let _ = keeper.stop();

@@ -23,7 +23,7 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 
 /// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 11] = [
+pub const MAP_NAMES: [&str; 12] = [
     "tx_ports",
     "tx_ports_all",
     "skb_ports",
@@ -34,6 +34,7 @@ pub const MAP_NAMES: [&str; 11] = [
     "locals",
     "locals_filter",
     "fib_ctl",
+    "fib_kgen",
     "fib_cache",
 ];
 
@@ -125,6 +126,7 @@ impl RouterProgram {
                 &mut m.locals,
                 &mut m.locals_filter,
                 &mut m.fib_ctl,
+                &mut m.fib_kgen,
                 &mut m.fib_cache,
             ]
             .into_iter()
@@ -157,6 +159,22 @@ impl RouterProgram {
         Ok(())
     }
 
+    /// Runs the kernel's bump (`xnf_router_notify`) once, as a notification
+    /// would: for tests of the data plane's side.
+    pub fn kernel_bump(&self) -> Result<()> {
+        let frame = [0u8; 64];
+        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
+        self.skel.progs.xnf_router_notify.test_run(input).context("running the route cache's notification filter (BPF_PROG_TEST_RUN)")?;
+        Ok(())
+    }
+
+    /// The notification filter (`xnf_router_notify`), for
+    /// [`xnf_netns::netlink::Events::attach_filter`].
+    pub fn notify_filter(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.skel.progs.xnf_router_notify.as_fd()
+    }
+
     /// Handles on the instance's maps (the shared ones when pinned).
     pub fn maps(&self) -> Result<RouterMaps> {
         let m = &self.skel.maps;
@@ -171,6 +189,7 @@ impl RouterProgram {
             locals: MapHandle::try_from(&m.locals)?,
             locals_filter: MapHandle::try_from(&m.locals_filter)?,
             fib_ctl: MapHandle::try_from(&m.fib_ctl)?,
+            fib_kgen: MapHandle::try_from(&m.fib_kgen)?,
             fib_cache: MapHandle::try_from(&m.fib_cache)?,
         })
     }
@@ -188,6 +207,7 @@ pub struct RouterMaps {
     locals: MapHandle,
     locals_filter: MapHandle,
     fib_ctl: MapHandle,
+    fib_kgen: MapHandle,
     fib_cache: MapHandle,
 }
 
@@ -314,9 +334,9 @@ impl Stats {
 impl RouterMaps {
     /// Opens the maps pinned in `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_cache] =
+        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache] =
             xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_cache })
+        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache })
     }
 
     /// Makes `ifindex` a redirect target: for every instance when it is
@@ -460,6 +480,13 @@ impl RouterMaps {
         let v = self.fib_ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("the route cache's control map has no entry")?;
         let c: types::xnf_fib_ctl = from_bytes(&v);
         Ok(CacheCtl { lease_until: c.lease_until, gen: c.gen, aside: c.aside })
+    }
+
+    /// The kernel's count of changes (`fib_kgen`: bumped by the
+    /// follower's notification filter as each change is made).
+    pub fn kernel_gen(&self) -> Result<u64> {
+        let v = self.fib_kgen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("the route cache's kernel generation map has no entry")?;
+        Ok(u64::from_ne_bytes(v[..8].try_into()?))
     }
 
     /// Writes the control word's generation and step-aside bits, keeping

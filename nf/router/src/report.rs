@@ -27,6 +27,8 @@ struct CacheStatus {
     /// The follower's lease is current: instances with `--fib cache` use it.
     leased: bool,
     generation: u32,
+    /// Changes the kernel has notified (the follower's filter counts them).
+    kernel_generation: u64,
     entries: usize,
     ipv4_cached: bool,
     ipv6_cached: bool,
@@ -57,6 +59,7 @@ pub fn status(json: bool) -> Result<()> {
         // runs renews it every 100 ms; none runs, none is current.
         leased: crate::follow::running_pid().is_some() && ctl.lease_until > 0,
         generation: ctl.gen,
+        kernel_generation: maps.kernel_gen()?,
         entries: maps.cache_len()?,
         ipv4_cached: ctl.aside & crate::program::ASIDE_V4 == 0,
         ipv6_cached: ctl.aside & crate::program::ASIDE_V6 == 0,

@@ -32,11 +32,18 @@ fn generation(r: &RoutedLine) -> u64 {
     r.cache_status()["generation"].as_u64().unwrap()
 }
 
-/// Runs `ip ARGS` in dut and waits until the follower has retired the
-/// cache's entries; returns how long that took after `ip` returned.
+fn kernel_generation(r: &RoutedLine) -> u64 {
+    r.cache_status()["kernel_generation"].as_u64().unwrap()
+}
+
+/// Runs `ip ARGS` in dut: the kernel's bump (the follower's socket filter)
+/// has retired the cache's entries by the time `ip` returns — no waiting;
+/// then waits until the follower has read the change too and returns how
+/// long that took after `ip` returned.
 fn change(r: &RoutedLine, args: &[&str]) -> Duration {
-    let before = generation(r);
+    let (before, kbefore) = (generation(r), kernel_generation(r));
     r.dut().ip(args).unwrap_or_else(|e| panic!("ip {}: {e:#}", args.join(" ")));
+    assert!(kernel_generation(r) > kbefore, "`ip {}` returned before the kernel's bump", args.join(" "));
     let t0 = Instant::now();
     wait_for(&format!("the follower to see `ip {}`", args.join(" ")), || generation(r) != before);
     t0.elapsed()

@@ -36,6 +36,8 @@ enum Row {
     Frame(Frame),
     /// The follower saw a change: every entry retires.
     Bump,
+    /// The kernel notified a change (the follower's socket filter ran).
+    KernelBump,
     /// Families stepping aside (`ASIDE_*` bits).
     Aside(u32),
     /// The follower is gone: the lease ends (and the generation moves on).
@@ -129,6 +131,9 @@ fn rows(f: &Fixture) -> Vec<Row> {
     t.rows.push(Row::Bump);
     t.forward("after a generation bump: a miss", src4, fwd4, 0, Miss);
     t.forward("... then cached again", src4, fwd4, 0, Hit);
+    t.rows.push(Row::KernelBump);
+    t.forward("after the kernel's bump (a notification, before the follower reads it): a miss", src4, fwd4, 0, Miss);
+    t.forward("... then cached again, with the kernel's generation", src4, fwd4, 0, Hit);
     t.rows.push(Row::Aside(ASIDE_V4));
     t.forward("IPv4 stepping aside: the FIB answers", src4, fwd4, 0, Bypass);
     t.forward("IPv6 still cached", src6, fwd6, 0, Miss);
@@ -157,6 +162,11 @@ fn route_cache_packet_table() {
                 let ctl = maps.cache_ctl().unwrap();
                 match row {
                     Row::Bump => maps.set_cache_ctl(ctl.gen + 1, ctl.aside).unwrap(),
+                    Row::KernelBump => {
+                        let k = maps.kernel_gen().unwrap();
+                        prog.kernel_bump().unwrap();
+                        assert_eq!(maps.kernel_gen().unwrap(), k + 1, "the notification filter counts one change");
+                    }
                     Row::Aside(bits) => maps.set_cache_ctl(ctl.gen, bits).unwrap(),
                     Row::EndLease => maps.end_lease().unwrap(),
                     Row::Renew => {

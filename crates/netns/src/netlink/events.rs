@@ -1,8 +1,8 @@
 //! [`Events`]: rtnetlink notifications of the calling thread's network
-//! namespace, taken in batches — everything queued when the first one
-//! arrives — so that a burst of changes (a routing daemon installing a
-//! table) costs its reader one wake-up, and a lost burst (the socket's
-//! buffer overflowed) is reported rather than missed.
+//! namespace, waited for and then taken in batches — everything queued —
+//! so that a burst of changes (a routing daemon installing a table) costs
+//! its reader one wake-up, and a lost burst (the socket's buffer
+//! overflowed) is reported rather than missed.
 
 use std::os::fd::AsRawFd;
 use std::time::Duration;
@@ -38,7 +38,7 @@ pub mod group {
 /// reported as an overflow.
 const EVENT_RCVBUF: usize = 32 << 20;
 
-/// What one wait brought.
+/// What one read or one drain brought.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub messages: Vec<RouteNetlinkMessage>,
@@ -76,26 +76,56 @@ impl Events {
         Ok(Self { rtnl: Rtnl::subscribe(groups, EVENT_RCVBUF)? })
     }
 
-    /// Waits up to `timeout` for a notification, then takes every one
-    /// queued. An empty batch: nothing came in time.
-    pub fn next_batch(&mut self, timeout: Duration) -> Result<Batch> {
-        let mut batch = Batch::default();
+    /// Attaches the socket filter `prog` (SO_ATTACH_BPF): the kernel runs
+    /// it for every notification it sends this socket, as it makes the
+    /// change, before queueing it.
+    pub fn attach_filter(&self, prog: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+        use std::os::fd::AsRawFd as _;
+        let fd = prog.as_raw_fd();
+        // SAFETY: setsockopt on our socket with a c_int option value.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.rtnl.socket().as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ATTACH_BPF,
+                &fd as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()).context("attaching a BPF filter to the rtnetlink socket (SO_ATTACH_BPF)");
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for a notification to be queued. False: none
+    /// came in time.
+    pub fn wait(&mut self, timeout: Duration) -> Result<bool> {
         let mut pfd = libc::pollfd { fd: self.rtnl.socket().as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as libc::c_int) };
-        if n <= 0 {
-            return Ok(batch);
+        Ok(n > 0)
+    }
+
+    /// Takes the notifications of one read of the socket (one datagram);
+    /// None: nothing is queued.
+    pub fn recv(&mut self) -> Result<Option<Batch>> {
+        match self.rtnl.try_recv_events() {
+            Ok(None) => Ok(None),
+            Ok(Some(n)) => Ok(Some(Batch { messages: n.messages, undecoded: n.undecoded, overflowed: false })),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(Some(Batch { overflowed: true, ..Batch::default() })),
+            Err(e) => Err(e).context("receiving rtnetlink notifications"),
         }
-        loop {
-            match self.rtnl.try_recv_events() {
-                Ok(None) => return Ok(batch),
-                Ok(Some(n)) => {
-                    batch.messages.extend(n.messages);
-                    batch.undecoded.extend(n.undecoded);
-                }
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => batch.overflowed = true,
-                Err(e) => return Err(e).context("receiving rtnetlink notifications"),
-            }
+    }
+
+    /// Takes every notification queued (an empty batch if none is).
+    pub fn drain(&mut self) -> Result<Batch> {
+        let mut batch = Batch::default();
+        while let Some(b) = self.recv()? {
+            batch.messages.extend(b.messages);
+            batch.undecoded.extend(b.undecoded);
+            batch.overflowed |= b.overflowed;
         }
+        Ok(batch)
     }
 }
