@@ -17,10 +17,13 @@ pub enum RouterCmd {
         /// XDP mode: native (in the driver) or skb (generic, any device, slow).
         #[arg(long, value_enum, default_value = "native")]
         mode: XdpMode,
-        /// How to look routes up (cache: full lookups remembered per
-        /// destination, kept exact by the follower; see the README).
-        #[arg(long, value_enum, default_value = "full")]
-        fib: FibMode,
+        /// How to look routes up: cache (the default: full lookups
+        /// remembered per destination, kept exact by the kernel and the
+        /// follower), full (the kernel's lookup, every packet) or direct
+        /// (the main table only, no policy rules). With --no-follow the
+        /// default is full.
+        #[arg(long, value_enum)]
+        fib: Option<FibMode>,
         /// Count packets and reasons only, no bytes (a few cycles less per packet).
         #[arg(long)]
         no_byte_counters: bool,
@@ -55,6 +58,8 @@ pub enum RouterCmd {
 pub fn run(cmd: RouterCmd) -> Result<()> {
     match cmd {
         RouterCmd::Attach { ifaces, mode, fib, no_byte_counters, no_follow } => {
+            // The cache needs its follower: without one, full lookups.
+            let fib = fib.unwrap_or(if no_follow { FibMode::Full } else { FibMode::Cache });
             let opts = AttachOptions { mode, fib, no_bytes: no_byte_counters };
             let mut report = crate::attach(&ifaces, opts)?;
             if fib == FibMode::Cache && no_follow && follow::running_pid().is_none() {

@@ -42,11 +42,12 @@ pub const MAP_NAMES: [&str; 12] = [
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum FibMode {
     /// Full lookup: policy rules, then tables (what the kernel does).
-    #[default]
     Full,
     /// Skip policy rules; main table only (`BPF_FIB_LOOKUP_DIRECT`, faster).
     Direct,
-    /// Full lookups through a route cache kept exact by the follower.
+    /// Full lookups through a route cache kept exact by the kernel and the
+    /// follower (the default of `xnf router attach`).
+    #[default]
     Cache,
 }
 
