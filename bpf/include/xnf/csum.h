@@ -50,7 +50,7 @@ static __always_inline int ipv4_csum_ok(const struct iphdr *iph)
  * TTL shares a 16-bit word with the protocol field; the new word is
  * computed and stored whole: storing the TTL byte and loading the word
  * back stalls the CPU's store forwarding (a load wider than the store it
- * reads from), 2 ns per packet here. The caller has checked TTL > 1.
+ * reads from: the top line of the router's profile, 9 % of its samples).
  */
 static __always_inline void ipv4_decrement_ttl(struct iphdr *iph)
 {

@@ -18,16 +18,17 @@
  * addresses. Slots are 64 bytes in a page-aligned (mmapable) array: one
  * cache line each.
  *
- * Exactness rests on three things the control plane keeps (the router's
- * follower, nf/router/src/cache.rs):
- *  - a generation number, bumped after every netlink change that can alter
+ * Exactness rests on three things the router's follower keeps
+ * (nf/router/src/cache.rs), one of them through the kernel:
+ *  - generation numbers, bumped after every netlink change that can alter
  *    a lookup's answer (routes, rules, neighbours, links, addresses,
  *    forwarding settings): by the kernel itself as it notifies the change
  *    (fib_kgen below) and by the follower when it has read it (fib_ctl's
  *    gen, which also moves with the families stepping aside). An entry
- *    stamped with another generation of either is a miss. The generation is read *before* the helper runs: if the kernel
- *    changes in between, the entry carries the old number and the bump
- *    that follows the change retires it;
+ *    stamped with another generation of either is a miss. Both are read
+ *    *before* the helper runs: if the kernel changes in between, the
+ *    entry carries the old numbers and the bump that follows the change
+ *    retires it;
  *  - a lease: the cache is used only while the follower renews it
  *    (every 100 ms, for 256 jiffies). A follower that dies — kill -9 —
  *    cannot bump anymore, so its cache stops being trusted within the
@@ -143,7 +144,7 @@ struct {
 /*
  * A key's slot in a CPU's region: a multilinear hash (fixed odd 64-bit
  * multipliers, the top bits of the sum), cheap and spreading every word of
- * the key. user space has the same function (nf/router/src/program.rs,
+ * the key. User space has the same function (nf/router/src/program.rs,
  * cache_slot) to find an entry.
  */
 static __always_inline __u32 fib_cache_slot(const struct xnf_fib_cache_key *k)
