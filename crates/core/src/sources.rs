@@ -38,7 +38,7 @@ const FILTER_WORDS: usize = types::xnf_fib_limits::XNF_LOCALS_FILTER_WORDS.0 as 
 
 /// An address's bit in the filter: `xnf_locals_bit` in fib.h, on the
 /// address as it sits in a header (network order, read as a native word).
-pub fn locals_bit(a: Ipv4Addr) -> u32 {
+fn locals_bit(a: Ipv4Addr) -> u32 {
     u32::from_ne_bytes(a.octets()).wrapping_mul(0x9e37_79b1) >> (32 - FILTER_BITS)
 }
 

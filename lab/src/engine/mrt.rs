@@ -4,7 +4,8 @@
 //! gzip-compressed dump (RIPE RIS's `.gz`) is decompressed first.
 //! What the lab does with the prefixes is `routes.rs`'s business.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use bgpkit_parser::models::ElemType;
@@ -12,30 +13,30 @@ use bgpkit_parser::parser::mrt::mrt_elem::Elementor;
 use bgpkit_parser::{BgpkitParser, ParserError};
 use ipnet::IpNet;
 
-/// A file's bytes, gunzipped if they are gzip's.
-pub fn decompressed(bytes: Vec<u8>, origin: &str) -> Result<Vec<u8>> {
-    if !bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(bytes);
-    }
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes.as_slice()).read_to_end(&mut out).with_context(|| format!("{origin}: gzip data that does not decompress"))?;
-    Ok(out)
+/// A table file opened for reading, gunzipped on the fly if it is gzip's:
+/// a dump of a full table from many peers decompresses to hundreds of MB,
+/// which are never held at once.
+pub fn open(path: &Path, origin: &str) -> Result<Box<dyn BufRead>> {
+    let file = std::fs::File::open(path).with_context(|| format!("--routes {origin}: cannot read it (give a route count or a table file)"))?;
+    let mut r = BufReader::new(file);
+    let gz = r.fill_buf().with_context(|| format!("--routes {origin}: cannot read it"))?.starts_with(&[0x1f, 0x8b]);
+    Ok(if gz { Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(r))) } else { Box::new(r) })
 }
 
 /// True for binary data, which a text table never is: every MRT record
-/// starts with a 16-bit type whose high byte is 0.
-pub fn is_binary(bytes: &[u8]) -> bool {
-    bytes.contains(&0)
+/// starts with a 16-bit type whose high byte is 0 (the 5th byte).
+pub fn is_binary(head: &[u8]) -> bool {
+    head.contains(&0)
 }
 
-/// The prefixes an MRT dump holds or announces, every one as often as it
-/// appears (a RIB dump has one entry per peer that sent the route, so
-/// repeats are the rule). A record that does not parse fails the whole
-/// file with its number.
-pub fn prefixes(bytes: &[u8], origin: &str) -> Result<Vec<IpNet>> {
-    let mut parser = BgpkitParser::from_reader(bytes);
+/// Calls `f` with every prefix an MRT dump holds or announces, as often
+/// as it appears (a RIB dump has one entry per peer that sent the route,
+/// so repeats are the rule), and returns how many. A record that does not
+/// parse fails the whole file with its number.
+pub fn prefixes(reader: impl Read, origin: &str, mut f: impl FnMut(IpNet)) -> Result<usize> {
+    let mut parser = BgpkitParser::from_reader(reader);
     let mut elementor = Elementor::new();
-    let (mut out, mut records) = (Vec::new(), 0usize);
+    let (mut n, mut records) = (0usize, 0usize);
     loop {
         let record = match parser.next_record() {
             Ok(r) => r,
@@ -45,14 +46,15 @@ pub fn prefixes(bytes: &[u8], origin: &str) -> Result<Vec<IpNet>> {
         records += 1;
         for elem in elementor.record_to_elems(record) {
             if elem.elem_type == ElemType::ANNOUNCE {
-                out.push(elem.prefix.prefix);
+                f(elem.prefix.prefix);
+                n += 1;
             }
         }
     }
-    if out.is_empty() {
+    if n == 0 {
         bail!("{origin}: {records} MRT records and no announced prefix in them (a RIB dump, TABLE_DUMP_V2, holds the table)");
     }
-    Ok(out)
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -82,7 +84,8 @@ mod tests {
     fn a_rib_dump_gives_its_prefixes_once_per_peer() {
         let bytes = rib(&["1.0.0.0/24", "8.8.8.0/24", "2a00:1450::/32"]);
         assert!(is_binary(&bytes));
-        let mut got = prefixes(&bytes, "rib").unwrap();
+        let mut got = Vec::new();
+        assert_eq!(prefixes(bytes.as_slice(), "rib", |p| got.push(p)).unwrap(), 6);
         got.sort();
         let want: Vec<IpNet> = ["1.0.0.0/24", "1.0.0.0/24", "8.8.8.0/24", "8.8.8.0/24", "2a00:1450::/32", "2a00:1450::/32"].iter().map(|p| p.parse().unwrap()).collect();
         assert_eq!(got, want);
@@ -92,10 +95,21 @@ mod tests {
     fn a_gzipped_dump_reads_like_the_plain_one() {
         use std::io::Write;
         let bytes = rib(&["1.0.0.0/24"]);
+        let dir = std::env::temp_dir().join(format!("xnf-mrt-gz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         gz.write_all(&bytes).unwrap();
-        assert_eq!(decompressed(gz.finish().unwrap(), "rib.gz").unwrap(), bytes);
-        assert_eq!(decompressed(bytes.clone(), "rib").unwrap(), bytes);
+        std::fs::write(dir.join("rib.gz"), gz.finish().unwrap()).unwrap();
+        std::fs::write(dir.join("rib"), &bytes).unwrap();
+        let read = |name: &str| {
+            let mut out = Vec::new();
+            open(&dir.join(name), name).unwrap().read_to_end(&mut out).unwrap();
+            out
+        };
+        let (unzipped, plain) = (read("rib.gz"), read("rib"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(unzipped, bytes);
+        assert_eq!(plain, bytes);
     }
 
     #[test]
@@ -121,9 +135,9 @@ mod tests {
     #[test]
     fn a_cut_or_foreign_file_fails_with_its_name() {
         let bytes = rib(&["1.0.0.0/24", "8.8.8.0/24"]);
-        let err = prefixes(&bytes[..bytes.len() - 5], "rib.mrt").unwrap_err().to_string();
+        let err = prefixes(&bytes[..bytes.len() - 5], "rib.mrt", |_| ()).unwrap_err().to_string();
         assert!(err.contains("rib.mrt: MRT record"), "{err}");
-        let err = prefixes(&[0u8; 7], "zeros").unwrap_err().to_string();
+        let err = prefixes(&[0u8; 7][..], "zeros", |_| ()).unwrap_err().to_string();
         assert!(err.contains("zeros"), "{err}");
         assert!(!is_binary(b"1.0.0.0/24\n# comment\n"));
     }

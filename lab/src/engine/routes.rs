@@ -15,6 +15,7 @@
 //! into 2001:db8::/32 ([`lab_v6`]).
 
 use std::net::{IpAddr, Ipv6Addr};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -202,28 +203,34 @@ pub fn parse_table(text: &str, origin: &str) -> Result<TableFile> {
 }
 
 /// The prefixes of an MRT dump (`mrt.rs`) as the lab installs them; the
-/// ones it cannot install are counted in `skipped`.
-pub fn parse_mrt(bytes: &[u8], origin: &str) -> Result<TableFile> {
+/// copies of one it cannot install are counted in `skipped`. Each distinct
+/// prefix is checked once: a full dump repeats every one per peer.
+pub fn parse_mrt(reader: impl std::io::Read, origin: &str) -> Result<TableFile> {
     let mut t = TableFile::default();
-    for net in super::mrt::prefixes(bytes, origin)? {
-        match installable(net) {
-            Ok(net) => t.add(net),
-            Err(_) => t.skipped += 1,
+    // Each distinct prefix, and whether the lab installs it.
+    let mut seen = std::collections::HashMap::<IpNet, bool>::new();
+    super::mrt::prefixes(reader, origin, |net| match seen.get(&net) {
+        Some(true) => t.duplicates += 1,
+        Some(false) => t.skipped += 1,
+        None => {
+            let ok = installable(net).map(|n| t.add(n)).is_ok();
+            t.skipped += usize::from(!ok);
+            seen.insert(net, ok);
         }
-    }
+    })?;
     Ok(t.finish())
 }
 
 /// Reads and parses the table in `path`: text with one prefix per line, or
-/// an MRT dump, either gzip-compressed or not.
+/// an MRT dump, either gzip-compressed or not (read as a stream).
 pub fn read_table(path: &Path) -> Result<TableFile> {
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).with_context(|| format!("--routes {origin}: cannot read it (give a route count or a table file)"))?;
-    let bytes = super::mrt::decompressed(bytes, &origin)?;
-    if super::mrt::is_binary(&bytes) {
-        return parse_mrt(&bytes, &origin);
+    let mut r = super::mrt::open(path, &origin)?;
+    if super::mrt::is_binary(r.fill_buf().with_context(|| format!("--routes {origin}: cannot read it"))?) {
+        return parse_mrt(r, &origin);
     }
-    let text = String::from_utf8(bytes).map_err(|_| anyhow!("--routes {origin}: neither text (one prefix per line) nor MRT"))?;
+    let mut text = String::new();
+    r.read_to_string(&mut text).map_err(|_| anyhow!("--routes {origin}: neither text (one prefix per line) nor MRT"))?;
     parse_table(&text, &origin)
 }
 

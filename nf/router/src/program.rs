@@ -545,11 +545,16 @@ impl RouterMaps {
     /// the region of the first CPU that has one.
     pub fn cache_entry(&self, ingress: u32, dst: std::net::IpAddr, tos: u8) -> Result<Option<CacheEntry>> {
         let key = cache_key(ingress, dst, tos);
-        let slot = cache_slot(&key) as usize;
-        let found = self.cache_slots()?.into_iter().skip(slot).step_by(CACHE_SLOTS as usize).find(|s| {
-            s.seq != 0 && s.seq % 2 == 0 && as_bytes(&s.key) == as_bytes(&key)
-        });
-        Ok(found.map(|s| CacheEntry { gen: s.e.gen, ifindex: s.e.ifindex, mtu: s.e.mtu, dmac: s.e.dmac, smac: s.e.smac }))
+        let slots = self.fib_cache.info().context("reading the route cache's map info")?.info.max_entries;
+        // The key's slot in each CPU's region: one lookup per CPU.
+        for idx in (cache_slot(&key)..slots).step_by(CACHE_SLOTS as usize) {
+            let Some(v) = self.fib_cache.lookup(&idx.to_ne_bytes(), MapFlags::ANY)? else { continue };
+            let s: types::xnf_fib_cache_slot = from_bytes(&v);
+            if s.seq != 0 && s.seq % 2 == 0 && as_bytes(&s.key) == as_bytes(&key) {
+                return Ok(Some(CacheEntry { gen: s.e.gen, ifindex: s.e.ifindex, mtu: s.e.mtu, dmac: s.e.dmac, smac: s.e.smac }));
+            }
+        }
+        Ok(None)
     }
 }
 
