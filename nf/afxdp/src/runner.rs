@@ -220,15 +220,36 @@ impl XskSet {
         a
     }
 
-    /// Runs `nf` until `stop` is set, then drains: every frame handed to a
-    /// TX ring is waited for (up to a second) so the accounting balances.
+    /// Runs `nf` until `stop` is set, then drains: the frames already in
+    /// the RX rings are processed, and every frame handed to a TX ring is
+    /// waited for (up to a second) so the accounting balances.
     pub fn run(&mut self, nf: &mut dyn NetworkFunction, stop: &AtomicBool) -> Result<()> {
         while !stop.load(Ordering::Relaxed) {
             if self.step(nf)? == 0 {
                 self.wait()?;
             }
         }
+        self.finish_received(nf)?;
         self.drain()
+    }
+
+    /// What the sockets had received when stopped is still the NF's (Ctrl-C
+    /// must not leave frames the kernel delivered uncounted), at most a
+    /// ring's worth per socket: traffic still arriving is not waited for.
+    fn finish_received(&mut self, nf: &mut dyn NetworkFunction) -> Result<()> {
+        if !nf.receives() {
+            return Ok(());
+        }
+        for i in 0..self.sockets.len() {
+            let mut left = self.sockets[i].rx.size() as usize;
+            while left > 0 {
+                match self.receive(i, nf)? {
+                    0 => break,
+                    n => left = left.saturating_sub(n),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// One round over every socket without waiting: completions reaped,
