@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use anyhow::{bail, Context, Result};
 use nix::sched::CloneFlags;
@@ -44,6 +44,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Netns {
     name: String,
     role: String,
+    /// Its counter files, opened inside it on first use.
+    counters: OnceLock<Mutex<CounterFiles>>,
+}
+
+/// A namespace's counter files under /proc/net, opened once from inside
+/// it. A /proc/net file stays bound to the namespace it was opened in, so
+/// it is read again (seek to 0, read) from any thread in microseconds;
+/// entering the namespace costs a fresh thread, which a loaded machine may
+/// leave waiting for tens of milliseconds, and readings of several
+/// namespaces meant to be taken together then were not (under a flood a
+/// lab test saw gen's interval 13 % longer than dut's).
+#[derive(Debug)]
+struct CounterFiles {
+    dev: File,
+    snmp: File,
+    /// None without IPv6.
+    snmp6: Option<File>,
+    netstat: File,
+}
+
+impl CounterFiles {
+    fn open() -> std::io::Result<CounterFiles> {
+        let open = |f: &str| File::open(format!("/proc/thread-self/net/{f}"));
+        Ok(CounterFiles { dev: open("dev")?, snmp: open("snmp")?, snmp6: open("snmp6").ok(), netstat: open("netstat")? })
+    }
+}
+
+/// The whole of a /proc file opened earlier, as it reads now.
+fn read_again(mut f: &File) -> std::io::Result<String> {
+    use std::io::{Read, Seek};
+    f.seek(std::io::SeekFrom::Start(0))?;
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok(text)
 }
 
 impl Netns {
@@ -74,7 +108,7 @@ impl Netns {
         }
         lock(&LIVE).insert(name.clone());
         // From here on the guard owns the namespace, even if `lo` fails.
-        let ns = Netns { name, role };
+        let ns = Netns { name, role, counters: OnceLock::new() };
         ns.link_up("lo")?;
         ns.sysctl_set("net.ipv6.conf.default.accept_dad", "0")?;
         ns.sysctl_set("net.ipv6.conf.all.accept_dad", "0")?;
@@ -210,33 +244,36 @@ impl Netns {
         self.sysctl_set("net.ipv6.conf.all.forwarding", "1")
     }
 
+    /// The counter files, opened inside the namespace the first time.
+    fn counter_files(&self) -> Result<MutexGuard<'_, CounterFiles>> {
+        if self.counters.get().is_none() {
+            let files = self.run(CounterFiles::open)?.context("opening /proc/net/dev, snmp and netstat")?;
+            // Two threads may race here: either's files serve.
+            let _ = self.counters.set(Mutex::new(files));
+        }
+        Ok(lock(self.counters.get().expect("set above")))
+    }
+
     /// Reads the namespace's protocol counters (snmp, snmp6 and netstat).
     pub fn snmp(&self) -> Result<Snmp> {
-        let files = self.run(|| {
-            ["snmp", "snmp6", "netstat"]
-                .map(|f| std::fs::read_to_string(format!("/proc/thread-self/net/{f}")))
-        })?;
-        let [snmp, snmp6, netstat] = files;
+        let f = self.counter_files()?;
         let mut s = Snmp::default();
-        s.add_table(&snmp.context("reading /proc/net/snmp")?);
-        s.add_snmp6(&snmp6.context("reading /proc/net/snmp6 (is IPv6 disabled?)")?);
-        s.add_table(&netstat.context("reading /proc/net/netstat")?);
+        s.add_table(&read_again(&f.snmp).context("reading /proc/net/snmp")?);
+        let snmp6 = f.snmp6.as_ref().context("no /proc/net/snmp6 (is IPv6 disabled?)")?;
+        s.add_snmp6(&read_again(snmp6).context("reading /proc/net/snmp6")?);
+        s.add_table(&read_again(&f.netstat).context("reading /proc/net/netstat")?);
         Ok(s)
     }
 
     /// Every interface's counters, read at one instant (one read of /proc/net/dev).
     pub fn all_link_stats(&self) -> Result<std::collections::BTreeMap<String, LinkStats>> {
-        let text = self
-            .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?
-            .context("reading /proc/net/dev")?;
+        let text = read_again(&self.counter_files()?.dev).context("reading /proc/net/dev")?;
         Ok(parse_dev_all(&text))
     }
 
     /// Packet and byte counters of interface `dev` (from /proc/net/dev).
     pub fn link_stats(&self, dev: &str) -> Result<LinkStats> {
-        let text = self
-            .run(|| std::fs::read_to_string("/proc/thread-self/net/dev"))?
-            .context("reading /proc/net/dev")?;
+        let text = read_again(&self.counter_files()?.dev).context("reading /proc/net/dev")?;
         parse_dev(&text, dev)
             .with_context(|| format!("no interface {dev} in namespace {}", self.name))
     }

@@ -145,6 +145,26 @@ fn run_is_inside_namespace() {
     assert!(caught.is_err());
 }
 
+/// Counters are read from files opened once inside the namespace: later
+/// readings, from other threads, still show that namespace as it is now.
+#[test]
+fn counters_read_again_show_the_namespace_now() {
+    let ns = Netns::new("counters").unwrap();
+    let peer = Netns::new("cpeer").unwrap();
+    assert!(ns.all_link_stats().unwrap().contains_key("lo"));
+    let before = ns.snmp().unwrap().value("Udp", "NoPorts").unwrap();
+    let (a, b) = (ifname("a"), ifname("b"));
+    veth(&ns, &a, &peer, &b, None).unwrap();
+    ns.ip_batch(&["addr add 198.18.0.1/24 dev lo".to_string()]).unwrap();
+    let seen = std::thread::scope(|s| s.spawn(|| ns.all_link_stats().unwrap()).join().unwrap());
+    assert!(seen.contains_key(&a) && !seen.contains_key(&b), "{seen:?}");
+    // A datagram to a port nobody listens on moves the namespace's NoPorts.
+    let sock = ns.run(|| UdpSocket::bind("198.18.0.1:0").unwrap()).unwrap();
+    sock.send_to(b"x", "198.18.0.1:9").unwrap();
+    assert_eq!(ns.snmp().unwrap().value("Udp", "NoPorts").unwrap(), before + 1);
+    assert_eq!(peer.snmp().unwrap().value("Udp", "NoPorts").unwrap(), 0);
+}
+
 #[test]
 fn config_helpers_check_and_report() {
     let ns = Netns::new("cfg").unwrap();
