@@ -161,6 +161,8 @@ fn xnf_drops_the_flood_by_port_and_by_a_blocklist() {
     assert_eq!(profiles.len(), 4, "one per variant and blocklist at max, none without a flood");
     for p in profiles {
         assert!(p["offered_pps"].is_null() && p["profile"]["counts_only"] == true, "{}", p["variant"]);
+        // Programs are timed only with --prog-stats: no made-up zero.
+        assert!(p["xdp_ns_per_packet"].is_null() && p["profile"]["xdp_programs"].as_array().unwrap().is_empty(), "{}", p["variant"]);
         let dut_in = p["profile"]["devices"].as_array().unwrap().iter().find(|d| d["namespace"].as_str().unwrap().ends_with("-dut") && d["name"] == "xnfin");
         assert!(dut_in.is_some_and(|d| num(&d["work"]) > 0.0), "{}: dut's ingress polled: {}", p["variant"], p["profile"]["devices"]);
         // nftables drops in the stack with the kernel's reason; xnf in XDP, before any skb.

@@ -181,6 +181,28 @@ fn router_experiment_measures_every_variant_and_kind() {
     assert!(v["summary"].as_array().unwrap().iter().all(|s| s["zero_loss_mpps"].is_number()));
 }
 
+/// `--profile counts --prog-stats`: the twin interval times each BPF
+/// program, and the path's XDP programs' own time comes per variant.
+#[test]
+fn prog_stats_time_each_variants_programs_in_the_profiled_twin() {
+    let (v, csv) = run_experiment(&["router", "--variants", "xnf,dut-drop", "--profile", "counts", "--prog-stats"]);
+    check_accounting(&v, &csv);
+    let profiles = v["profiles"].as_array().unwrap();
+    for variant in ["xnf", "dut-drop"] {
+        let p = profiles.iter().find(|p| p["variant"] == variant).unwrap_or_else(|| panic!("no profile of {variant}"));
+        let progs = p["profile"]["xdp_programs"].as_array().unwrap();
+        // The generator's program is not the path's; dut's (and, when
+        // frames get there, the sink's) are.
+        let path: Vec<&serde_json::Value> = progs.iter().filter(|x| x["name"] != "xnf_gen").collect();
+        let ns: u64 = path.iter().map(|x| x["ns"].as_u64().unwrap()).sum();
+        assert!(!path.is_empty() && path.iter().all(|x| x["runs"].as_u64().unwrap() > 0), "{variant}: {progs:?}");
+        let per_packet = p["xdp_ns_per_packet"].as_f64().unwrap();
+        assert!(per_packet > 0.0 && (per_packet - ns as f64 / p["packets"].as_f64().unwrap()).abs() < 1e-6, "{variant}: {p}");
+    }
+    let entry = |variant: &str| profiles.iter().find(|p| p["variant"] == variant).unwrap()["profile"]["xdp_programs"].as_array().unwrap().iter().any(|x| x["name"] == "xnf_entry");
+    assert!(entry("xnf") && !entry("dut-drop"), "xnf runs behind its entry program, dut-drop does not");
+}
+
 #[test]
 fn actions_experiment_counts_every_verdict_where_it_lands() {
     let (v, csv) = run_experiment(&["actions"]);

@@ -22,7 +22,7 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--variants", "tcp"][..], "--variants", 2),
         ],
     );
-    assert_lab_refuses("router", &[(&["--flame", "/tmp/x"][..], "--flame needs --profile", 1), (&["--profile", "all"][..], "--profile", 2)]);
+    assert_lab_refuses("router", &[(&["--flame", "/tmp/x"][..], "--flame needs --profile", 1), (&["--profile", "all"][..], "--profile", 2), (&["--prog-stats"][..], "--prog-stats needs --profile", 1)]);
 }
 
 #[test]

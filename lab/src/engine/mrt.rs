@@ -68,12 +68,14 @@ mod tests {
         let mut enc = MrtRibEncoder::new();
         for (i, p) in prefixes.iter().enumerate() {
             for peer in ["192.0.2.1", "192.0.2.2"] {
-                let mut e = BgpElem::default();
-                e.timestamp = 1_700_000_000.0 + i as f64;
-                e.peer_ip = peer.parse().unwrap();
-                e.peer_asn = 64_500.into();
-                e.prefix = bgpkit_parser::models::NetworkPrefix::new(p.parse().unwrap(), None);
-                e.next_hop = Some(peer.parse().unwrap());
+                let e = BgpElem {
+                    timestamp: 1_700_000_000.0 + i as f64,
+                    peer_ip: peer.parse().unwrap(),
+                    peer_asn: 64_500.into(),
+                    prefix: bgpkit_parser::models::NetworkPrefix::new(p.parse().unwrap(), None),
+                    next_hop: Some(peer.parse().unwrap()),
+                    ..Default::default()
+                };
                 enc.process_elem(&e).unwrap();
             }
         }

@@ -32,6 +32,13 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "DIR")]
     #[serde(skip)]
     pub flame: Option<PathBuf>,
+    /// With --profile: time every BPF program in the profiled twin (the
+    /// kernel's BPF statistics: two clock reads per program run, which
+    /// slow the twin further). The XDP column then gives the path's XDP
+    /// programs' ns per packet, and each one's ns per run is listed.
+    #[arg(long)]
+    #[serde(default)]
+    pub prog_stats: bool,
 }
 
 /// How much `--profile` attaches.
@@ -47,6 +54,7 @@ pub enum ProfileLevel {
 impl ProfileArgs {
     pub fn check(&self) -> Result<()> {
         ensure!(self.flame.is_none() || self.profile.is_some(), "--flame needs --profile");
+        ensure!(!self.prog_stats || self.profile.is_some(), "--prog-stats needs --profile");
         Ok(())
     }
 
@@ -57,7 +65,7 @@ impl ProfileArgs {
             // the costliest probes, and the latencies need no more.
             watch: xnf_profile::Watch { in_flight: 65536, counts_only: l == ProfileLevel::Counts, follow_every: 8, ..Default::default() },
             stack_hz: Some(499),
-            prog_stats: false,
+            prog_stats: self.prog_stats,
         })
     }
 }
@@ -83,8 +91,10 @@ pub struct ProfiledRun {
     pub packets: u64,
     /// NET_RX softirq ns per packet by stage, then the softirq total.
     pub stages: Vec<(String, f64)>,
-    /// The path's XDP programs (not the generator's): ns per packet.
-    pub xdp_ns_per_packet: f64,
+    /// The path's XDP programs (not the generator's): ns per packet, with
+    /// `--prog-stats`.
+    #[serde(default)]
+    pub xdp_ns_per_packet: Option<f64>,
     /// Hottest functions: (name, self %).
     pub top: Vec<(String, f64)>,
     /// The flame graph written, if any.
@@ -102,7 +112,9 @@ impl ProfiledRun {
             SampleKind::Load { offered_pps, .. } | SampleKind::Search { offered_pps } => Some(offered_pps),
             SampleKind::Max => None,
         };
-        let xdp_ns: u64 = prof.xdp_programs.iter().filter(|x| x.name != GENERATOR).map(|x| x.ns).sum();
+        let path_xdp: Vec<_> = prof.xdp_programs.iter().filter(|x| x.name != GENERATOR).collect();
+        // Programs are timed only with --prog-stats.
+        let xdp_ns = (!path_xdp.is_empty()).then(|| path_xdp.iter().map(|x| x.ns).sum::<u64>());
         // The idle task is not where the time went.
         let stacks = prof.stacks.take().map(|s| s.busy());
         let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
@@ -127,7 +139,7 @@ impl ProfiledRun {
             corunner_per_s: plain.corunner_per_s,
             packets,
             stages: prof.per_packet(packets),
-            xdp_ns_per_packet: xdp_ns as f64 / packets.max(1) as f64,
+            xdp_ns_per_packet: xdp_ns.map(|ns| ns as f64 / packets.max(1) as f64),
             top,
             flame,
             profile: prof,
@@ -173,7 +185,7 @@ pub fn print(r: &Results) {
         let stages: String = names.iter().map(|n| if p.profile.counts_only { format!(" {:>7}", "-") } else { format!(" {:>7.0}", p.stage(n)) }).collect();
         let top: Vec<String> = p.top.iter().take(3).map(|(n, pct)| format!("{n} {pct:.0}")).collect();
         println!(
-            "{:<13} {:<22} {:>3} {:>9} {:>7.3} {:>7.1}%{stages} {:>8.0} {:>7.0}  {}",
+            "{:<13} {:<22} {:>3} {:>9} {:>7.3} {:>7.1}%{stages} {:>8.0} {:>7}  {}",
             p.variant,
             r.label(&p.point),
             p.run + 1,
@@ -181,9 +193,14 @@ pub fn print(r: &Results) {
             p.profiled_mpps,
             p.overhead_pct(),
             p.stage("softirq"),
-            p.xdp_ns_per_packet,
+            p.xdp_ns_per_packet.map_or("-".into(), |x| format!("{x:.0}")),
             top.join(", ")
         );
+    }
+    // Each path program's own time, so variants compare program to program.
+    for p in r.profiles.iter().filter(|p| p.xdp_ns_per_packet.is_some()) {
+        let progs: Vec<String> = p.profile.xdp_programs.iter().filter(|x| x.name != GENERATOR).map(|x| format!("{} {:.1} ns × {}", x.name, x.ns_per_run(), x.runs)).collect();
+        println!("XDP programs, ns per run (--prog-stats), {} {} run {}: {}", p.variant, r.label(&p.point), p.run + 1, progs.join(", "));
     }
     let mut drops: Vec<String> = Vec::new();
     for p in &r.profiles {

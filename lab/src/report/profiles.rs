@@ -71,7 +71,11 @@ fn table(r: &Results) -> Markup {
                                 @if p.profile.counts_only { td class="num dash" { "-" } } @else { td class="num" { (fmt_num(p.stage(name), 0)) } }
                             }
                             td class="num" { (fmt_num(p.stage("softirq"), 0)) }
-                            td class="num" { (fmt_num(p.xdp_ns_per_packet, 0)) }
+                            @match p.xdp_ns_per_packet {
+                                // Programs are timed only with --prog-stats.
+                                Some(x) => td class="num" { (fmt_num(x, 0)) },
+                                None => td class="num dash" { "-" },
+                            }
                             td class="top" { @for (i, (name, pct)) in p.top.iter().take(3).enumerate() { @if i > 0 { br; } (name) " " (fmt_num(*pct, 0)) } }
                         }
                     }

@@ -550,7 +550,7 @@ impl RouterMaps {
         for idx in (cache_slot(&key)..slots).step_by(CACHE_SLOTS as usize) {
             let Some(v) = self.fib_cache.lookup(&idx.to_ne_bytes(), MapFlags::ANY)? else { continue };
             let s: types::xnf_fib_cache_slot = from_bytes(&v);
-            if s.seq != 0 && s.seq % 2 == 0 && as_bytes(&s.key) == as_bytes(&key) {
+            if s.seq != 0 && s.seq.is_multiple_of(2) && as_bytes(&s.key) == as_bytes(&key) {
                 return Ok(Some(CacheEntry { gen: s.e.gen, ifindex: s.e.ifindex, mtu: s.e.mtu, dmac: s.e.dmac, smac: s.e.smac }));
             }
         }
