@@ -240,7 +240,10 @@ impl RoutedLine {
             }
             polls += 1;
             let neigh = ip(self.dut(), &["neigh", "show", "dev", &self.line.dut_sink_if]);
-            if neigh.lines().filter(|l| l.contains("REACHABLE") || l.contains("STALE") || l.contains("DELAY")).count() >= 2 {
+            // An entry for each of the sink's addresses (another entry, say
+            // for its link-local address, does not route a datagram).
+            let usable = |a: String| neigh.lines().any(|l| l.split_whitespace().next() == Some(a.as_str()) && ["REACHABLE", "STALE", "DELAY"].iter().any(|s| l.contains(s)));
+            if usable(self.line.sink_v4.to_string()) && usable(self.line.sink_v6.to_string()) {
                 return;
             }
             // What the failure looked like, for a failure seen only in
