@@ -134,6 +134,23 @@ mod tests {
         assert_eq!((t.v4, t.v6, t.duplicates, t.skipped), (v4, v6, 3, 4));
     }
 
+    /// A gzipped table cut short fails naming the file and why, not as
+    /// "neither text nor MRT".
+    #[test]
+    fn a_cut_gzip_file_fails_saying_so() {
+        use std::io::Write;
+        let text: String = (0..2000).map(|i| format!("{}.{}.0.0/16\n", 10 + i / 256, i % 256)).collect();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(text.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
+        let path = std::env::temp_dir().join(format!("xnf-cut-{}.txt.gz", std::process::id()));
+        std::fs::write(&path, &gz[..gz.len() / 2]).unwrap();
+        let err = super::super::routes::read_table(&path).map(|_| ()).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        let err = format!("{err:#}");
+        assert!(err.contains("xnf-cut-") && err.contains("cut short or corrupt"), "{err}");
+    }
+
     #[test]
     fn a_cut_or_foreign_file_fails_with_its_name() {
         let bytes = rib(&["1.0.0.0/24", "8.8.8.0/24"]);

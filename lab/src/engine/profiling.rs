@@ -18,6 +18,12 @@ use super::results::{Point, Results, Sample, SampleKind};
 /// part of the path measured.
 const GENERATOR: &str = "xnf_gen";
 
+/// The path's XDP programs a profile timed (`--prog-stats`): all but the
+/// generator's.
+fn path_programs(p: &Profile) -> impl Iterator<Item = &xnf_profile::progstats::ProgStat> {
+    p.xdp_programs.iter().filter(|x| x.name != GENERATOR)
+}
+
 /// `--profile` and `--flame`, on every experiment.
 #[derive(Args, Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ProfileArgs {
@@ -112,9 +118,8 @@ impl ProfiledRun {
             SampleKind::Load { offered_pps, .. } | SampleKind::Search { offered_pps } => Some(offered_pps),
             SampleKind::Max => None,
         };
-        let path_xdp: Vec<_> = prof.xdp_programs.iter().filter(|x| x.name != GENERATOR).collect();
         // Programs are timed only with --prog-stats.
-        let xdp_ns = (!path_xdp.is_empty()).then(|| path_xdp.iter().map(|x| x.ns).sum::<u64>());
+        let xdp_ns = path_programs(&prof).next().is_some().then(|| path_programs(&prof).map(|x| x.ns).sum::<u64>());
         // The idle task is not where the time went.
         let stacks = prof.stacks.take().map(|s| s.busy());
         let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
@@ -199,7 +204,7 @@ pub fn print(r: &Results) {
     }
     // Each path program's own time, so variants compare program to program.
     for p in r.profiles.iter().filter(|p| p.xdp_ns_per_packet.is_some()) {
-        let progs: Vec<String> = p.profile.xdp_programs.iter().filter(|x| x.name != GENERATOR).map(|x| format!("{} {:.1} ns × {}", x.name, x.ns_per_run(), x.runs)).collect();
+        let progs: Vec<String> = path_programs(&p.profile).map(|x| format!("{} {:.1} ns × {}", x.name, x.ns_per_run(), x.runs)).collect();
         println!("XDP programs, ns per run (--prog-stats), {} {} run {}: {}", p.variant, r.label(&p.point), p.run + 1, progs.join(", "));
     }
     let mut drops: Vec<String> = Vec::new();

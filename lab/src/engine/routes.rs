@@ -229,8 +229,9 @@ pub fn read_table(path: &Path) -> Result<TableFile> {
     if super::mrt::is_binary(r.fill_buf().with_context(|| format!("--routes {origin}: cannot read it"))?) {
         return parse_mrt(r, &origin);
     }
-    let mut text = String::new();
-    r.read_to_string(&mut text).map_err(|_| anyhow!("--routes {origin}: neither text (one prefix per line) nor MRT"))?;
+    let mut bytes = Vec::new();
+    r.read_to_end(&mut bytes).with_context(|| format!("--routes {origin}: cannot read it to the end (a gzip file cut short or corrupt?)"))?;
+    let text = String::from_utf8(bytes).map_err(|_| anyhow!("--routes {origin}: neither text (one prefix per line) nor MRT"))?;
     parse_table(&text, &origin)
 }
 

@@ -266,6 +266,11 @@ pub fn run(a: RunArgs) -> Result<()> {
     ensure!(!link.loopback, "{}: AF_XDP needs an Ethernet interface, not the loopback", a.iface);
     let rules = a.matches.iter().map(|m| MatchSpec::parse(m)?.class()).collect::<Result<Vec<_>>>()?;
     let mut nf = make_nf(&a, &link)?;
+    // Before anything is attached: a Ctrl-C from then on stops the run
+    // and still gets its report (the default action would kill it).
+    let stop = Arc::new(AtomicBool::new(false));
+    let on_stop = stop.clone();
+    xnf_core::runtime::on_interrupt(move |_| on_stop.store(true, Ordering::Relaxed))?;
 
     let prog = AfxdpProgram::load()?;
     prog.set_rules(&rules, a.unknown_l4 == UnknownL4::Drop)?;
@@ -293,9 +298,6 @@ pub fn run(a: RunArgs) -> Result<()> {
         if rules.is_empty() { "all traffic on these queues".to_string() } else { format!("{} class(es), the rest to the kernel", rules.len()) }
     );
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let on_stop = stop.clone();
-    xnf_core::runtime::on_interrupt(move |_| on_stop.store(true, Ordering::Relaxed))?;
     let counters = set.counters();
     let stat_fds: Vec<OwnedFd> = set.sockets().iter().map(|s| s.fd().try_clone_to_owned()).collect::<std::io::Result<_>>()?;
     let t0 = Instant::now();
