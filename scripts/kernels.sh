@@ -260,7 +260,7 @@ boot() {
 # fraction of its speed, and not the same fraction (the lab's results say
 # so in a note): the numbers compare points and variants of the one run.
 lab_kernel() {
-	local series=${1:-} img out a prev=
+	local series=${1:-} img out a file prev=
 	[ -n "$series" ] && [ $# -ge 2 ] || die "usage: scripts/kernels.sh lab KERNEL EXPERIMENT [OPTION...], e.g. lab 6.1 router --vlan none,in,out,both"
 	shift
 	[ -x "$venv/bin/vng" ] || die "virtme-ng is not set up: run scripts/kernels.sh setup"
@@ -270,11 +270,15 @@ lab_kernel() {
 	# The guest writes only under target/: a result file elsewhere would
 	# vanish with it.
 	for a in "$@"; do
-		case $prev in
-		--json | --csv)
-			case $(realpath -m "$a") in "$root"/target/*) ;; *) die "$prev $a: the guest writes only under $root/target; put the file there" ;; esac ;;
+		case $prev:$a in
+		--json:* | --csv:*) file=$a ;;
+		*:--json=* | *:--csv=*) file=${a#*=} ;;
+		*) file= ;;
 		esac
-		case $a in --json=* | --csv=*) die "$a: give it as ${a%%=*} FILE (two words)" ;; esac
+		case ${file:+$(realpath -m "$file")} in
+		"" | "$root"/target/*) ;;
+		*) die "$file: the guest writes only under $root/target; put the --json or --csv file there" ;;
+		esac
 		prev=$a
 	done
 	cargo build --release -q -p xnf

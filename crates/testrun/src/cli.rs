@@ -285,17 +285,20 @@ pub fn udp_receiver(ns: &Netns, addr: SocketAddr) -> UdpSocket {
     s
 }
 
-/// Sends `n` small datagrams, pausing every 64 so that a veth ring (256
-/// frames) never overflows: the tests check forwarding, not capacity. In
-/// the kernel matrix's emulated guests (XNF_GUEST), where the receiving
-/// side runs ten times slower, every 8.
+/// Sends `n` small datagrams, pausing 1 ms every 64 so that a veth ring
+/// (256 frames) never overflows: the tests check forwarding, not capacity.
+/// In the kernel matrix's emulated guests (XNF_GUEST), where the receiving
+/// side runs ten times slower, every 8. A shorter last batch pauses in
+/// proportion, so a caller sending a few at a time in a loop is paced too
+/// (it was not: a stream of eights ran unpaced and overflowed the ring).
 pub fn send_paced(tx: &UdpSocket, to: SocketAddr, n: usize) {
     let every = if std::env::var_os("XNF_GUEST").is_some() { 8 } else { 64 };
-    for i in 0..n {
-        tx.send_to(&(i as u32).to_be_bytes(), to).unwrap();
-        if i % every == every - 1 {
-            std::thread::sleep(Duration::from_millis(1));
+    for start in (0..n).step_by(every) {
+        let batch = every.min(n - start);
+        for i in start..start + batch {
+            tx.send_to(&(i as u32).to_be_bytes(), to).unwrap();
         }
+        std::thread::sleep(Duration::from_micros(1000 * batch as u64 / every as u64));
     }
 }
 

@@ -119,7 +119,8 @@ impl ProfiledRun {
             SampleKind::Max => None,
         };
         // Programs are timed only with --prog-stats.
-        let xdp_ns = path_programs(&prof).next().is_some().then(|| path_programs(&prof).map(|x| x.ns).sum::<u64>());
+        let mut progs = path_programs(&prof).peekable();
+        let xdp_ns = progs.peek().is_some().then(|| progs.map(|x| x.ns).sum::<u64>());
         // The idle task is not where the time went.
         let stacks = prof.stacks.take().map(|s| s.busy());
         let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
