@@ -30,6 +30,7 @@ const volatile struct {
 	struct xnf_fib_cache_key cache_key;
 	struct xnf_fib_cache_entry cache_entry;
 	struct xnf_fib_cache_slot cache_slot;
+	enum xnf_neigh_use_limits neigh_use_limits;
 } xnf_btf_anchor = {};
 
 /* Set by the loader before load; the verifier prunes what they turn off. */
@@ -254,14 +255,14 @@ static __always_inline int decrement_hops(struct xdp_md *ctx, const struct xnf_p
 	return -1;
 }
 
-/* The forward lookup, through the cache when the instance has it. */
+/* The forward lookup, through the cache when the instance has it; on
+ * success @neigh is the next hop's slot in neigh_use. */
 static __always_inline long lookup(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
-				   struct bpf_fib_lookup *p, __u32 *outcome)
+				   struct bpf_fib_lookup *p, __u32 *outcome, __u32 *neigh)
 {
 	if (fib_cached)
-		return fib_lookup_cached(ctx, f, iif, p, fib_flags, outcome);
-	fib_fill(f, iif, p);
-	return bpf_fib_lookup(ctx, p, sizeof(*p), fib_flags);
+		return fib_lookup_cached(ctx, f, iif, p, fib_flags, outcome, neigh);
+	return fib_cache_helper(ctx, f, iif, p, fib_flags, neigh);
 }
 
 static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *outcome)
@@ -271,7 +272,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *out
 	struct xnf_pkt f = {};
 	enum xnf_parse_result parsed;
 	__u16 out_vid = 0;
-	__u32 iif = 0;
+	__u32 iif = 0, neigh = 0;
 	__u8 rpf = 0;
 	int l3_off;
 	long rc;
@@ -284,7 +285,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *out
 	if (*reason)
 		return XDP_PASS;
 
-	rc = lookup(ctx, &f, iif, &p, outcome);
+	rc = lookup(ctx, &f, iif, &p, outcome, &neigh);
 	if (f.family == AF_INET && fib_forwards(rc)) {
 		*reason = fib_check_source(ctx, &f, iif, p.ifindex, rpf, fib_flags);
 		if (*reason)
@@ -298,6 +299,8 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *out
 	*reason = select_egress(p.ifindex, &out_vid);
 	if (*reason)
 		return XDP_PASS;
+	/* Forwarded to this neighbour: the follower keeps it confirmed. */
+	xnf_neigh_stamp(neigh, fib_neigh_epoch());
 	trailer -= f.ip_end;
 	if (trim_trailer(ctx, trailer)) {
 		*reason = XNF_R_MALFORMED; /* unreachable: the IP packet is shorter */

@@ -46,6 +46,7 @@
 
 #include "common.h"
 #include "fib.h"
+#include "neigh_use.h"
 
 enum xnf_fib_cache_limits {
 	XNF_FIB_CACHE_SLOTS = 8192,    /* slots per CPU (direct-mapped: a power of two) */
@@ -71,6 +72,8 @@ struct xnf_fib_ctl {
 	__u64 lease_until; /* bpf_jiffies64() before which the cache may be used */
 	__u32 gen;         /* entries of another generation are misses */
 	__u32 aside;       /* enum xnf_fib_cache_aside bits */
+	__u32 neigh_epoch; /* what frames stamp their neighbour's slot with (neigh_use.h) */
+	__u32 pad;
 };
 
 struct xnf_fib_cache_key {
@@ -88,7 +91,7 @@ struct xnf_fib_cache_entry {
 	__u16 mtu;       /* the route's MTU the helper checked against */
 	__u8 dmac[ETH_ALEN];
 	__u8 smac[ETH_ALEN];
-	__u16 pad;
+	__u16 neigh;     /* the next hop's slot in neigh_use */
 };
 
 struct {
@@ -163,23 +166,42 @@ static __always_inline int fib_cache_key_eq(const struct xnf_fib_cache_key *a, c
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2];
 }
 
-/* The helper itself, for a miss or a bypass. */
-static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
-					     struct bpf_fib_lookup *p, __u32 flags)
+/* The epoch frames stamp their neighbour's slot with (0 before a follower
+ * has set one: the same for every frame). */
+static __always_inline __u32 fib_neigh_epoch(void)
 {
+	__u32 zero = 0;
+	struct xnf_fib_ctl *ctl = bpf_map_lookup_elem(&fib_ctl, &zero);
+
+	return ctl ? ctl->neigh_epoch : 0;
+}
+
+/* The helper itself, for a miss or a bypass; on success @neigh is the
+ * next hop's slot in neigh_use. */
+static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
+					     struct bpf_fib_lookup *p, __u32 flags, __u32 *neigh)
+{
+	long rc;
+
 	fib_fill(f, iif, p);
-	return bpf_fib_lookup(ctx, p, sizeof(*p), flags);
+	rc = bpf_fib_lookup(ctx, p, sizeof(*p), flags);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		*neigh = xnf_neigh_use_slot(p->ifindex, p->dmac);
+	return rc;
 }
 
 /*
  * The forward lookup of the checked packet @f arriving on @iif through the
  * cache: bpf_fib_lookup()'s return code and the fields of @p a caller
- * reads (ifindex, smac, dmac; mtu_result on FRAG_NEEDED). @p needs no
- * initialising: it is filled for the helper only on a miss, which a hit
- * never pays for. @outcome says how it was answered.
+ * reads (ifindex, smac, dmac; mtu_result on FRAG_NEEDED), and on success
+ * the next hop's slot in neigh_use (@neigh: kept in the entry, so a hit
+ * hashes nothing). @p needs no initialising: it is filled for the helper
+ * only on a miss, which a hit never pays for. @outcome says how it was
+ * answered.
  */
 static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
-					      struct bpf_fib_lookup *p, __u32 flags, __u32 *outcome)
+					      struct bpf_fib_lookup *p, __u32 flags, __u32 *outcome,
+					      __u32 *neigh)
 {
 	struct xnf_fib_cache_key key __attribute__((aligned(8))) = { .ifindex = iif, .family = f->family };
 	struct xnf_fib_cache_slot *sl;
@@ -193,7 +215,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	aside = f->family == AF_INET ? XNF_FIB_ASIDE_V4 : XNF_FIB_ASIDE_V6;
 	if (!ctl || (ctl->aside & aside) || bpf_jiffies64() > ctl->lease_until) {
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, iif, p, flags);
+		return fib_cache_helper(ctx, f, iif, p, flags, neigh);
 	}
 	/* Both before the helper: see the top of this file. */
 	gen = ctl->gen;
@@ -210,7 +232,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	if (!sl) {
 		/* A CPU beyond the ones possible at load: no region. */
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, iif, p, flags);
+		return fib_cache_helper(ctx, f, iif, p, flags, neigh);
 	}
 	seq = sl->seq;
 	xnf_barrier();
@@ -230,11 +252,12 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 			p->ifindex = e.ifindex;
 			__builtin_memcpy(p->dmac, e.dmac, ETH_ALEN);
 			__builtin_memcpy(p->smac, e.smac, ETH_ALEN);
+			*neigh = e.neigh;
 			return BPF_FIB_LKUP_RET_SUCCESS;
 		}
 	}
 	*outcome = XNF_FC_MISS;
-	rc = fib_cache_helper(ctx, f, iif, p, flags);
+	rc = fib_cache_helper(ctx, f, iif, p, flags, neigh);
 	/* On success the helper leaves the route's MTU in mtu_result (the
 	 * union with tot_len). A kernel that did not would leave tot_len
 	 * there: larger packets would then go to the kernel, never out
@@ -251,6 +274,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		sl->e.mtu = p->mtu_result;
 		__builtin_memcpy(sl->e.dmac, p->dmac, ETH_ALEN);
 		__builtin_memcpy(sl->e.smac, p->smac, ETH_ALEN);
+		sl->e.neigh = *neigh;
 		xnf_barrier();
 		sl->seq = seq + 2;
 	}

@@ -188,3 +188,54 @@ pub mod swap {
         Ok(Some(MapHandle::from_map_id(id).context("opening the live table")?))
     }
 }
+
+/// A read-only shared mapping of an array map made with `BPF_F_MMAPABLE`:
+/// what the programs write shows through at once, with no syscall per
+/// read. Elements lie `value_size` rounded up to 8 bytes apart, as the
+/// kernel lays out an array map.
+pub struct MappedArray {
+    ptr: *const u8,
+    /// Bytes mapped.
+    bytes: usize,
+    stride: usize,
+    n: usize,
+}
+
+impl MappedArray {
+    pub fn new(map: &impl libbpf_rs::MapCore, what: &str) -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let info = map.info().map_err(|e| anyhow::anyhow!("reading the map info of {what}: {e}"))?.info;
+        let (n, stride) = (info.max_entries as usize, (info.value_size as usize).next_multiple_of(8));
+        let bytes = n * stride;
+        // SAFETY: a shared read-only mapping of the map's fd, `bytes` long
+        // (the array's size); unmapped on drop.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
+        anyhow::ensure!(ptr != libc::MAP_FAILED, "mapping {what}: {}", std::io::Error::last_os_error());
+        Ok(MappedArray { ptr: ptr as *const u8, bytes, stride, n })
+    }
+
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Element `i` as a `T` (plain data no larger than the element), read
+    /// once: a program may be writing it meanwhile.
+    pub fn get<T: Copy>(&self, i: usize) -> T {
+        assert!(i < self.n && std::mem::size_of::<T>() <= self.stride, "element {i} of {} as {} bytes", self.n, std::mem::size_of::<T>());
+        // SAFETY: element i lies inside the mapping (checked above); T is
+        // plain data, and read_volatile of possibly unaligned bytes is
+        // avoided by the 8-byte stride from a page-aligned start.
+        unsafe { std::ptr::read_volatile(self.ptr.add(i * self.stride) as *const T) }
+    }
+}
+
+impl Drop for MappedArray {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in new(), no longer referenced.
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.bytes) };
+    }
+}

@@ -55,7 +55,7 @@ impl AttachOptions {
 
 /// The name of the router's state lock: attach, detach and the follower's
 /// resyncs each hold it, so that concurrent ones never pick the same slot.
-pub(crate) const LOCK: &str = "router";
+pub const LOCK: &str = "router";
 
 /// The router's pin folder in this network namespace.
 pub fn pin_dir() -> Result<PathBuf> {

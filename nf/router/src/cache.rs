@@ -78,6 +78,11 @@ impl Keeper {
         self.maps.set_cache_ctl(self.gen, aside)
     }
 
+    /// Which router's maps this keeps ([`RouterMaps::id`]).
+    pub fn maps_id(&self) -> Result<u32> {
+        self.maps.id()
+    }
+
     pub fn renew(&self) -> Result<()> {
         self.prog.renew_lease()
     }

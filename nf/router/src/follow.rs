@@ -3,7 +3,9 @@
 //! disappear, and the source check (local addresses, rp_filter). `sync`
 //! runs once at attach; `xnf router follow` (started in the background by
 //! `attach`) runs it again on every rtnetlink event for links, IPv4
-//! addresses and IPv4 device settings, and once a second regardless.
+//! addresses and IPv4 device settings, and once a second regardless. It
+//! also keeps the route cache exact (`cache`) and the neighbours the
+//! router sends to confirmed (`neigh`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -13,7 +15,7 @@ use xnf_core::state::{self, StateLock};
 use xnf_netns::netlink::{self, group, Batch, Events, Link, Shape};
 
 use crate::attach::LOCK;
-use crate::cache;
+use crate::{cache, neigh};
 use crate::program::{IfaceEntry, RouterMaps, Rpf, VlanEntry};
 use xnf_core::sources::Sources;
 
@@ -104,23 +106,23 @@ pub fn run() -> Result<()> {
         return Ok(());
     }
     eprintln!("xnf router follow: following link, address, route, rule, neighbour and setting events for {}", dir.display());
-    let keeper = {
+    let keepers = {
         let _lock = StateLock::acquire(LOCK)?;
         if !dir.join(crate::program::MAP_NAMES[0]).exists() {
             eprintln!("xnf router follow: router detached, exiting");
             return Ok(());
         }
-        cache::Keeper::start(&dir, &events)?
+        keepers(&dir, &events)?
     };
-    say_shape(&keeper.shape(), None);
-    let result = follow(&dir, &mut events, keeper);
+    say_shape(&keepers.0.shape(), None);
+    let result = follow(&dir, &mut events, keepers);
     if let Err(e) = &result {
         eprintln!("xnf router follow: {e:#}");
     }
     result
 }
 
-fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper) -> Result<()> {
+fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbours): (cache::Keeper, neigh::Refresher)) -> Result<()> {
     let mut resync = true;
     let mut last_sync = Instant::now();
     loop {
@@ -137,11 +139,13 @@ fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper)
                 return Err(e.context("following a change for the route cache (cache stopped)"));
             }
             say_shape(&keeper.shape(), Some(&before));
+            neighbours.changed(&batch)?;
             // Links, addresses and settings feed the router's own tables
             // (VLANs, MACs, attached links, local addresses, rp_filter).
             resync |= batch.overflowed || batch.has_link_or_address_change();
         }
         keeper.renew()?;
+        neighbours.tick()?;
         if !resync && last_sync.elapsed() < Duration::from_secs(1) {
             continue;
         }
@@ -153,6 +157,14 @@ fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper)
             eprintln!("xnf router follow: router detached, exiting");
             return Ok(());
         };
+        // Detached and attached again before this noticed (within a
+        // second): the pins hold another router's maps, and a follower on
+        // the old ones would lease and confirm nothing the data plane uses
+        // (an attach starts no follower while this one runs).
+        if maps.id()? != keeper.maps_id()? {
+            eprintln!("xnf router follow: the router was attached anew: following its new maps");
+            (keeper, neighbours) = keepers(dir, events)?;
+        }
         let report = sync(&maps)?;
         if !report.is_empty() {
             eprintln!("xnf router follow: {report:?}");
@@ -163,6 +175,13 @@ fn follow(dir: &std::path::Path, events: &mut Events, mut keeper: cache::Keeper)
         }
         (resync, last_sync) = (false, Instant::now());
     }
+}
+
+/// The route cache's keeper and the neighbour refresher, on the maps
+/// pinned in `dir` now.
+fn keepers(dir: &std::path::Path, events: &Events) -> Result<(cache::Keeper, neigh::Refresher)> {
+    let keeper = cache::Keeper::start(dir, events)?;
+    Ok((keeper, neigh::Refresher::start(RouterMaps::open_pinned(dir)?)?))
 }
 
 /// Logs when a family starts or stops stepping aside from the cache.

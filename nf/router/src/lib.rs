@@ -12,6 +12,7 @@ pub mod attach;
 pub mod cache;
 pub mod cli;
 pub mod follow;
+pub mod neigh;
 pub mod program;
 pub mod report;
 

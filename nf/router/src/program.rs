@@ -23,7 +23,7 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
 
 /// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 12] = [
+pub const MAP_NAMES: [&str; 13] = [
     "tx_ports",
     "tx_ports_all",
     "skb_ports",
@@ -36,6 +36,7 @@ pub const MAP_NAMES: [&str; 12] = [
     "fib_ctl",
     "fib_kgen",
     "fib_cache",
+    "neigh_use",
 ];
 
 /// How an instance looks routes up.
@@ -129,6 +130,7 @@ impl RouterProgram {
                 &mut m.fib_ctl,
                 &mut m.fib_kgen,
                 &mut m.fib_cache,
+                &mut m.neigh_use,
             ]
             .into_iter()
             .zip(MAP_NAMES)
@@ -192,6 +194,7 @@ impl RouterProgram {
             fib_ctl: MapHandle::try_from(&m.fib_ctl)?,
             fib_kgen: MapHandle::try_from(&m.fib_kgen)?,
             fib_cache: MapHandle::try_from(&m.fib_cache)?,
+            neigh_use: MapHandle::try_from(&m.neigh_use)?,
         })
     }
 }
@@ -210,6 +213,7 @@ pub struct RouterMaps {
     fib_ctl: MapHandle,
     fib_kgen: MapHandle,
     fib_cache: MapHandle,
+    neigh_use: MapHandle,
 }
 
 /// An attached interface as the `ifaces` map holds it.
@@ -335,9 +339,9 @@ impl Stats {
 impl RouterMaps {
     /// Opens the maps pinned in `dir`.
     pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache] =
+        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache, neigh_use] =
             xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache })
+        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache, neigh_use })
     }
 
     /// Makes `ifindex` a redirect target: for every instance when it is
@@ -476,11 +480,23 @@ impl RouterMaps {
         xnf_core::sources::read_locals(&self.locals)
     }
 
+    /// Which router these maps are: the id of its control map, new with
+    /// every attach that found no router pinned (a detach and an attach
+    /// give other maps under the same pins).
+    pub fn id(&self) -> Result<u32> {
+        Ok(self.fib_ctl.info().context("reading the route cache's map info")?.info.id)
+    }
+
+    /// The table of neighbours the fast path sends to (neigh_use.h).
+    pub(crate) fn neigh_use_map(&self) -> &MapHandle {
+        &self.neigh_use
+    }
+
     /// The route cache's control word.
     pub fn cache_ctl(&self) -> Result<CacheCtl> {
         let v = self.fib_ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("the route cache's control map has no entry")?;
         let c: types::xnf_fib_ctl = from_bytes(&v);
-        Ok(CacheCtl { lease_until: c.lease_until, gen: c.gen, aside: c.aside })
+        Ok(CacheCtl { lease_until: c.lease_until, gen: c.gen, aside: c.aside, neigh_epoch: c.neigh_epoch })
     }
 
     /// The kernel's count of changes (`fib_kgen`: bumped by the
@@ -491,10 +507,11 @@ impl RouterMaps {
     }
 
     /// Writes the control word's generation and step-aside bits, keeping
-    /// the lease (only the lease program writes that).
+    /// the lease (only the lease program writes that) and the neighbour
+    /// epoch.
     pub fn set_cache_ctl(&self, gen: u32, aside: u32) -> Result<()> {
-        let lease_until = self.cache_ctl()?.lease_until;
-        self.write_cache_ctl(CacheCtl { lease_until, gen, aside })
+        let c = self.cache_ctl()?;
+        self.write_cache_ctl(CacheCtl { gen, aside, ..c })
     }
 
     /// Ends the lease at once: the cache is not used until renewed.
@@ -503,8 +520,8 @@ impl RouterMaps {
         self.write_cache_ctl(CacheCtl { lease_until: 0, gen: c.gen.wrapping_add(1), ..c })
     }
 
-    fn write_cache_ctl(&self, c: CacheCtl) -> Result<()> {
-        let raw = types::xnf_fib_ctl { lease_until: c.lease_until, gen: c.gen, aside: c.aside };
+    pub(crate) fn write_cache_ctl(&self, c: CacheCtl) -> Result<()> {
+        let raw = types::xnf_fib_ctl { lease_until: c.lease_until, gen: c.gen, aside: c.aside, neigh_epoch: c.neigh_epoch, pad: 0 };
         self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the route cache's control map")
     }
 
@@ -518,27 +535,11 @@ impl RouterMaps {
     /// through a read-only mapping of the array (one copy, no syscall per
     /// slot).
     fn cache_slots(&self) -> Result<Vec<types::xnf_fib_cache_slot>> {
-        use std::os::fd::{AsFd, AsRawFd};
         let info = self.fib_cache.info().context("reading the route cache's map info")?;
-        let (n, size) = (info.info.max_entries as usize, std::mem::size_of::<types::xnf_fib_cache_slot>());
+        let size = std::mem::size_of::<types::xnf_fib_cache_slot>();
         ensure!(info.info.value_size as usize == size, "the route cache's slots are {} bytes, not {size}", info.info.value_size);
-        let len = n * size;
-        // SAFETY: a shared read-only mapping of the map's fd, as long as
-        // the array; unmapped below after copying.
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, self.fib_cache.as_fd().as_raw_fd(), 0)
-        };
-        ensure!(ptr != libc::MAP_FAILED, "mapping the route cache: {}", std::io::Error::last_os_error());
-        let out = (0..n)
-            .map(|i| {
-                // SAFETY: i < n slots of `size` bytes lie in the mapping;
-                // read_unaligned: the slot is plain data.
-                unsafe { std::ptr::read_unaligned((ptr as *const u8).add(i * size) as *const types::xnf_fib_cache_slot) }
-            })
-            .collect();
-        // SAFETY: the mapping made above, no longer referenced.
-        unsafe { libc::munmap(ptr, len) };
-        Ok(out)
+        let slots = xnf_core::maps::MappedArray::new(&self.fib_cache, "the route cache")?;
+        Ok((0..slots.len()).map(|i| slots.get(i)).collect())
     }
 
     /// The cached entry for a destination, if any (of any generation), in
@@ -605,6 +606,8 @@ pub struct CacheCtl {
     pub gen: u32,
     /// `XNF_FIB_ASIDE_*` bits.
     pub aside: u32,
+    /// What frames stamp their neighbour's slot with (`crate::neigh`).
+    pub neigh_epoch: u32,
 }
 
 /// `XNF_FIB_ASIDE_V4`, `XNF_FIB_ASIDE_V6`.

@@ -179,3 +179,31 @@ fn attached_under_ip_netns_exec_the_cache_gets_one_follower_and_its_lease() {
     xnf_testrun::cli::xnf_ip_netns_exec_ok(r.dut(), &["router", "detach", &g, &s]);
     wait_for("the follower to leave with the router", || !follower_running(r.dut()));
 }
+
+#[test]
+fn a_follower_that_slept_through_a_detach_and_an_attach_follows_the_new_router() {
+    let mut r = cached_line();
+    let pid: i32 = xnf_ok(r.dut(), &["router", "status", "--json"]).parse::<serde_json::Value>().unwrap()["follower_pid"].as_i64().unwrap() as i32;
+    // Stopped while this holds the router's lock, so that it is not
+    // stopped holding it (the detach and attach below take it).
+    r.dut()
+        .run(|| {
+            let _lock = xnf_core::state::StateLock::acquire(xnf_router::attach::LOCK).unwrap();
+            // SAFETY: kill on the follower's pid, read just above.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        })
+        .unwrap();
+    // Detached and attached again while it sleeps: new maps under the same
+    // pins, and no new follower (one is still running).
+    r.detach();
+    r.attach(&["--fib", "cache"]);
+    assert_eq!(r.cache_status()["leased"], false, "the new router's cache has a lease without a follower of its own");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    wait_for("the woken follower to lease the new router's cache", || r.cache_status()["leased"] == true);
+    assert!(follower_running(r.dut()));
+    r.resolve_sink();
+    let hit = r.cache("hit");
+    assert_eq!(r.send_udp(false, 20), 20);
+    assert!(r.cache("hit") - hit >= 20 - cpus(), "the new router's cache is not used");
+}

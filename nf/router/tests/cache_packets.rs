@@ -159,7 +159,7 @@ fn route_cache_packet_table() {
             let (prog, maps, slot) = f.load(Ingress::In0, FibMode::Cache).expect("router loads");
             let ctx = XdpContext { ingress_ifindex: f.in0, rx_queue_index: 0 };
             let mut failures = Vec::new();
-            let mut frames = 0;
+            let mut frames = 0u32;
             // The lease renewed as the follower does (every 100 ms) while
             // it runs: an emulated guest can take longer than the lease's
             // 256 jiffies over a few rows. Not after EndLease, until Renew.
@@ -196,6 +196,8 @@ fn route_cache_packet_table() {
                     }
                     Row::Frame(c) => {
                         frames += 1;
+                        let epoch = frames;
+                        maps.set_neigh_epoch(epoch).unwrap();
                         let before = maps.stats(slot).unwrap();
                         let res = match run_xdp(prog.prog(), &c.input, ctx) {
                             Ok(r) => r,
@@ -212,6 +214,7 @@ fn route_cache_packet_table() {
                         if let Some(o) = c.outcome {
                             want.cache[o as usize] = 1;
                         }
+                        problems.extend(f.neighbour_stamp_problem(&maps, epoch, c.verdict, &c.output));
                         let got = maps.stats(slot).unwrap().delta(&before);
                         if got != want {
                             let reasons: Vec<_> = Reason::ALL.iter().filter(|r| got.reason(**r) > 0).map(|r| r.name()).collect();

@@ -405,13 +405,16 @@ fn cases(f: &Fixture) -> Vec<Case> {
 fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
     let mut failures = Vec::new();
     let mut loaded = Vec::new();
-    for c in cases {
+    for (i, c) in cases.iter().enumerate() {
         let key = (c.ingress, if c.fib_direct { FibMode::Direct } else { FibMode::Full });
         if !loaded.iter().any(|(k, _)| *k == key) {
             loaded.push((key, f.load(key.0, key.1).expect("router loads")));
         }
         let (_, (prog, maps, slot)) = loaded.iter().find(|(k, _)| *k == key).unwrap();
         let before = maps.stats(*slot).unwrap();
+        // A fresh epoch per case: only this frame can stamp with it.
+        let epoch = i as u32 + 1;
+        maps.set_neigh_epoch(epoch).unwrap();
         let ctx = XdpContext { ingress_ifindex: f.ifindex(c.ingress), rx_queue_index: 0 };
         let res = match run_xdp(prog.prog(), &c.input, ctx) {
             Ok(r) => r,
@@ -432,6 +435,7 @@ fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
             let got: Vec<_> = Reason::ALL.iter().filter(|r| after.reason(**r) > 0).map(|r| format!("{}={}", r.name(), after.reason(*r))).collect();
             problems.push(format!("counters moved: reasons {got:?}, packets {:?}, bytes {:?}; want {} once", after.packets, after.bytes, c.reason.name()));
         }
+        problems.extend(f.neighbour_stamp_problem(maps, epoch, c.verdict, &c.output));
         if !problems.is_empty() {
             failures.push(format!("{}: {}", c.desc, problems.join("; ")));
         }

@@ -55,6 +55,16 @@ impl Batch {
         self.messages.is_empty() && self.undecoded.is_empty() && !self.overflowed
     }
 
+    /// The neighbour entries the batch announces, each with whether it was
+    /// deleted.
+    pub fn neighbours(&self) -> impl Iterator<Item = (super::Neighbour, bool)> + '_ {
+        self.messages.iter().filter_map(|m| match m {
+            RouteNetlinkMessage::NewNeighbour(n) => super::neighbour(n).map(|n| (n, false)),
+            RouteNetlinkMessage::DelNeighbour(n) => super::neighbour(n).map(|n| (n, true)),
+            _ => None,
+        })
+    }
+
     /// A link, an address or a per-device setting (netconf) changed.
     pub fn has_link_or_address_change(&self) -> bool {
         use RouteNetlinkMessage as M;

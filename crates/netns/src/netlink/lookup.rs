@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use anyhow::{bail, Result};
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
-use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourExtFlags, NeighbourFlags, NeighbourMessage, NeighbourState};
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteType};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
@@ -39,6 +39,11 @@ pub struct Neighbour {
     pub mac: Option<[u8; 6]>,
     /// NUD_VALID: reachable, stale, delay, probe, permanent or noarp.
     pub valid: bool,
+    /// NUD_STALE: still used, unconfirmed since its reachable time ran out.
+    pub stale: bool,
+    /// `ndm_flags` (`NTF_*`) and `NDA_FLAGS_EXT` (`NTF_EXT_*`) as the kernel gave them.
+    pub flags: NeighbourFlags,
+    pub ext_flags: NeighbourExtFlags,
 }
 
 /// The route the kernel picks for a packet from `src` to `dst` that
@@ -101,26 +106,60 @@ pub fn neighbours() -> Result<Vec<Neighbour>> {
         RouteNetlinkMessage::NewNeighbour(n) => Some(n),
         _ => None,
     })?;
-    let mut out = Vec::new();
-    for n in answer {
-        let mut addr = None;
-        let mut mac = None;
-        for a in &n.attributes {
-            match a {
-                NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => addr = Some(IpAddr::V4(*a)),
-                NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => addr = Some(IpAddr::V6(*a)),
-                NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => mac = l.as_slice().try_into().ok(),
-                _ => {}
-            }
-        }
-        let Some(addr) = addr else { continue };
-        let valid = matches!(
-            n.header.state,
-            NeighbourState::Reachable | NeighbourState::Stale | NeighbourState::Delay | NeighbourState::Probe | NeighbourState::Permanent | NeighbourState::Noarp
-        );
-        out.push(Neighbour { ifindex: n.header.ifindex, addr, mac, valid });
+    Ok(answer.iter().filter_map(neighbour).collect())
+}
+
+impl Neighbour {
+    /// Kept confirmed by the kernel itself (`managed`, `NTF_EXT_MANAGED`).
+    pub fn managed(&self) -> bool {
+        self.ext_flags.contains(NeighbourExtFlags::Managed)
     }
-    Ok(out)
+}
+
+/// The entry a neighbour message (a dump's, or a notification's) describes;
+/// `None` without a destination address.
+pub fn neighbour(n: &NeighbourMessage) -> Option<Neighbour> {
+    let (mut addr, mut mac, mut ext_flags) = (None, None, NeighbourExtFlags::empty());
+    for a in &n.attributes {
+        match a {
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => addr = Some(IpAddr::V4(*a)),
+            NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => addr = Some(IpAddr::V6(*a)),
+            NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => mac = l.as_slice().try_into().ok(),
+            NeighbourAttribute::ExtFlags(f) => ext_flags = *f,
+            _ => {}
+        }
+    }
+    let valid = matches!(
+        n.header.state,
+        NeighbourState::Reachable | NeighbourState::Stale | NeighbourState::Delay | NeighbourState::Probe | NeighbourState::Permanent | NeighbourState::Noarp
+    );
+    let stale = n.header.state == NeighbourState::Stale;
+    Some(Neighbour { ifindex: n.header.ifindex, addr: addr?, mac, valid, stale, flags: n.header.flags, ext_flags })
+}
+
+/// Tells the kernel a frame was sent to `n`, as its own output path does
+/// (`neigh_event_send()`: a STALE entry moves to DELAY, and is probed
+/// unless confirmed): `RTM_NEWNEIGH` with `NTF_USE`, what `ip neigh change
+/// ADDR dev DEV use` sends. The entry's flags that the kernel would reset
+/// otherwise (extern_learn and the extended ones) are sent back as they
+/// are. Returns false when the entry is gone (never creates one).
+pub fn use_neighbour(n: &Neighbour) -> Result<bool> {
+    let mut m = NeighbourMessage::default();
+    m.header.family = if n.addr.is_ipv6() { AddressFamily::Inet6 } else { AddressFamily::Inet };
+    m.header.ifindex = n.ifindex;
+    // Not applied with NTF_USE (the entry keeps its state); STALE for a
+    // kernel that would look at it.
+    m.header.state = NeighbourState::Stale;
+    m.header.flags = NeighbourFlags::Use | (n.flags & NeighbourFlags::ExtLearned);
+    m.attributes.push(NeighbourAttribute::Destination(NeighbourAddress::from(n.addr)));
+    if !n.ext_flags.is_empty() {
+        m.attributes.push(NeighbourAttribute::ExtFlags(n.ext_flags));
+    }
+    match Rtnl::open()?.request(RouteNetlinkMessage::NewNeighbour(m), 0) {
+        Ok(()) => Ok(true),
+        Err(e) if e.downcast_ref::<super::KernelError>().is_some_and(|k| k.errno == libc::ENOENT) => Ok(false),
+        Err(e) => Err(e.context(format!("marking neighbour {} on ifindex {} as used", n.addr, n.ifindex))),
+    }
 }
 
 /// A route of one routing table.
