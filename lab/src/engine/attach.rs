@@ -108,22 +108,22 @@ pub struct NfGuard {
     ifaces: Vec<String>,
     what: &'static str,
     detach: fn(&[String]) -> Result<()>,
-    /// The router's follower, started for `--fib cache`; killed first.
+    /// The router's follower; killed first.
     follower: Option<i32>,
 }
 
 impl NfGuard {
-    /// The router on `ifaces` with `opts`. The route cache needs its
-    /// follower: started here, and the guard waits until it holds the
-    /// cache's lease, so that measuring starts with the cache in use.
-    /// (Without the cache no follower: the lab's interfaces do not change
-    /// while it measures.)
+    /// The router on `ifaces` with `opts`, with its follower started, as
+    /// `xnf router attach` does (it keeps the neighbours the router sends to
+    /// confirmed, whatever the FIB mode). The route cache needs the
+    /// follower's lease: with `--fib cache` the guard waits until it holds
+    /// it, so that measuring starts with the cache in use.
     pub fn router(ns: &Netns, ifaces: &[String], opts: xnf_router::AttachOptions) -> Result<Self> {
         let names = ifaces.to_vec();
         ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
         let mut guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach, follower: None };
+        guard.follower = ns.run(xnf_router::follow::spawn)??;
         if opts.fib == FibMode::Cache {
-            guard.follower = ns.run(xnf_router::follow::spawn)??;
             let t0 = std::time::Instant::now();
             while !ns.run(|| xnf_router::attach::open_maps().and_then(|(_, m)| m.cache_ctl()).is_ok_and(|c| c.lease_until > 0))? {
                 anyhow::ensure!(t0.elapsed().as_secs() < 60, "the router's follower in {} took no lease on the route cache in 60 s (see its log)", ns.name());

@@ -87,13 +87,21 @@ impl Peer {
     /// The built-in peer `name` ([`BUILT_IN`]) with xdp-forward at `bin`,
     /// or None if there is no such built-in.
     pub fn built_in(name: &str, bin: &Path) -> Option<Peer> {
+        Self::built_in_on(name, bin, &[])
+    }
+
+    /// The same, loaded on `more` of dut's interfaces besides ingress and
+    /// egress (xdp-forward redirects only to interfaces it is loaded on).
+    pub fn built_in_on(name: &str, bin: &Path, more: &[&str]) -> Option<Peer> {
         let (_, fib) = BUILT_IN.iter().find(|(n, _)| *n == name)?;
-        // Braces in the path are the path's, not placeholders.
-        let bin = quote(&bin.to_string_lossy()).replace('{', "{{").replace('}', "}}");
+        // Braces in a path or a name are theirs, not placeholders.
+        let literal = |s: &str| quote(s).replace('{', "{{").replace('}', "}}");
+        let bin = literal(&bin.to_string_lossy());
+        let ifaces: String = ["{in}".to_string(), "{out}".to_string()].into_iter().chain(more.iter().map(|m| literal(m))).collect::<Vec<_>>().join(" ");
         Some(Peer {
             name: name.to_string(),
-            attach: format!("{bin} load --fwd-mode fib --fib-mode {fib} --xdp-mode native {{in}} {{out}}"),
-            detach: format!("{bin} unload {{in}} {{out}}"),
+            attach: format!("{bin} load --fwd-mode fib --fib-mode {fib} --xdp-mode native {ifaces}"),
+            detach: format!("{bin} unload {ifaces}"),
         })
     }
 
@@ -287,6 +295,8 @@ mod tests {
         assert_eq!(d, "'/opt/x {y}/xdp-forward' unload xnfin xnfout");
         assert!(Peer::built_in("xdp-forward", Path::new("/x")).unwrap().attach.contains("--fib-mode full"));
         assert!(Peer::built_in("xdp-filter", Path::new("/x")).is_none());
+        let p = Peer::built_in_on("xdp-forward", Path::new("/x"), &["dut-peer"]).unwrap();
+        assert!(p.attach.ends_with(" {in} {out} dut-peer") && p.detach.ends_with("unload {in} {out} dut-peer"), "{p:?}");
         let e = xdp_forward_binary(Some(Path::new("/nonexistent/xdp-forward"))).unwrap_err().to_string();
         assert!(e.contains("scripts/peers.sh") && !e.contains('\n'), "{e}");
     }

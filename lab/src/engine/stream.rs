@@ -89,6 +89,12 @@ impl Stream {
         (late.iter().max().copied(), late.len() as u64)
     }
 
+    /// The send time of the first datagram sent after `t0` that arrived,
+    /// if one has (nothing is forgotten).
+    pub fn first_after(&self, t0: u64) -> Option<u64> {
+        self.received.lock().unwrap().iter().map(|s| s.0).filter(|s| *s > t0).min()
+    }
+
     /// Everything received since the last call.
     pub fn take(&self) -> Vec<Stamp> {
         std::mem::take(&mut *self.received.lock().unwrap())

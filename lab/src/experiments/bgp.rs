@@ -36,17 +36,19 @@ use ipnet::IpNet;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use serde::Serialize;
+
+use super::fibchange::Variant;
 use xnf_netns::netlink::{group, Events};
 use xnf_netns::{Family, Netns, Offload};
 use xnf_router::program::FibMode;
 
-use super::fibchange::Variant;
 use super::latency::pingpong::now_ns;
 use crate::engine::attach::router_options;
 use crate::engine::bird::{Bird, Control, TempDir};
 use crate::engine::driver::{variant_name, AtPoint, Cpus, Experiment, Running, VariantName};
 use crate::engine::measure::{self, Counters};
 use crate::engine::params::{self, Param, Point};
+use crate::engine::peers::{self, Peer, PeerGuard};
 use crate::engine::progress::Progress;
 use crate::engine::results::{Results, Sample};
 use crate::engine::routes::{Routes, Table};
@@ -85,6 +87,9 @@ pub struct Bgp {
     /// Variants, alternated run by run.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf-full,xnf-cache")]
     pub variants: Vec<Variant>,
+    /// xdp-forward's binary (default: where scripts/peers.sh builds it).
+    #[arg(long, value_name = "PATH")]
+    pub xdp_forward: Option<std::path::PathBuf>,
     /// Frame size on the wire, FCS included [default: 64; with --ipv6, 66,
     /// the smallest IPv6 UDP frame].
     #[arg(long)]
@@ -209,11 +214,14 @@ impl Experiment for Bgp {
 
     fn ratios(&self) -> Vec<(&str, &str)> {
         let has = |n: &str| self.variants.iter().any(|v| variant_name(v) == n);
-        [("xnf-full", "kernel"), ("xnf-cache", "kernel"), ("xnf-cache", "xnf-full")].into_iter().filter(|(a, b)| has(a) && has(b)).collect()
+        [("xnf-full", "kernel"), ("xnf-cache", "kernel"), ("xnf-cache", "xnf-full"), ("xnf-cache", "xdp-forward")].into_iter().filter(|(a, b)| has(a) && has(b)).collect()
     }
 
     fn check(&self, _: Cpus) -> Result<()> {
         ensure!(self.routes != Routes::Count(0), "--routes 0: BIRD needs a table to announce");
+        if self.variants.contains(&Variant::XdpForward) {
+            peers::xdp_forward_binary(self.xdp_forward.as_deref())?;
+        }
         self.routes.check(2_000_000)?;
         measure::check_sizes(&[self.size()], self.ipv6)?;
         ensure!((1..=65536).contains(&self.flows), "--flows {}: 1 to 65536", self.flows);
@@ -320,6 +328,12 @@ impl Experiment for Bgp {
             Variant::XnfFull | Variant::XnfCache => {
                 let fib = if v == Variant::XnfFull { FibMode::Full } else { FibMode::Cache };
                 Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone(), dpeer], router_options(fib))?)
+            }
+            Variant::XdpForward => {
+                // On the peer's link too: the probes leave by it.
+                let bin = peers::xdp_forward_binary(self.xdp_forward.as_deref())?;
+                let peer = Peer::built_in_on("xdp-forward", &bin, &[&dpeer]).expect("a built-in peer");
+                Setup::Peer(PeerGuard::attach(&peer, dut, &din, &dout)?)
             }
         };
         let state = self.state.lock().unwrap();
@@ -559,6 +573,7 @@ impl Churn {
 enum Setup {
     Pass(#[allow(dead_code)] LabAttachment),
     Router(#[allow(dead_code)] NfGuard),
+    Peer(#[allow(dead_code)] PeerGuard),
 }
 
 struct Set<'a> {

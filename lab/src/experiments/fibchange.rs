@@ -1,7 +1,9 @@
 //! `xnf lab fib-change`: how long after a route change frames still follow
 //! the old decision — the invalidation window of `xnf router --fib cache`,
 //! against full lookups and the kernel's own forwarding, on the `line`
-//! topology with real traffic.
+//! topology with real traffic. With `--change nexthop-mac`, how long
+//! traffic takes to reach a next hop that changed its MAC without telling
+//! anyone (the kernel's neighbour state machine, or nothing, finds it).
 //!
 //! A sender in gen streams UDP datagrams to sink, each stamped with its
 //! send time (CLOCK_MONOTONIC, one clock for the whole machine). At T0 the
@@ -24,6 +26,7 @@ use xnf_router::program::FibMode;
 use super::latency::pingpong::now_ns;
 use super::latency::stats::quantile;
 use crate::engine::attach::router_options;
+use crate::engine::peers::{self, Peer, PeerGuard};
 use crate::engine::stream::Stream;
 use crate::engine::{LabAttachment, NfGuard};
 
@@ -36,6 +39,20 @@ pub enum Variant {
     XnfFull,
     /// `xnf router --fib cache` with its follower.
     XnfCache,
+    /// xdp-tools' xdp-forward (`--fib-mode full`), as in `xnf lab router`.
+    XdpForward,
+}
+
+/// What changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// The sink's route on dut is replaced (a hairpin), then restored.
+    Route,
+    /// The sink takes another MAC and tells nobody; dut's entry for it is
+    /// made STALE (what its reachable timer does after 30 s of traffic
+    /// that only XDP forwards), then both are restored.
+    NexthopMac,
 }
 
 /// `xnf lab fib-change`.
@@ -47,6 +64,13 @@ pub struct FibChangeArgs {
     /// Variants, alternated change by change.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf-full,xnf-cache")]
     pub variants: Vec<Variant>,
+    /// What changes: the route, or the next hop's MAC.
+    #[arg(long, value_enum, default_value = "route")]
+    pub change: Change,
+    /// With `--change nexthop-mac`: seconds to wait for traffic to reach
+    /// the new MAC before the change counts as never followed.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
     /// IPv6 instead of IPv4.
     #[arg(long)]
     pub ipv6: bool,
@@ -54,6 +78,9 @@ pub struct FibChangeArgs {
     /// datagrams; the sleeps overshoot).
     #[arg(long, default_value_t = 20_000)]
     pub rate: u32,
+    /// xdp-forward's binary (default: where scripts/peers.sh builds it).
+    #[arg(long, value_name = "PATH")]
+    pub xdp_forward: Option<std::path::PathBuf>,
     /// Write the results as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<std::path::PathBuf>,
@@ -73,12 +100,21 @@ pub struct VariantResult {
     /// none sent after the acknowledgement did) — what a forwarder adds to
     /// the kernel's own change.
     pub after_ack_us: Vec<f64>,
+    /// `--change nexthop-mac`, per change: µs from the MAC change to the
+    /// send time of the first datagram that reached the new MAC (null:
+    /// none within `--timeout`).
+    pub recovered_us: Vec<Option<f64>>,
 }
 
 pub fn run(a: FibChangeArgs) -> Result<()> {
     ensure!(a.changes >= 1 && a.changes <= 1000, "--changes {}: 1 to 1000", a.changes);
     ensure!((1000..=1_000_000).contains(&a.rate), "--rate {}: 1000 to 1000000 datagrams/s", a.rate);
     ensure!(!a.variants.is_empty(), "--variants: name at least one");
+    ensure!((1..=600).contains(&a.timeout), "--timeout {}: 1 to 600 seconds", a.timeout);
+    let xdp_forward = match a.variants.contains(&Variant::XdpForward) {
+        true => Some(Peer::built_in("xdp-forward", &peers::xdp_forward_binary(a.xdp_forward.as_deref())?).expect("a built-in peer")),
+        false => None,
+    };
     let line = LineTopology::new(&LineConfig::default()).context("building the line topology")?;
     line.gen().set_offload(&line.gen_if, Offload::TxChecksum, false)?;
     // Redirected frames into a veth need an XDP program on its peer.
@@ -91,7 +127,12 @@ pub fn run(a: FibChangeArgs) -> Result<()> {
     for i in 0..a.changes as usize {
         for k in 0..a.variants.len() {
             let j = (i + k) % a.variants.len();
-            let (window, stale, after_ack) = one_change(&line, a.variants[j], a.ipv6, &stream)?;
+            let _on = attach(&line, a.variants[j], xdp_forward.as_ref())?;
+            if a.change == Change::NexthopMac {
+                results[j].recovered_us.push(one_mac_change(&line, a.ipv6, &stream, Duration::from_secs(a.timeout))?);
+                continue;
+            }
+            let (window, stale, after_ack) = one_change(&line, a.ipv6, &stream)?;
             results[j].windows_us.push(window);
             results[j].stale.push(stale);
             results[j].after_ack_us.push(after_ack);
@@ -100,7 +141,10 @@ pub fn run(a: FibChangeArgs) -> Result<()> {
     }
     eprintln!();
     stream.stop();
-    print_table(&results, a.rate);
+    match a.change {
+        Change::Route => print_table(&results, a.rate),
+        Change::NexthopMac => print_mac_table(&results, a.rate, a.timeout),
+    }
     if let Some(path) = &a.json {
         let doc = serde_json::json!({ "experiment": "fib-change", "options": a, "results": results });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?).with_context(|| format!("writing {}", path.display()))?;
@@ -113,23 +157,34 @@ fn name(v: Variant) -> &'static str {
         Variant::Kernel => "kernel",
         Variant::XnfFull => "xnf-full",
         Variant::XnfCache => "xnf-cache",
+        Variant::XdpForward => "xdp-forward",
     }
 }
 
+/// The variant attached on dut, detached when dropped.
+enum On {
+    Kernel,
+    Router(#[allow(dead_code)] NfGuard),
+    Peer(#[allow(dead_code)] PeerGuard),
+}
+
 /// The variant on dut (nothing for the kernel).
-fn attach(line: &LineTopology, v: Variant) -> Result<Option<NfGuard>> {
+fn attach(line: &LineTopology, v: Variant, xdp_forward: Option<&Peer>) -> Result<On> {
     let fib = match v {
-        Variant::Kernel => return Ok(None),
+        Variant::Kernel => return Ok(On::Kernel),
+        Variant::XdpForward => {
+            let peer = xdp_forward.expect("xdp-forward's peer, made when it is a variant");
+            return Ok(On::Peer(PeerGuard::attach(peer, line.dut(), &line.dut_gen_if, &line.dut_sink_if)?));
+        }
         Variant::XnfFull => FibMode::Full,
         Variant::XnfCache => FibMode::Cache,
     };
     let ifaces = [line.dut_gen_if.clone(), line.dut_sink_if.clone()];
-    Ok(Some(NfGuard::router(line.dut(), &ifaces, router_options(fib))?))
+    Ok(On::Router(NfGuard::router(line.dut(), &ifaces, router_options(fib))?))
 }
 
-/// One change with `v` on dut: (window µs, stale datagrams, window after the ack µs).
-fn one_change(line: &LineTopology, v: Variant, ipv6: bool, stream: &Stream) -> Result<(f64, u64, f64)> {
-    let _on = attach(line, v)?;
+/// One route change: (window µs, stale datagrams, window after the ack µs).
+fn one_change(line: &LineTopology, ipv6: bool, stream: &Stream) -> Result<(f64, u64, f64)> {
     let (sink, host) = if ipv6 { (IpAddr::from(line.sink_v6), 128) } else { (IpAddr::from(line.sink_v4), 32) };
     let back = if ipv6 { IpAddr::from(line.gen_v6) } else { IpAddr::from(line.gen_v4) };
     let dst = format!("{sink}/{host}");
@@ -145,6 +200,51 @@ fn one_change(line: &LineTopology, v: Variant, ipv6: bool, stream: &Stream) -> R
     Ok((us(t0), stale, us(t1)))
 }
 
+/// A locally administered MAC the sink takes for a while.
+const OTHER_MAC: &str = "02:00:00:00:5e:11";
+
+/// One silent MAC change of the next hop: µs from the change (both
+/// commands done) to the send time of the first datagram that reached the
+/// new MAC (None: none within `timeout`). The sink gets its MAC back and dut's
+/// entry is deleted afterwards, so the next variant starts from a fresh
+/// resolution.
+fn one_mac_change(line: &LineTopology, ipv6: bool, stream: &Stream, timeout: Duration) -> Result<Option<f64>> {
+    let sink = if ipv6 { IpAddr::from(line.sink_v6) } else { IpAddr::from(line.sink_v4) }.to_string();
+    stream.wait_delivered(200)?;
+    line.sink().ip(&["link", "set", "dev", &line.sink_if, "address", OTHER_MAC]).context("changing the sink's MAC")?;
+    line.dut().ip(&["neigh", "change", &sink, "dev", &line.dut_sink_if, "nud", "stale"]).context("making dut's entry for the sink STALE")?;
+    // From here on a datagram that arrives went to the new MAC.
+    let t0 = now_ns();
+    let deadline = std::time::Instant::now() + timeout;
+    let first = loop {
+        if let Some(t) = stream.first_after(t0) {
+            break Some(t.saturating_sub(t0) as f64 / 1000.0);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    line.sink().ip(&["link", "set", "dev", &line.sink_if, "address", &line.sink_mac.to_string()]).context("giving the sink its MAC back")?;
+    // Absent already if the kernel gave it up (FAILED entries are kept,
+    // but a garbage collection may have taken it).
+    let _ = line.dut().ip(&["neigh", "del", &sink, "dev", &line.dut_sink_if]);
+    stream.take();
+    Ok(first)
+}
+
+fn print_mac_table(results: &[VariantResult], rate: u32, timeout: u64) {
+    println!("the sink changed its MAC silently while {rate} datagrams/s flow gen -> sink, dut's entry made STALE; recovered: until the first datagram reached the new MAC");
+    println!("{:<12} {:>8} {:>14} {:>14} {:>14}", "variant", "changes", "recovered", "median ms", "max ms");
+    for r in results {
+        let done: Vec<f64> = r.recovered_us.iter().flatten().map(|us| us / 1000.0).collect();
+        let mut sorted = done.clone();
+        sorted.sort_by(|a, b| a.total_cmp(b));
+        let (median, max) = if sorted.is_empty() { ("-".to_string(), "-".to_string()) } else { (format!("{:.0}", quantile(&sorted, 0.5)), format!("{:.0}", quantile(&sorted, 1.0))) };
+        println!("{:<12} {:>8} {:>14} {:>14} {:>14}", r.variant, r.recovered_us.len(), format!("{} of {}", done.len(), r.recovered_us.len()), median, max);
+    }
+    println!("(not recovered: no datagram reached the new MAC within {timeout} s)");
+}
 
 fn print_table(results: &[VariantResult], rate: u32) {
     println!("route replaced on dut while {rate} datagrams/s flow gen -> sink; window: T0 to the send time of the last datagram that followed the old route");
