@@ -36,12 +36,11 @@ use ipnet::IpNet;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use serde::Serialize;
-
-use super::fibchange::Variant;
 use xnf_netns::netlink::{group, Events};
 use xnf_netns::{Family, Netns, Offload};
 use xnf_router::program::FibMode;
 
+use super::fibchange::Variant;
 use super::latency::pingpong::now_ns;
 use crate::engine::attach::router_options;
 use crate::engine::bird::{Bird, Control, TempDir};
