@@ -102,10 +102,12 @@ pub enum LabCmd {
     /// How long frames follow a route that has changed: a stamped UDP
     /// stream gen -> sink through dut while the lab replaces the sink's
     /// route on dut (and restores it), --changes times per variant, the
-    /// variants (kernel, xnf-full, xnf-cache) alternated. Reports per
-    /// variant the window — from the change to the send time of the last
-    /// datagram that still followed the old route — median, p90 and max,
-    /// and the stale datagrams per change.
+    /// variants (kernel, xnf-full, xnf-cache, xdp-forward) alternated.
+    /// Reports per variant the window — from the change to the send time
+    /// of the last datagram that still followed the old route — median,
+    /// p90 and max, and the stale datagrams per change. With --change
+    /// nexthop-mac the sink changes its MAC silently instead, and the
+    /// report is how long until traffic reached the new MAC, if it did.
     FibChange(Box<crate::experiments::fibchange::FibChangeArgs>),
     /// A real routing daemon in the loop: BIRD 2 in a peer namespace
     /// announces a table (--routes N synthetic prefixes or a dump file)
