@@ -115,7 +115,7 @@ pub enum LabCmd {
     /// lab waits until dut's table holds all of it, then churns it
     /// (withdrawals, announcements, next-hop changes, --churn per second)
     /// while traffic flows through the variants (kernel, xnf-full,
-    /// xnf-cache), alternated run by run. Reports Mpps under churn and the
+    /// xnf-cache, xdp-forward), alternated run by run. Reports Mpps under churn and the
     /// stamped probe datagrams that followed a route after it had changed:
     /// late, and stale (more than --window-ms after the change).
     Bgp(Box<Run<crate::experiments::bgp::Bgp>>),
