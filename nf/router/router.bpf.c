@@ -255,14 +255,14 @@ static __always_inline int decrement_hops(struct xdp_md *ctx, const struct xnf_p
 	return -1;
 }
 
-/* The forward lookup, through the cache when the instance has it; on
- * success @neigh is the next hop's slot in neigh_use. */
+/* The forward lookup, through the cache when the instance has it (which
+ * may give the next hop's neigh_use slot in @neigh). */
 static __always_inline long lookup(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
 				   struct bpf_fib_lookup *p, __u32 *outcome, __u32 *neigh)
 {
 	if (fib_cached)
 		return fib_lookup_cached(ctx, f, iif, p, fib_flags, outcome, neigh);
-	return fib_cache_helper(ctx, f, iif, p, fib_flags, neigh);
+	return fib_cache_helper(ctx, f, iif, p, fib_flags);
 }
 
 static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *outcome)
@@ -272,7 +272,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *out
 	struct xnf_pkt f = {};
 	enum xnf_parse_result parsed;
 	__u16 out_vid = 0;
-	__u32 iif = 0, neigh = 0;
+	__u32 iif = 0, neigh = XNF_NEIGH_SLOT_UNKNOWN;
 	__u8 rpf = 0;
 	int l3_off;
 	long rc;
@@ -300,7 +300,7 @@ static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *out
 	if (*reason)
 		return XDP_PASS;
 	/* Forwarded to this neighbour: the follower keeps it confirmed. */
-	xnf_neigh_stamp(neigh, fib_neigh_epoch());
+	fib_neigh_used(&p, neigh);
 	trailer -= f.ip_end;
 	if (trim_trailer(ctx, trailer)) {
 		*reason = XNF_R_MALFORMED; /* unreachable: the IP packet is shorter */

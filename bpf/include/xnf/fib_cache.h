@@ -166,36 +166,40 @@ static __always_inline int fib_cache_key_eq(const struct xnf_fib_cache_key *a, c
 	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2];
 }
 
-/* The epoch frames stamp their neighbour's slot with (0 before a follower
- * has set one: the same for every frame). */
-static __always_inline __u32 fib_neigh_epoch(void)
+/* No neigh_use slot known yet for a lookup's next hop. */
+#define XNF_NEIGH_SLOT_UNKNOWN XNF_NEIGH_USE_SLOTS
+
+/*
+ * A frame is forwarded to the next hop in @p: its neigh_use slot stamped
+ * with the follower's epoch (neigh_use.h). @slot is the slot a cached
+ * route keeps, or XNF_NEIGH_SLOT_UNKNOWN: then it is hashed here, so that
+ * only frames that are forwarded pay for it.
+ */
+static __always_inline void fib_neigh_used(const struct bpf_fib_lookup *p, __u32 slot)
 {
 	__u32 zero = 0;
 	struct xnf_fib_ctl *ctl = bpf_map_lookup_elem(&fib_ctl, &zero);
 
-	return ctl ? ctl->neigh_epoch : 0;
+	if (slot == XNF_NEIGH_SLOT_UNKNOWN)
+		slot = xnf_neigh_use_slot(p->ifindex, p->dmac);
+	xnf_neigh_stamp(slot, ctl ? ctl->neigh_epoch : 0);
 }
 
-/* The helper itself, for a miss or a bypass; on success @neigh is the
- * next hop's slot in neigh_use. */
+/* The helper itself, for a miss or a bypass. */
 static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
-					     struct bpf_fib_lookup *p, __u32 flags, __u32 *neigh)
+					     struct bpf_fib_lookup *p, __u32 flags)
 {
-	long rc;
-
 	fib_fill(f, iif, p);
-	rc = bpf_fib_lookup(ctx, p, sizeof(*p), flags);
-	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
-		*neigh = xnf_neigh_use_slot(p->ifindex, p->dmac);
-	return rc;
+	return bpf_fib_lookup(ctx, p, sizeof(*p), flags);
 }
 
 /*
  * The forward lookup of the checked packet @f arriving on @iif through the
  * cache: bpf_fib_lookup()'s return code and the fields of @p a caller
- * reads (ifindex, smac, dmac; mtu_result on FRAG_NEEDED), and on success
- * the next hop's slot in neigh_use (@neigh: kept in the entry, so a hit
- * hashes nothing). @p needs no initialising: it is filled for the helper
+ * reads (ifindex, smac, dmac; mtu_result on FRAG_NEEDED), and, when the
+ * answer is cached (a hit, or a miss that filled a slot), the next hop's
+ * slot in neigh_use in @neigh (kept in the entry, so a hit hashes
+ * nothing); @neigh is left alone otherwise. @p needs no initialising: it is filled for the helper
  * only on a miss, which a hit never pays for. @outcome says how it was
  * answered.
  */
@@ -215,7 +219,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	aside = f->family == AF_INET ? XNF_FIB_ASIDE_V4 : XNF_FIB_ASIDE_V6;
 	if (!ctl || (ctl->aside & aside) || bpf_jiffies64() > ctl->lease_until) {
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, iif, p, flags, neigh);
+		return fib_cache_helper(ctx, f, iif, p, flags);
 	}
 	/* Both before the helper: see the top of this file. */
 	gen = ctl->gen;
@@ -232,7 +236,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	if (!sl) {
 		/* A CPU beyond the ones possible at load: no region. */
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, iif, p, flags, neigh);
+		return fib_cache_helper(ctx, f, iif, p, flags);
 	}
 	seq = sl->seq;
 	xnf_barrier();
@@ -257,7 +261,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		}
 	}
 	*outcome = XNF_FC_MISS;
-	rc = fib_cache_helper(ctx, f, iif, p, flags, neigh);
+	rc = fib_cache_helper(ctx, f, iif, p, flags);
 	/* On success the helper leaves the route's MTU in mtu_result (the
 	 * union with tot_len). A kernel that did not would leave tot_len
 	 * there: larger packets would then go to the kernel, never out
@@ -274,6 +278,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		sl->e.mtu = p->mtu_result;
 		__builtin_memcpy(sl->e.dmac, p->dmac, ETH_ALEN);
 		__builtin_memcpy(sl->e.smac, p->smac, ETH_ALEN);
+		*neigh = xnf_neigh_use_slot(p->ifindex, p->dmac);
 		sl->e.neigh = *neigh;
 		xnf_barrier();
 		sl->seq = seq + 2;

@@ -163,6 +163,13 @@ impl RoutedLine {
             .expect("ingress interface in stats")
     }
 
+    /// Frames gen's veth dropped on transmit: dut's receive ring was full
+    /// (a loaded machine), so they never reached dut, though the sender's
+    /// kernel counts them as sent.
+    pub fn dropped_before_dut(&self) -> u64 {
+        self.line.gen().link_stats(&self.line.gen_if).expect("gen's link counters").tx_dropped
+    }
+
     pub fn redirected(&self) -> u64 {
         self.ingress_stats()["packets"]["redirect"].as_u64().unwrap()
     }

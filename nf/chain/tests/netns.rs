@@ -205,10 +205,9 @@ fn nf_drop_and_rewrite_are_respected() {
     assert!(out.as_ref().is_ok_and(|o| o.status.success()), "nft in the NF (is nftables installed?): {out:?}");
     // What gen's veth drops never reaches dut (its ring full: a loaded
     // emulated guest); counted, so that a shortfall names its place.
-    let gen_dropped = || lab.line.line.gen().link_stats(&lab.line.line.gen_if).unwrap().tx_dropped as i64;
-    let (before, lost0) = (lab.stats(), gen_dropped());
+    let (before, lost0) = (lab.stats(), lab.line.dropped_before_dut());
     assert_eq!(lab.line.send_udp(true, N), 0, "the NF dropped IPv6 to port 9001: nothing may arrive");
-    let lost = gen_dropped() - lost0;
+    let lost = (lab.line.dropped_before_dut() - lost0) as i64;
     assert_eq!(lab.line.send_udp(false, N), N, "IPv4 passes the firewall NF");
     let after = lab.stats();
     let hop = |s: &Value, i: usize| chain_of(s, "c")["hops"][i].clone();

@@ -145,7 +145,7 @@ fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_un
     let rx = udp_receiver(f.r.line.sink(), f.r.sink_addr(false, 9300));
     let socket = |src: Ipv4Addr| f.r.line.gen().run(move || UdpSocket::bind(SocketAddr::new(src.into(), 0))).unwrap().unwrap();
     let (tx_listed, tx_unlisted) = (socket(listed), socket(unlisted));
-    let (full_buffer, before_dut) = (socket_buffer_drops(&f), dropped_before_dut(&f));
+    let (full_buffer, before_dut) = (socket_buffer_drops(&f), f.r.dropped_before_dut());
     // Reload, alternating the lists, while the traffic flows.
     let (sent, got) = stream_while(&rx, &[&tx_listed, &tx_unlisted], f.r.sink_addr(false, 9300), 6, |i| {
         files.write("list.txt", if i % 2 == 0 { &list_b } else { &list_a });
@@ -153,7 +153,7 @@ fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_un
     });
     // The filter's own count first: it dropped exactly the listed
     // source's datagrams; then what arrived.
-    assert_eq!(f.rule("listed"), (sent as u64, sent as u64), "the list rule dropped other traffic or missed some ({} dropped on gen's veth before dut)", dropped_before_dut(&f) - before_dut);
+    assert_eq!(f.rule("listed"), (sent as u64, sent as u64), "the list rule dropped other traffic or missed some ({} dropped on gen's veth before dut)", f.r.dropped_before_dut() - before_dut);
     let dropped = (socket_buffer_drops(&f) - full_buffer) as usize;
     assert_eq!(got[1] + dropped, sent, "an unlisted source's datagrams were lost after the filter passed them ({dropped} dropped by the receiving socket's full buffer)");
     assert_eq!(got[0], 0, "a listed source got through during a reload");
@@ -162,12 +162,6 @@ fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_un
 /// Datagrams the sink's kernel dropped because a socket's buffer was full.
 fn socket_buffer_drops(f: &Filtered) -> u64 {
     f.r.line.sink().snmp().unwrap().value("Udp", "RcvbufErrors").unwrap()
-}
-
-/// Frames gen's veth dropped on transmit: dut's receive ring was full, so
-/// they never reached dut (the sender's kernel counts them as sent).
-fn dropped_before_dut(f: &Filtered) -> u64 {
-    f.r.line.gen().link_stats(&f.r.line.gen_if).unwrap().tx_dropped
 }
 
 /// Sends datagrams to `to` from each of `senders` (eight at a time from
@@ -221,7 +215,7 @@ fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
     let (redirected, fw4) = (f.r.redirected(), f.r.forw_v4());
     // The traffic flows until the filter has come and gone four times.
     let (rx, tx) = (f.r.sink_socket(false, 9101), f.r.gen_socket(false));
-    let (full_buffer, before_dut) = (socket_buffer_drops(&f), dropped_before_dut(&f));
+    let (full_buffer, before_dut) = (socket_buffer_drops(&f), f.r.dropped_before_dut());
     let (sent, got) = stream_while(&rx, &[&tx], f.r.sink_addr(false, 9101), 4, |_| {
         xnf_ok(f.r.dut(), &["filter", "detach", &dut_gen]);
         xnf_ok(f.r.dut(), &["filter", "attach", &dut_gen]);
@@ -230,7 +224,7 @@ fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
     assert!(sent > 0);
     // What gen's veth dropped never reached dut (its ring full while a
     // loaded machine left dut's receive waiting): nothing to judge there.
-    let before_dut = (dropped_before_dut(&f) - before_dut) as usize;
+    let before_dut = (f.r.dropped_before_dut() - before_dut) as usize;
     assert!(before_dut * 100 < sent, "{before_dut} of {sent} datagrams dropped on gen's veth before dut: too few reached it");
     let reached = sent - before_dut;
     assert_eq!(f.r.redirected() - redirected, reached as u64, "frames left XDP while the filter came and went ({before_dut} dropped before dut)");

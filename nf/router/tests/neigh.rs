@@ -19,24 +19,24 @@
 //! Without the follower's part, the entries stay STALE for ever and the
 //! test times out.
 
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use xnf_netns::netlink::{self, Neighbour};
+use xnf_netns::Mac;
 use xnf_testrun::cli::RoutedLine;
 
-const NEW_MAC: &str = "02:00:00:00:5e:11";
+const NEW_MAC: Mac = Mac([0x02, 0, 0, 0, 0x5e, 0x11]);
 
-fn neigh_line(r: &RoutedLine, addr: &str) -> String {
-    neigh_on(r, addr, &r.line.dut_sink_if)
-}
-
-fn neigh_on(r: &RoutedLine, addr: &str, dev: &str) -> String {
-    let out = r.dut().ip(&["neigh", "show", addr, "dev", dev]).expect("ip neigh show");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+/// dut's entry for `addr` on `ifindex`, as the follower reads it.
+fn entry(r: &RoutedLine, addr: IpAddr, ifindex: u32) -> Option<Neighbour> {
+    let all = r.dut().run(netlink::neighbours).unwrap().expect("dut's neighbour table");
+    all.into_iter().find(|n| n.ifindex == ifindex && n.addr == addr)
 }
 
 fn silent_mac_change_is_followed(fib: &str) {
     let mut r = RoutedLine::new(&[]);
-    let dev = r.line.dut_sink_if.clone();
+    let (dev, sink_ifindex) = (r.line.dut_sink_if.clone(), r.line.dut_sink_ifindex);
     for family in ["ipv4", "ipv6"] {
         for (key, value) in [("delay_first_probe_time", "1"), ("retrans_time_ms", "200")] {
             r.dut().sysctl_set(&format!("net.{family}.neigh.{dev}.{key}"), value).unwrap();
@@ -50,31 +50,32 @@ fn silent_mac_change_is_followed(fib: &str) {
     // The sink takes another MAC and says nothing: dut's entries keep the
     // old one, and frames sent there are dropped by the sink's kernel (for
     // another host).
-    let old_mac = r.line.sink_mac.to_string();
-    r.line.sink().ip(&["link", "set", "dev", &r.line.sink_if, "address", NEW_MAC]).unwrap();
-    let (v4, v6) = (r.line.sink_v4.to_string(), r.line.sink_v6.to_string());
-    for addr in [&v4, &v6] {
-        r.dut().ip(&["neigh", "change", addr, "dev", &dev, "nud", "stale"]).unwrap();
-        let entry = neigh_line(&r, addr);
-        assert!(entry.contains(&old_mac) && entry.contains("STALE"), "dut's entry is not the old MAC, STALE: {entry}");
+    let old_mac = r.line.sink_mac;
+    r.line.sink().ip(&["link", "set", "dev", &r.line.sink_if, "address", &NEW_MAC.to_string()]).unwrap();
+    let (v4, v6): (IpAddr, IpAddr) = (r.line.sink_v4.into(), r.line.sink_v6.into());
+    for addr in [v4, v6] {
+        r.dut().ip(&["neigh", "change", &addr.to_string(), "dev", &dev, "nud", "stale"]).unwrap();
+        let e = entry(&r, addr, sink_ifindex);
+        assert!(e.as_ref().is_some_and(|e| e.stale && e.mac == Some(old_mac.0)), "dut's entry is not the old MAC, STALE: {e:?}");
     }
 
     // A STALE neighbour the router does not send to (gen: the traffic
     // goes one way) is left alone, as the kernel would leave it.
-    let (gen4, gen_dev) = (r.line.gen_v4.to_string(), r.line.dut_gen_if.clone());
-    r.dut().ip(&["neigh", "replace", &gen4, "dev", &gen_dev, "lladdr", &r.line.gen_mac.to_string(), "nud", "stale"]).unwrap();
+    let (gen4, gen_ifindex) = (IpAddr::from(r.line.gen_v4), r.line.dut_gen_ifindex);
+    r.dut().ip(&["neigh", "replace", &gen4.to_string(), "dev", &r.line.dut_gen_if, "lladdr", &r.line.gen_mac.to_string(), "nud", "stale"]).unwrap();
 
     // Traffic keeps flowing: the router's frames must get the kernel to
     // check the entry and learn the new MAC, as its own frames would.
-    for (v6_family, addr) in [(false, &v4), (true, &v6)] {
+    for (v6_family, addr) in [(false, v4), (true, v6)] {
         let t0 = Instant::now();
-        while !(r.send_udp(v6_family, 5) == 5 && neigh_line(&r, addr).contains(NEW_MAC)) {
-            assert!(t0.elapsed() < Duration::from_secs(30), "{fib}: dut did not learn {addr}'s new MAC while forwarding to it in 30 s: its entry is [{}]", neigh_line(&r, addr));
+        while !(r.send_udp(v6_family, 5) == 5 && entry(&r, addr, sink_ifindex).is_some_and(|e| e.mac == Some(NEW_MAC.0))) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "{fib}: dut did not learn {addr}'s new MAC while forwarding to it in 30 s: its entry is {:?}", entry(&r, addr, sink_ifindex));
         }
         eprintln!("{fib}: {addr}'s new MAC learnt after {:?}", t0.elapsed());
         assert_eq!(r.send_udp(v6_family, 20), 20, "{fib}: traffic to {addr} after its new MAC was learnt");
     }
-    assert!(neigh_on(&r, &gen4, &gen_dev).ends_with("STALE"), "{fib}: a neighbour the router does not send to was checked: {}", neigh_on(&r, &gen4, &gen_dev));
+    let gen = entry(&r, gen4, gen_ifindex);
+    assert!(gen.as_ref().is_some_and(|e| e.stale), "{fib}: a neighbour the router does not send to was checked: {gen:?}");
     let redirected = r.redirected();
     assert_eq!(r.send_udp(false, 20), 20);
     assert_eq!(r.redirected() - redirected, 20, "{fib}: the traffic to the new MAC went through the kernel, not XDP");
