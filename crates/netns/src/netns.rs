@@ -151,6 +151,32 @@ impl Netns {
         run_in(&self.path(), f).with_context(|| format!("running in namespace {}", self.name))
     }
 
+    /// Binds a socket in the namespace with `bind` (say `move ||
+    /// UdpSocket::bind(addr)`), trying again for up to 5 s while the
+    /// address is in use.
+    ///
+    /// For a caller that closes a socket on a fixed port and binds the
+    /// same address again: a process that another thread of this one is
+    /// spawning holds a copy of every descriptor (the old socket included)
+    /// from its clone until its exec closes them, and until then the
+    /// address stays taken. On a slow machine that window is milliseconds
+    /// (seen in the emulated guests: EADDRINUSE on a port the test itself
+    /// had just closed, while a test in another thread started `ip`).
+    pub fn bind<S, F>(&self, bind: F) -> Result<S>
+    where
+        F: Fn() -> std::io::Result<S> + Send,
+        S: Send,
+    {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        self.run(move || loop {
+            match bind() {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(1)),
+                other => return other,
+            }
+        })?
+        .with_context(|| format!("binding a socket in namespace {}", self.name))
+    }
+
     /// A `Command` that runs `program` inside the namespace via
     /// `ip netns exec NAME program`; add arguments and spawn it yourself,
     /// e.g. for long-running processes.

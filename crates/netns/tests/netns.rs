@@ -165,6 +165,36 @@ fn counters_read_again_show_the_namespace_now() {
     assert_eq!(peer.snmp().unwrap().value("Udp", "NoPorts").unwrap(), 0);
 }
 
+/// A socket closed and bound again on the same port while another thread
+/// spawns processes: each child holds a copy of the old socket until its
+/// exec, so a plain bind fails now and then with EADDRINUSE (within a few
+/// hundred binds here); `Netns::bind` waits that out. Mutation: `ns.run(..)`
+/// in place of `ns.bind(..)` failed at bind 5, 44 and 166 of the 20,000.
+#[test]
+fn bind_waits_out_a_copy_held_by_a_child_being_spawned() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let ns = Netns::new("rebind").unwrap();
+    ns.ip_batch(&["link set lo up".to_string(), "addr add 198.18.0.1/32 dev lo".to_string()]).unwrap();
+    let (stop, spawned) = (AtomicBool::new(false), AtomicU32::new(0));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                Command::new("true").status().unwrap();
+                spawned.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            for i in 0..20_000 {
+                let sock = ns.bind(|| UdpSocket::bind("198.18.0.1:9000")).unwrap_or_else(|e| panic!("bind {i}: {e:#}"));
+                drop(sock);
+            }
+        }));
+        stop.store(true, Ordering::Relaxed);
+        result.unwrap();
+    });
+    assert!(spawned.load(Ordering::Relaxed) > 0, "no process was spawned meanwhile: the race was not tried");
+}
+
 #[test]
 fn config_helpers_check_and_report() {
     let ns = Netns::new("cfg").unwrap();

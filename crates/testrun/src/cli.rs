@@ -284,7 +284,7 @@ impl Drop for RoutedLine {
 /// milliseconds on a busy machine loses none.
 pub fn udp_receiver(ns: &Netns, addr: SocketAddr) -> UdpSocket {
     use std::os::fd::AsRawFd;
-    let s = ns.run(move || UdpSocket::bind(addr)).unwrap().unwrap_or_else(|e| panic!("binding {addr} in {}: {e}", ns.name()));
+    let s = ns.bind(move || UdpSocket::bind(addr)).unwrap_or_else(|e| panic!("binding {addr}: {e:#}"));
     let size: libc::c_int = 8 << 20;
     // SAFETY: setsockopt on an open socket with a c_int of the right size.
     let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };

@@ -31,7 +31,7 @@ impl Stream {
     /// receives them.
     pub fn start(tx_ns: &Netns, from: IpAddr, rx_ns: &Netns, rx: SocketAddr, dsts: Vec<SocketAddr>, rate: u32) -> Result<Stream> {
         ensure!(!dsts.is_empty() && dsts.len() <= usize::from(u16::MAX), "a stream needs 1 to 65535 destinations");
-        let sock = rx_ns.run(move || UdpSocket::bind(rx))?.with_context(|| format!("binding the receiver's socket to {rx}"))?;
+        let sock = rx_ns.bind(move || UdpSocket::bind(rx)).with_context(|| format!("binding the receiver's socket to {rx}"))?;
         sock.set_read_timeout(Some(Duration::from_millis(100)))?;
         let tx = tx_ns.run(move || UdpSocket::bind(SocketAddr::new(from, 0)))?.context("binding the sender's socket")?;
         let stop = Arc::new(AtomicBool::new(false));

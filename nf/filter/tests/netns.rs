@@ -361,7 +361,7 @@ fn echo_connections(f: &Filtered, v6: bool, port: u16, n: usize) -> usize {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     let at = f.r.sink_addr(v6, port);
-    let listener = f.r.line.sink().run(move || TcpListener::bind(at)).unwrap().unwrap();
+    let listener = f.r.line.sink().bind(move || TcpListener::bind(at)).unwrap();
     std::thread::scope(|s| {
         s.spawn(|| {
             for conn in listener.incoming().take(n) {

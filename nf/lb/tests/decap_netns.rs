@@ -111,7 +111,7 @@ impl Pair {
     /// A UDP socket on the backend bound to the VIP of `v6`'s family.
     fn vip_socket(&self, v6: bool) -> UdpSocket {
         let addr = if v6 { SocketAddr::new(IpAddr::V6(VIP6), PORT) } else { SocketAddr::new(IpAddr::V4(VIP4), PORT) };
-        let s = self.be.run(move || UdpSocket::bind(addr)).unwrap().unwrap();
+        let s = self.be.bind(move || UdpSocket::bind(addr)).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
         s
     }

@@ -301,7 +301,7 @@ struct Reader(Counting);
 
 impl Reader {
     fn start(ns: &xnf_netns::Netns, addr: SocketAddr, cpu: usize) -> Result<Reader> {
-        let sock = ns.run(move || UdpSocket::bind(addr))?.with_context(|| format!("binding the sink's socket to {addr}"))?;
+        let sock = ns.bind(move || UdpSocket::bind(addr)).with_context(|| format!("binding the sink's socket to {addr}"))?;
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
         Ok(Reader(Counting::spawn(cpu, move |c, s| {
             let mut buf = [0u8; 2048];
