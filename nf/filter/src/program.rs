@@ -120,6 +120,13 @@ impl FilterProgram {
         &self.skel.progs.xnf_filter
     }
 
+    /// Whether this instance checks segments against conntrack: what the
+    /// kernel offered when it was loaded (read from its frozen rodata, not
+    /// probed again: a module loaded since does not change a loaded program).
+    pub fn conntrack(&self) -> bool {
+        self.skel.maps.rodata_data.is_some_and(|ro| ro.have_conntrack != 0)
+    }
+
     pub fn maps(&self) -> Result<FilterMaps> {
         let m = &self.skel.maps;
         Ok(FilterMaps {

@@ -110,8 +110,8 @@ impl Table {
     /// The filter loaded with RULES (conntrack's lookup where the kernel
     /// has it), no case run yet.
     fn new() -> Table {
-        let conntrack = xnf_filter::synproxy::conntrack_lookup();
         let f = Filter::load().unwrap();
+        let conntrack = f.prog.conntrack();
         f.apply(RULES, &BTreeMap::new()).unwrap();
         Table { f, conntrack, cases: 0, failures: vec![] }
     }

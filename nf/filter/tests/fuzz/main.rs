@@ -286,7 +286,7 @@ impl Run {
         let rs = self.filter.apply(&text, &lists).unwrap_or_else(|e| panic!("the fuzzer wrote a bad rule file: {e:#}\n{text}"));
         let slots = (0..rs.rules.len() as u32).chain([RULE_DEFAULT]);
         let want = slots.map(|s| (s, self.filter.maps.rule_counters(s).unwrap())).collect();
-        let model = Model::new(rs, lists.clone(), xnf_filter::synproxy::conntrack_lookup());
+        let model = Model::new(rs, lists.clone(), self.filter.prog.conntrack());
         self.live = Some(Live { n, first, text, lists, model, want, shown: false });
     }
 
