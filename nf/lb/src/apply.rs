@@ -12,7 +12,8 @@
 //!    written (nothing refers to new records yet);
 //! 3. each service's table is built into its idle slot, and the service
 //!    record is pointed at it in one update: a packet sees the old table or
-//!    the new one;
+//!    the new one. A service whose record and live table (read back from
+//!    the kernel) already are what the file says is left as it is;
 //! 4. only then go services, VIPs, tables and backend records that the
 //!    file no longer has. A removed backend's record is freed (generation
 //!    0), so its flows' entries stop matching and their packets take the
@@ -211,23 +212,34 @@ pub fn converge(maps: &LbMaps, config: &Config, tables: &[Table], ids: &Ids) -> 
         if current.is_none_or(|c| c.id != sid.id) {
             maps.reset_service_counters(sid.id)?;
         }
-        // The idle one of the service's two slots.
-        let slot = 2 * sid.id + current.filter(|c| c.slot / 2 == sid.id).map_or(0, |c| 1 - c.slot % 2);
+        let live = current.filter(|c| c.slot / 2 == sid.id);
         let id_of = |i: u32| if i == NO_BACKEND { NO_BACKEND } else { sid.backends[&table.backends()[i as usize].0].id };
         let entries: Vec<u32> = table.entries().iter().map(|&i| id_of(i)).collect();
-        maps.set_table(slot, &entries)?;
         let (mode, gue_port) = mode_of(s.mode);
-        let rec = RawService {
-            slot,
+        let mut rec = RawService {
+            slot: live.map_or(2 * sid.id, |c| c.slot),
             table_size: s.table_size,
             id: sid.id,
             gue_port: gue_port.to_be(),
             mode,
             hash3: (s.hash == crate::config::HashFields::ThreeTuple) as u8,
         };
-        maps.set_service(&key, &rec)?;
-        live_slots.insert(slot);
         live_keys.push(xnf_core::maps::as_bytes(&key).to_vec());
+        // A service the file does not change keeps its live table: a
+        // swap costs two RCU grace periods (the kernel waits for one after
+        // each update or delete of a map of maps, 10-40 ms here), and an
+        // apply of a file with one change among hundreds of services would
+        // pay them all. (Linux 6.1 waits after a lookup too: the read
+        // costs one there.)
+        if live.is_some_and(|c| xnf_core::maps::as_bytes(&c) == xnf_core::maps::as_bytes(&rec)) && maps.table(rec.slot)?.is_some_and(|t| t == entries) {
+            live_slots.insert(rec.slot);
+            continue;
+        }
+        // Else the new table goes into the idle one of the two slots.
+        rec.slot = 2 * sid.id + live.map_or(0, |c| 1 - c.slot % 2);
+        maps.set_table(rec.slot, &entries)?;
+        maps.set_service(&key, &rec)?;
+        live_slots.insert(rec.slot);
     }
     for k in maps.service_keys() {
         if !live_keys.contains(&xnf_core::maps::as_bytes(&k).to_vec()) {

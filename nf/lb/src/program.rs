@@ -226,6 +226,23 @@ impl LbMaps {
         self.tables.update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("installing a Maglev table")
     }
 
+    /// The backend ids table slot `slot` holds, read back whole from the
+    /// kernel; `None` when the slot is empty or could not be read whole.
+    pub fn table(&self, slot: u32) -> Result<Option<Vec<u32>>> {
+        let Some(id) = self.tables.lookup(&slot.to_ne_bytes(), MapFlags::ANY)? else { return Ok(None) };
+        let id = u32::from_ne_bytes(id[..4].try_into().context("a table slot's map id")?);
+        let inner = MapHandle::from_map_id(id).context("opening a Maglev table")?;
+        let mut entries = vec![0u32; inner.max_entries() as usize];
+        let mut read = 0;
+        for (k, v) in inner.lookup_batch(65536, MapFlags::ANY, MapFlags::ANY)? {
+            let (Ok(k), Ok(v)) = (<[u8; 4]>::try_from(&k[..]), <[u8; 4]>::try_from(&v[..])) else { return Ok(None) };
+            let Some(e) = entries.get_mut(u32::from_ne_bytes(k) as usize) else { return Ok(None) };
+            *e = u32::from_ne_bytes(v);
+            read += 1;
+        }
+        Ok((read == entries.len()).then_some(entries))
+    }
+
     pub fn clear_table(&self, slot: u32) -> Result<()> {
         delete_if_present(&self.tables, &slot.to_ne_bytes())
     }
