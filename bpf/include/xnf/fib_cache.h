@@ -199,9 +199,9 @@ static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xn
  * reads (ifindex, smac, dmac; mtu_result on FRAG_NEEDED), and, when the
  * answer is cached (a hit, or a miss that filled a slot), the next hop's
  * slot in neigh_use in @neigh (kept in the entry, so a hit hashes
- * nothing); @neigh is left alone otherwise. @p needs no initialising: it is filled for the helper
- * only on a miss, which a hit never pays for. @outcome says how it was
- * answered.
+ * nothing); @neigh is left alone otherwise. @p needs no initialising: it
+ * is filled for the helper only on a miss, which a hit never pays for.
+ * @outcome says how it was answered.
  */
 static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
 					      struct bpf_fib_lookup *p, __u32 flags, __u32 *outcome,

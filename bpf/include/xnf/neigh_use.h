@@ -14,7 +14,7 @@
  * would be sent to at its old MAC for ever, where the kernel recovers in
  * seconds.
  *
- * So each frame whose lookup succeeds stamps its neighbour's slot here
+ * So each frame the router forwards stamps its neighbour's slot here
  * with the follower's epoch (fib_ctl's neigh_epoch, fib_cache.h), and the
  * follower, for each neighbour the kernel has notified as STALE, looks at
  * the slot once an epoch that began after the notification has passed: if

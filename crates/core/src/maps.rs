@@ -197,6 +197,7 @@ pub struct MappedArray {
     ptr: *const u8,
     /// Bytes mapped.
     bytes: usize,
+    value_size: usize,
     stride: usize,
     n: usize,
 }
@@ -205,13 +206,19 @@ impl MappedArray {
     pub fn new(map: &impl libbpf_rs::MapCore, what: &str) -> anyhow::Result<Self> {
         use std::os::fd::AsRawFd;
         let info = map.info().map_err(|e| anyhow::anyhow!("reading the map info of {what}: {e}"))?.info;
-        let (n, stride) = (info.max_entries as usize, (info.value_size as usize).next_multiple_of(8));
+        let (n, value_size) = (info.max_entries as usize, info.value_size as usize);
+        let stride = value_size.next_multiple_of(8);
         let bytes = n * stride;
         // SAFETY: a shared read-only mapping of the map's fd, `bytes` long
         // (the array's size); unmapped on drop.
         let ptr = unsafe { libc::mmap(std::ptr::null_mut(), bytes, libc::PROT_READ, libc::MAP_SHARED, map.as_fd().as_raw_fd(), 0) };
         anyhow::ensure!(ptr != libc::MAP_FAILED, "mapping {what}: {}", std::io::Error::last_os_error());
-        Ok(MappedArray { ptr: ptr as *const u8, bytes, stride, n })
+        Ok(MappedArray { ptr: ptr as *const u8, bytes, value_size, stride, n })
+    }
+
+    /// The map's value size, as the kernel has it.
+    pub fn value_size(&self) -> usize {
+        self.value_size
     }
 
     pub fn len(&self) -> usize {

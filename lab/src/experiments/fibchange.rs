@@ -238,9 +238,8 @@ fn print_mac_table(results: &[VariantResult], rate: u32, timeout: u64) {
     println!("{:<12} {:>8} {:>14} {:>14} {:>14}", "variant", "changes", "recovered", "median ms", "max ms");
     for r in results {
         let done: Vec<f64> = r.recovered_us.iter().flatten().map(|us| us / 1000.0).collect();
-        let mut sorted = done.clone();
-        sorted.sort_by(|a, b| a.total_cmp(b));
-        let (median, max) = if sorted.is_empty() { ("-".to_string(), "-".to_string()) } else { (format!("{:.0}", quantile(&sorted, 0.5)), format!("{:.0}", quantile(&sorted, 1.0))) };
+        let ms = |p: f64| if done.is_empty() { "-".to_string() } else { format!("{:.0}", q(&done, p)) };
+        let (median, max) = (ms(0.5), ms(1.0));
         println!("{:<12} {:>8} {:>14} {:>14} {:>14}", r.variant, r.recovered_us.len(), format!("{} of {}", done.len(), r.recovered_us.len()), median, max);
     }
     println!("(not recovered: no datagram reached the new MAC within {timeout} s)");
@@ -249,14 +248,16 @@ fn print_mac_table(results: &[VariantResult], rate: u32, timeout: u64) {
 fn print_table(results: &[VariantResult], rate: u32) {
     println!("route replaced on dut while {rate} datagrams/s flow gen -> sink; window: T0 to the send time of the last datagram that followed the old route");
     println!("{:<12} {:>8} {:>12} {:>12} {:>12} {:>14} {:>16} {:>14}", "variant", "changes", "median µs", "p90 µs", "max µs", "stale/change", "after ack: med", "max µs");
-    let q = |v: &[f64], p: f64| {
-        let mut w = v.to_vec();
-        w.sort_by(|a, b| a.total_cmp(b));
-        quantile(&w, p)
-    };
     for r in results {
         let (w, a) = (&r.windows_us, &r.after_ack_us);
         let stale = r.stale.iter().sum::<u64>() as f64 / r.stale.len().max(1) as f64;
         println!("{:<12} {:>8} {:>12.0} {:>12.0} {:>12.0} {:>14.1} {:>16.0} {:>14.0}", r.variant, w.len(), q(w, 0.5), q(w, 0.9), q(w, 1.0), stale, q(a, 0.5), q(a, 1.0));
     }
+}
+
+/// The `p` quantile of values in any order.
+fn q(v: &[f64], p: f64) -> f64 {
+    let mut w = v.to_vec();
+    w.sort_by(|a, b| a.total_cmp(b));
+    quantile(&w, p)
 }

@@ -535,10 +535,9 @@ impl RouterMaps {
     /// through a read-only mapping of the array (one copy, no syscall per
     /// slot).
     fn cache_slots(&self) -> Result<Vec<types::xnf_fib_cache_slot>> {
-        let info = self.fib_cache.info().context("reading the route cache's map info")?;
-        let size = std::mem::size_of::<types::xnf_fib_cache_slot>();
-        ensure!(info.info.value_size as usize == size, "the route cache's slots are {} bytes, not {size}", info.info.value_size);
         let slots = xnf_core::maps::MappedArray::new(&self.fib_cache, "the route cache")?;
+        let size = std::mem::size_of::<types::xnf_fib_cache_slot>();
+        ensure!(slots.value_size() == size, "the route cache's slots are {} bytes, not {size}", slots.value_size());
         Ok((0..slots.len()).map(|i| slots.get(i)).collect())
     }
 

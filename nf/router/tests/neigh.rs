@@ -11,7 +11,7 @@
 //! the router sends to (neigh_use.h); so traffic reaches the new MAC, and
 //! dut's entry holds it, in both FIB modes and both families.
 //!
-//! The entries are made STALE by hand (`ip neigh change … nud stale`):
+//! The entries are made STALE by hand (`ip neigh replace … nud stale`):
 //! the state the kernel's reachable timer (30 s by default) would give
 //! them while only XDP sends to them, without the wait. dut's first probe
 //! comes 1 s after the check starts and probes 0.2 s apart, so that the
@@ -53,11 +53,6 @@ fn silent_mac_change_is_followed(fib: &str) {
     let old_mac = r.line.sink_mac;
     r.line.sink().ip(&["link", "set", "dev", &r.line.sink_if, "address", &NEW_MAC.to_string()]).unwrap();
     let (v4, v6): (IpAddr, IpAddr) = (r.line.sink_v4.into(), r.line.sink_v6.into());
-    for addr in [v4, v6] {
-        r.dut().ip(&["neigh", "change", &addr.to_string(), "dev", &dev, "nud", "stale"]).unwrap();
-        let e = entry(&r, addr, sink_ifindex);
-        assert!(e.as_ref().is_some_and(|e| e.stale && e.mac == Some(old_mac.0)), "dut's entry is not the old MAC, STALE: {e:?}");
-    }
 
     // A STALE neighbour the router does not send to (gen: the traffic
     // goes one way) is left alone, as the kernel would leave it.
@@ -65,8 +60,15 @@ fn silent_mac_change_is_followed(fib: &str) {
     r.dut().ip(&["neigh", "replace", &gen4.to_string(), "dev", &r.line.dut_gen_if, "lladdr", &r.line.gen_mac.to_string(), "nud", "stale"]).unwrap();
 
     // Traffic keeps flowing: the router's frames must get the kernel to
-    // check the entry and learn the new MAC, as its own frames would.
+    // check the entry and learn the new MAC, as its own frames would. One
+    // family at a time, its entry set to the old MAC and STALE only then:
+    // both addresses share the sink's slot (egress, MAC), so frames of one
+    // family would have the other's entry checked too, and the second
+    // family's half would show nothing of its own.
     for (v6_family, addr) in [(false, v4), (true, v6)] {
+        r.dut().ip(&["neigh", "replace", &addr.to_string(), "dev", &dev, "lladdr", &old_mac.to_string(), "nud", "stale"]).unwrap();
+        let e = entry(&r, addr, sink_ifindex);
+        assert!(e.as_ref().is_some_and(|e| e.stale && e.mac == Some(old_mac.0)), "dut's entry is not the old MAC, STALE: {e:?}");
         let t0 = Instant::now();
         while !(r.send_udp(v6_family, 5) == 5 && entry(&r, addr, sink_ifindex).is_some_and(|e| e.mac == Some(NEW_MAC.0))) {
             assert!(t0.elapsed() < Duration::from_secs(30), "{fib}: dut did not learn {addr}'s new MAC while forwarding to it in 30 s: its entry is {:?}", entry(&r, addr, sink_ifindex));
