@@ -237,8 +237,11 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Afxdp, nf: Box<dyn NetworkF
             let prog = AfxdpProgram::load()?;
             prog.set_rules(&[], false)?;
             let run = RunConfig { batch, wait: if spin { Wait::Spin } else { Wait::Poll { timeout_ms: 100 } } };
-            let set = XskSet::new(UmemConfig::default(), &SocketConfig { mode: Mode::Copy, ..Default::default() }, run, &[(link.ifindex, dev.clone(), 0)])?;
+            let mut set = XskSet::new(UmemConfig::default(), &SocketConfig { mode: Mode::Copy, ..Default::default() }, run, &[(link.ifindex, dev.clone(), 0)])?;
             prog.add_socket(0, set.sockets()[0].fd())?;
+            if nf.receives() {
+                set.fill_rings()?;
+            }
             let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, &dev, XdpMode::Native)?;
             Ok((prog, set, xdp))
         })();

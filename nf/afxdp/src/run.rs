@@ -280,7 +280,11 @@ pub fn run(a: RunArgs) -> Result<()> {
     for s in set.sockets() {
         prog.add_socket(s.queue, s.fd())?;
     }
-    // Attached after the sockets are in the map: no selected frame finds an empty slot.
+    if nf.receives() {
+        set.fill_rings()?;
+    }
+    // Attached after the sockets are in the map and their FILL rings
+    // filled: no selected frame finds an empty slot or no buffer.
     let link_guard = XdpLink::create(prog.prog().as_fd(), link.ifindex, &a.iface, a.mode)?;
     if link.kind.as_deref() == Some("veth") {
         eprintln!("xnf afxdp: {} is a veth: copy mode, and busy polling does not engage there", a.iface);

@@ -181,6 +181,15 @@ impl XskSet {
         &self.sockets
     }
 
+    /// Fills every socket's FILL ring now. A set that receives calls it
+    /// before the program that redirects to its sockets is attached: the
+    /// frames that arrive before the first [`XskSet::step`] would otherwise
+    /// find no buffer, and the kernel drops them (`rx_fill_ring_empty`:
+    /// the first frames of a run, lost now and then in the tests).
+    pub fn fill_rings(&mut self) -> Result<()> {
+        (0..self.sockets.len()).try_for_each(|i| self.refill(i))
+    }
+
     pub fn counters(&self) -> Vec<Arc<Counters>> {
         self.counters.clone()
     }

@@ -330,8 +330,9 @@ fn afxdp_side(dev: &str, c: &Config, wait: Wait) -> Result<Side> {
     let link = xnf_netns::netlink::link_by_name(dev)?;
     let prog = AfxdpProgram::load()?;
     prog.set_rules(&[Class { proto: Some(17), dport: Some((PROBE_PORT, PROBE_PORT)), ..Default::default() }], false)?;
-    let set = XskSet::new(UmemConfig { frame_size: 4096, frame_count: 2048, headroom: 0 }, &afxdp_socket_config(c), RunConfig { batch: c.batch, wait }, &[(link.ifindex, dev.to_string(), 0)])?;
+    let mut set = XskSet::new(UmemConfig { frame_size: 4096, frame_count: 2048, headroom: 0 }, &afxdp_socket_config(c), RunConfig { batch: c.batch, wait }, &[(link.ifindex, dev.to_string(), 0)])?;
     prog.add_socket(0, set.sockets()[0].fd())?;
+    set.fill_rings()?; // both sides receive
     let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, dev, XdpMode::Native)?;
     Ok(Side { _xdp: xdp, _prog: prog, set })
 }
