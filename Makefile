@@ -1,24 +1,24 @@
-# xnf — build, test and demo. Both `make demo` and `make test` install what
-# they need first (Debian packages, bpffs) and must run as root.
+# xnf — build, test and demo. Each target installs what it needs first
+# (scripts/deps.sh GROUP: its Debian packages, bpffs) and must run as root.
 
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all deps build demo demo-containers test test-host test-kernels fuzz clippy clean
+.PHONY: all build demo demo-containers peers test test-host test-kernels fuzz clippy clean
 
 all: build
 
-deps:
-	@scripts/deps.sh
+deps-%:
+	@scripts/deps.sh $*
 
-build: deps
+build: deps-build
 	$(CARGO) build --release --workspace
 
 ## demo: build, then run the default lab experiment (kernel vs xnf router,
 ## 64-byte IPv4, 4 flows, 3 runs, with a CPU-vs-load curve; about 3 minutes
 ## on 2 cores), print the ratio and write results/demo.{json,csv,html}.
-demo: build
+demo: deps-demo build
 	@mkdir -p results
 	$(XNF) lab router --load-curve 4 --json results/demo.json --csv results/demo.csv
 	$(XNF) lab report results/demo.json -o results/demo.html
@@ -27,29 +27,45 @@ demo: build
 ## plugin, xnf-cni chained after it; and joined with --container), traffic
 ## from the lab generator, per-hop counts, against the same NFs in plain
 ## namespaces; everything removed on exit (about 2 minutes).
-demo-containers: build
+demo-containers: deps-containers build
 	$(XNF) lab chain --variants xnf-podman-cni,xnf-podman,xnf-linux-nf --length 2 --runs 3 --seconds 2 --warmup 3
 
 ## test: every test on this machine's kernel, then again inside each kernel
 ## of the matrix (Debian's 6.1, booted under qemu; see README "Kernels").
-## While developing: `make test-host` (this kernel only), `make test-kernels
-## KERNEL=6.1` (one guest kernel), or scripts/kernels.sh test 6.1 router-vlan.
-test: test-host test-kernels
+## Installs every package a test uses and builds the peer tools the lab's
+## tests compare with (scripts/peers.sh). Both parts run whatever fails,
+## and every failing test binary is named at the end: one failure hides
+## nothing. While developing: `make test-host` (this kernel only), `make
+## test-kernels KERNEL=6.1` (one guest kernel), or scripts/kernels.sh test
+## 6.1 router-vlan.
+test: deps-test peers
+	@host=0; guest=0; \
+	$(MAKE) --no-print-directory test-host || host=$$?; \
+	$(MAKE) --no-print-directory test-kernels || guest=$$?; \
+	echo "make test: host part $$([ $$host = 0 ] && echo passed || echo FAILED), kernel matrix $$([ $$guest = 0 ] && echo passed || echo FAILED)"; \
+	[ $$host = 0 ] && [ $$guest = 0 ]
 
-test-host: deps
+# --no-fail-fast: cargo runs every test binary even after one fails, and
+# names every failed one at the end.
+test-host: deps-test
 	$(CARGO) build --workspace --all-targets
-	$(CARGO) test --workspace
+	$(CARGO) test --workspace --no-fail-fast
 
 KERNEL ?= all
-test-kernels: deps
+test-kernels: deps-test
 	@scripts/kernels.sh setup
 	@scripts/kernels.sh test $(KERNEL)
+
+## peers: xdp-tools' xdp-filter and xdp-forward, built from source into
+## /opt/xnf/peers (or $$XNF_PEERS), which `xnf lab` compares xnf with.
+peers: deps-build
+	@scripts/peers.sh
 
 ## fuzz: every program's differential fuzzer with fresh random seeds, round
 ## after round, until stopped (FUZZ_ROUNDS=N rounds, FUZZ_FRAMES per program
 ## per round, default 10^7). Not part of `make test`, which runs 10^6 frames
 ## per program from a fixed seed.
-fuzz: deps
+fuzz: deps-test
 	@scripts/fuzz.sh
 
 clippy:
