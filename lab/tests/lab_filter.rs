@@ -8,10 +8,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of, xnf_bin};
-
-/// Where scripts/peers.sh builds xdp-filter.
-const XDP_FILTER: &str = "/opt/xnf/peers/sbin/xdp-filter";
+use xnf_testrun::cli::{assert_lab_refuses, built_peer, lab, lab_with_peers, namespaces_of, xnf_bin, TempFiles};
 
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
@@ -34,20 +31,52 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
     );
 }
 
+/// Taken by every run: shared, or alone by a profiled one.
+static RUNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// Runs `xnf lab filter ARGS` for one run at no flood and at the maximum,
-/// briefly; returns the results file read back.
-fn short_run(tag: &str, args: &[&str]) -> Value {
+/// briefly, the lab told of `peers` if given; returns the results file
+/// read back and what the lab said on stderr.
+fn short_run_with(tag: &str, args: &[&str], peers: Option<&Path>) -> (Value, String) {
+    // The profiler counts drops by reason on the whole machine: while a run
+    // profiles, no other run of this binary may drop (nftables would be
+    // counted against xnf).
+    let profiling = args.contains(&"--profile");
+    let _alone = match profiling {
+        true => (None, Some(RUNS.write().unwrap_or_else(|e| e.into_inner()))),
+        false => (Some(RUNS.read().unwrap_or_else(|e| e.into_inner())), None),
+    };
     let json = std::env::temp_dir().join(format!("xnf-lab-filter-{tag}-{}.json", std::process::id()));
     let mut all = vec!["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--rates", "0,max", "--json", json.to_str().unwrap()];
     all.extend_from_slice(args);
-    let (out, pid) = lab("filter", &all);
-    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    let (out, pid) = match peers {
+        Some(p) => lab_with_peers(p, "filter", &all),
+        None => lab("filter", &all),
+    };
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}\n{}", String::from_utf8_lossy(&out.stdout));
     assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     report_draws_the_figure(&json);
     std::fs::remove_file(&json).unwrap();
     assert_eq!(r["experiment"], "filter");
-    r
+    (r, err)
+}
+
+fn short_run(tag: &str, args: &[&str]) -> Value {
+    short_run_with(tag, args, None).0
+}
+
+/// The variants a run measured, in its order.
+fn variants_of(r: &Value) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for s in r["samples"].as_array().unwrap() {
+        let name = s["variant"].as_str().unwrap().to_string();
+        if !v.contains(&name) {
+            v.push(name);
+        }
+    }
+    v
 }
 
 fn report_draws_the_figure(json: &Path) {
@@ -141,16 +170,26 @@ fn a_syn_flood_is_answered_in_dut_by_xnf_and_synproxy_and_by_the_victim_without(
     assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap_or("").starts_with("--flood syn")), "no note on what a discarded SYN is");
 }
 
+/// The default variants, with the lab told of a peers folder without
+/// xdp-filter (made here: on a machine where scripts/peers.sh has run, the
+/// lab's default folder has it): xdp-filter is left out, saying why.
 #[test]
-fn nftables_drop_the_flood_in_dut_and_without_a_filter_the_victim_gets_it() {
-    let r = short_run("nft", &["--variants", "none,nft-ingress,nft-raw"]);
+fn by_default_nftables_and_xnf_drop_the_flood_in_dut_and_without_a_filter_the_victim_gets_it() {
+    let empty = TempFiles::new("lab-filter-no-peers");
+    let (r, err) = short_run_with("nft", &[], Some(empty.dir()));
+    assert_eq!(variants_of(&r), ["none", "xnf", "nft-ingress", "nft-raw"]);
+    let missing = empty.dir().join("sbin/xdp-filter");
+    let why = format!("xdp-filter left out of the default variants: xdp-filter: {} not found: run scripts/peers.sh", missing.display());
+    assert!(err.contains(&why), "the lab did not say why xdp-filter is left out ({why}):\n{err}");
     check_variant(&r, "none", false);
-    for v in ["nft-ingress", "nft-raw"] {
+    for v in ["xnf", "nft-ingress", "nft-raw"] {
         check_variant(&r, v, true);
+    }
+    for v in ["nft-ingress", "nft-raw"] {
         check_own_counter(&r, v);
     }
-    check_curves(&r, &["none", "nft-ingress", "nft-raw"]);
-    assert_eq!(r["summary"].as_array().unwrap().len(), 3, "a summary per variant (its maximum)");
+    check_curves(&r, &["none", "xnf", "nft-ingress", "nft-raw"]);
+    assert_eq!(r["summary"].as_array().unwrap().len(), 4, "a summary per variant (its maximum)");
 }
 
 #[test]
@@ -185,13 +224,17 @@ fn xnf_drops_the_flood_by_port_and_by_a_blocklist() {
     assert!(r["ratios"].as_array().unwrap().iter().any(|q| q["numerator"] == "xnf" && q["denominator"] == "nft-raw"), "no xnf : nft-raw ratio");
 }
 
+/// xdp-filter in the peers folder the lab is told of (made here, holding
+/// the one scripts/peers.sh built, which `make test` builds) is among the
+/// default variants, and drops the flood in dut by its own count.
 #[test]
-fn xdp_filter_runs_where_built_and_is_refused_with_the_way_to_build_it_otherwise() {
-    if !Path::new(XDP_FILTER).is_file() {
-        assert_lab_refuses("filter", &[(&["--variants", "none,xdp-filter"][..], "run scripts/peers.sh", 1)]);
-        return;
-    }
-    let r = short_run("xdp-filter", &["--variants", "xdp-filter"]);
+fn xdp_filter_in_the_peers_folder_is_measured_by_default() {
+    let peers = TempFiles::new("lab-filter-peers");
+    std::fs::create_dir(peers.dir().join("sbin")).unwrap();
+    std::os::unix::fs::symlink(built_peer("xdp-filter"), peers.dir().join("sbin/xdp-filter")).unwrap();
+    let (r, err) = short_run_with("xdp-filter", &[], Some(peers.dir()));
+    assert_eq!(variants_of(&r), ["none", "xnf", "nft-ingress", "nft-raw", "xdp-filter"], "{err}");
+    assert!(!err.contains("left out"), "{err}");
     check_variant(&r, "xdp-filter", true);
     check_own_counter(&r, "xdp-filter");
 }

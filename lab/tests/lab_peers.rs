@@ -77,6 +77,8 @@ fn bad_peers_are_refused_before_anything_is_built() {
             (&["--peer", "fwd=a;b"][..], "not in --variants", 1),
             (&["--variants", "fwd"][..], "no variant `fwd`", 1),
             (&["--variants", "xdp-forward", "--xdp-forward", "/nonexistent/xdp-forward"][..], "run scripts/peers.sh", 1),
+            // The lab is told of an empty peers folder: not built there.
+            (&["--variants", "kernel,xdp-forward-direct"][..], "/sbin/xdp-forward not found: run scripts/peers.sh", 1),
         ],
     );
 }

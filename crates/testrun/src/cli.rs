@@ -356,24 +356,49 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// Runs `xnf lab EXPERIMENT args...` to the end: its output and its pid
-/// (the lab's namespaces are named after it).
+/// (the lab's namespaces are named after it). The peer tools are where
+/// this test's environment says (`XNF_PEERS`, else the lab's default):
+/// for tests that measure them, which `make test` builds.
 pub fn lab(experiment: &str, args: &[&str]) -> (Output, u32) {
-    let child = std::process::Command::new(xnf_bin())
-        .args(["lab", experiment])
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running xnf lab {experiment}: {e}"));
+    run_lab(experiment, args, None)
+}
+
+/// [`lab`] with the lab told that the peer tools are in `peers`
+/// (`XNF_PEERS`): a folder the test made, with or without them.
+pub fn lab_with_peers(peers: &std::path::Path, experiment: &str, args: &[&str]) -> (Output, u32) {
+    run_lab(experiment, args, Some(peers))
+}
+
+fn run_lab(experiment: &str, args: &[&str], peers: Option<&std::path::Path>) -> (Output, u32) {
+    let mut cmd = std::process::Command::new(xnf_bin());
+    cmd.args(["lab", experiment]).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    if let Some(p) = peers {
+        cmd.env("XNF_PEERS", p);
+    }
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("running xnf lab {experiment}: {e}"));
     let pid = child.id();
     (child.wait_with_output().unwrap(), pid)
 }
 
+/// The peer tools' folder of this test's environment, where `make test`
+/// has them built (scripts/peers.sh: `$XNF_PEERS`, else /opt/xnf/peers);
+/// a test that measures a peer fails here, saying how to build it, rather
+/// than passing without it.
+pub fn built_peer(name: &str) -> std::path::PathBuf {
+    let folder = std::env::var_os("XNF_PEERS").filter(|v| !v.is_empty()).map_or_else(|| "/opt/xnf/peers".into(), std::path::PathBuf::from);
+    let bin = folder.join("sbin").join(name);
+    assert!(bin.is_file(), "{} is missing: this test measures {name}; build it with scripts/peers.sh (`make test` does)", bin.display());
+    bin
+}
+
 /// Each case — (arguments, what the one-line message must say, exit
 /// status: 2 = usage, 1 = refused) — is refused before anything is built.
+/// The lab is told of an empty peers folder, so what it says does not
+/// depend on what this machine has built.
 pub fn assert_lab_refuses(experiment: &str, cases: &[(&[&str], &str, i32)]) {
+    let peers = TempFiles::new("no-peers");
     for (args, want, status) in cases {
-        let (out, pid) = lab(experiment, args);
+        let (out, pid) = lab_with_peers(peers.dir(), experiment, args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(*status), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
@@ -429,9 +454,12 @@ pub struct TempFiles {
 }
 
 impl TempFiles {
-    /// A fresh folder named after `tag` and this process.
+    /// A fresh folder named after `tag`, this process and a count (tests
+    /// of one binary run in threads of one process).
     pub fn new(tag: &str) -> TempFiles {
-        let dir = std::env::temp_dir().join(format!("xnf-{tag}-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("xnf-{tag}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("creating a temporary folder");
         TempFiles { dir }
     }

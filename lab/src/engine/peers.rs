@@ -46,8 +46,27 @@ pub const PLACEHOLDERS: [&str; 3] = ["ns", "in", "out"];
 /// binary comes from scripts/peers.sh (or `--xdp-forward PATH`).
 pub const BUILT_IN: [(&str, &str); 2] = [("xdp-forward", "full"), ("xdp-forward-direct", "direct")];
 
-/// Where scripts/peers.sh builds xdp-forward.
-pub const XDP_FORWARD: &str = "/opt/xnf/peers/sbin/xdp-forward";
+/// The variable naming the folder the peer tools are built into, for
+/// scripts/peers.sh (its PREFIX) and the lab alike.
+pub const PEERS_VAR: &str = "XNF_PEERS";
+
+/// Where scripts/peers.sh builds the peer tools when `XNF_PEERS` is unset.
+pub const DEFAULT_PEERS: &str = "/opt/xnf/peers";
+
+/// The peers' folder: `$XNF_PEERS`, else [`DEFAULT_PEERS`], as
+/// scripts/peers.sh decides it.
+pub fn folder() -> PathBuf {
+    std::env::var_os(PEERS_VAR).filter(|v| !v.is_empty()).map_or_else(|| PathBuf::from(DEFAULT_PEERS), PathBuf::from)
+}
+
+/// Peer tool `name`'s binary: `given` (its `flag` on the command line),
+/// else the one scripts/peers.sh built in [`folder`]; one line saying how
+/// to get it when it is not there.
+pub fn binary(name: &str, flag: &str, given: Option<&Path>) -> Result<PathBuf> {
+    let path = given.map_or_else(|| folder().join("sbin").join(name), Path::to_path_buf);
+    ensure!(path.is_file(), "{name}: {} not found: run scripts/peers.sh (it builds into ${PEERS_VAR}, default {DEFAULT_PEERS}) or give {flag} PATH", path.display());
+    Ok(path)
+}
 
 /// A forwarder from outside xnf: a variant name and its two commands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -117,12 +136,9 @@ impl Peer {
     }
 }
 
-/// xdp-forward's binary: `given`, else where peers.sh builds it; one line
-/// saying how to get it when it is not there.
+/// xdp-forward's binary ([`binary`]).
 pub fn xdp_forward_binary(given: Option<&Path>) -> Result<PathBuf> {
-    let path = given.map_or_else(|| PathBuf::from(XDP_FORWARD), Path::to_path_buf);
-    ensure!(path.is_file(), "xdp-forward: {} not found: run scripts/peers.sh (or give --xdp-forward PATH)", path.display());
-    Ok(path)
+    binary("xdp-forward", "--xdp-forward", given)
 }
 
 /// `template` with each `{name}` replaced by `value(name)`; `{{` and `}}`

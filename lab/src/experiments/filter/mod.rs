@@ -190,7 +190,8 @@ pub struct FilterArgs {
     /// application's, so the flood is received where the victim runs].
     #[arg(long)]
     pub rx_cpu: Option<usize>,
-    /// xdp-filter's binary [default: /opt/xnf/peers/sbin/xdp-filter, built by scripts/peers.sh].
+    /// xdp-filter's binary [default: $XNF_PEERS/sbin/xdp-filter, XNF_PEERS
+    /// defaulting to /opt/xnf/peers, where scripts/peers.sh builds it].
     #[arg(long, value_name = "PATH")]
     pub xdp_filter: Option<PathBuf>,
     #[command(flatten)]
@@ -302,10 +303,14 @@ fn topology(say: &mut dyn FnMut(&str)) -> Result<BuiltTopology> {
 
 /// Runs the experiment; `say` gets what is said before measuring starts.
 pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
-    let variants = a.variants(say);
+    // Why xdp-filter is left out is said once the options are accepted: a
+    // refusal stays one line.
+    let mut left_out = Vec::new();
+    let variants = a.variants(&mut |s| left_out.push(s.to_string()));
     a.check(&variants)?;
     let ncpu = crate::engine::cpu::sample()?.len();
     let c = cpus(a, ncpu)?;
+    left_out.iter().for_each(|s| say(s));
     let (gen_cpu, app_cpu) = (c.gen, c.app);
     let mut t = topology(say)?;
     let roles = t.roles()?.clone();

@@ -33,18 +33,12 @@ pub enum Variant {
     NftSynproxy,
 }
 
-/// Where `scripts/peers.sh` builds xdp-filter.
-pub const XDP_FILTER: &str = "/opt/xnf/peers/sbin/xdp-filter";
-
 /// The nftables table the nft variants load.
 const NFT_TABLE: &str = "xnffilter";
 
-/// xdp-filter's binary: `given`, else where peers.sh builds it; an error
-/// saying how to get it when it is not there.
+/// xdp-filter's binary ([`peers::binary`]).
 pub fn xdp_filter_binary(given: Option<&Path>) -> Result<PathBuf> {
-    let path = given.map_or_else(|| PathBuf::from(XDP_FILTER), Path::to_path_buf);
-    ensure!(path.is_file(), "xdp-filter: {} not found: run scripts/peers.sh (or give --xdp-filter PATH)", path.display());
-    Ok(path)
+    peers::binary("xdp-filter", "--xdp-filter", given)
 }
 
 /// Runs xdp-filter with only the network namespace switched
