@@ -87,8 +87,9 @@ pub enum LabCmd {
     /// sweep in the same run; the timestamping overhead measured.
     Latency(Box<LatencyArgs>),
     /// Round-trip time through a forwarder (seed 000 §5.7): probes gen ->
-    /// dut -> sink -> dut -> gen through the kernel, `xnf router` (--fib
-    /// full or cache, ...) and an `xnf chain` through one NF namespace,
+    /// dut -> sink -> dut -> gen through the kernel, `xnf router` (xnf: as
+    /// `xnf router attach` attaches it, the route cache; xnf-full: --fib
+    /// full; ...) and an `xnf chain` through one NF namespace,
     /// with no other traffic and under background load from the generator
     /// through the same forwarder (shares of each variant's full-speed
     /// rate, or fixed rates), variants alternated within each run.
@@ -102,7 +103,8 @@ pub enum LabCmd {
     /// How long frames follow a route that has changed: a stamped UDP
     /// stream gen -> sink through dut while the lab replaces the sink's
     /// route on dut (and restores it), --changes times per variant, the
-    /// variants (kernel, xnf-full, xnf-cache, xdp-forward) alternated.
+    /// variants (kernel, xnf: the route cache, as `xnf router attach`
+    /// attaches it; xnf-full: --fib full; xdp-forward) alternated.
     /// Reports per variant the window — from the change to the send time
     /// of the last datagram that still followed the old route — median,
     /// p90 and max, and the stale datagrams per change. With --change
@@ -114,8 +116,9 @@ pub enum LabCmd {
     /// over iBGP to a BIRD on dut that installs it into dut's kernel; the
     /// lab waits until dut's table holds all of it, then churns it
     /// (withdrawals, announcements, next-hop changes, --churn per second)
-    /// while traffic flows through the variants (kernel, xnf-full,
-    /// xnf-cache, xdp-forward), alternated run by run. Reports Mpps under churn and the
+    /// while traffic flows through the variants (kernel, xnf: the route
+    /// cache, as `xnf router attach` attaches it; xnf-full: --fib full;
+    /// xdp-forward), alternated run by run. Reports Mpps under churn and the
     /// stamped probe datagrams that followed a route after it had changed:
     /// late, and stale (more than --window-ms after the change).
     Bgp(Box<Run<crate::experiments::bgp::Bgp>>),

@@ -16,6 +16,7 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--changes", "0"][..], "--changes 0", 1),
             (&["--rate", "10"][..], "--rate 10", 1),
             (&["--variants", "xnf-turbo"][..], "--variants", 2),
+            (&["--variants", "kernel,xnf-cache"][..], "--variants: `xnf-cache` is now `xnf` (what `xnf router attach` attaches; `xnf-full` is --fib full)", 2),
             (&["--change", "nexthop-mac", "--timeout", "0"][..], "--timeout 0", 1),
         ],
     );
@@ -32,7 +33,7 @@ fn a_short_run_measures_every_variant_and_leaves_nothing() {
     let _ = std::fs::remove_file(&json);
     let results = doc["results"].as_array().unwrap();
     let names: Vec<&str> = results.iter().map(|r| r["variant"].as_str().unwrap()).collect();
-    assert_eq!(names, ["kernel", "xnf-full", "xnf-cache"]);
+    assert_eq!(names, ["kernel", "xnf", "xnf-full"]);
     for r in results {
         for key in ["windows_us", "stale", "after_ack_us"] {
             assert_eq!(r[key].as_array().unwrap().len(), 2, "{key} of {}", r["variant"]);
@@ -44,7 +45,7 @@ fn a_short_run_measures_every_variant_and_leaves_nothing() {
 #[test]
 fn a_next_hop_that_changes_its_mac_silently_is_found_again_by_the_kernel_and_the_router() {
     let json = std::env::temp_dir().join(format!("xnf-lab-fibchange-mac-{}.json", std::process::id()));
-    let args = ["--change", "nexthop-mac", "--changes", "1", "--variants", "kernel,xnf-cache", "--timeout", "60", "--json", json.to_str().unwrap()];
+    let args = ["--change", "nexthop-mac", "--changes", "1", "--variants", "kernel,xnf", "--timeout", "60", "--json", json.to_str().unwrap()];
     let (out, pid) = lab("fib-change", &args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));

@@ -17,6 +17,7 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
         &[
             (&["--variants", "bogus"][..], "--variants: no variant `bogus`", 1),
             (&["--variants", "chain,chain"][..], "chain named twice", 1),
+            (&["--variants", "kernel,xnf-cache"][..], "--variants: `xnf-cache` is now `xnf` (what `xnf router attach` attaches; `xnf-full` is --fib full)", 1),
             (&["--load", "101%"][..], "a share is 0..=100%", 2),
             (&["--load", "fast"][..], "`fast`: a load is 0", 2),
             (&["--load", "50%,100000"][..], "not both", 1),
@@ -41,7 +42,7 @@ fn a_short_run_probes_through_every_variant_and_load() {
     assert_eq!(r["experiment"], "fwd-latency");
     let rows = r["details"]["rtt"].as_array().expect("the RTTs in details.rtt");
     assert_eq!(rows.len(), 4 * 3, "4 variants × (full speed, 0, 50%): {rows:?}");
-    for v in ["kernel", "xnf", "xnf-cache", "chain"] {
+    for v in ["kernel", "xnf", "xnf-full", "chain"] {
         for load in ["full", "0", "50%"] {
             let x = rows.iter().find(|x| x["variant"] == v && x["load"] == load).unwrap_or_else(|| panic!("no {v} at {load}"));
             let (sent, lost, n) = (x["sent"].as_u64().unwrap(), x["lost"].as_u64().unwrap(), x["rtt_us"]["n"].as_u64().unwrap());
@@ -69,7 +70,7 @@ fn a_short_run_probes_through_every_variant_and_load() {
     let rep = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report", json.to_str().unwrap(), "-o", html.to_str().unwrap()]).output().unwrap();
     assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.contains("Round-trip time through the forwarder") && page.contains("xnf-cache"), "the RTT table in the report");
+    assert!(page.contains("Round-trip time through the forwarder") && page.contains("xnf-full"), "the RTT table in the report");
     std::fs::remove_file(&json).unwrap();
     std::fs::remove_file(&html).unwrap();
 }

@@ -100,6 +100,14 @@ pub const fn router_options(fib: FibMode) -> xnf_router::AttachOptions {
     xnf_router::AttachOptions { mode: XdpMode::Native, fib, no_bytes: false }
 }
 
+/// The router as `xnf router attach` attaches it given no option: the
+/// router's own default FIB mode ([`FibMode::default`], the route cache;
+/// [`NfGuard::router`] starts its follower), so that the lab's `xnf` is
+/// what users get.
+pub fn default_router_options() -> xnf_router::AttachOptions {
+    router_options(FibMode::default())
+}
+
 /// A network function (`xnf router`, `xnf filter`) attached to interfaces
 /// in a lab namespace through its library, from a thread inside that
 /// namespace, as the CLI would run there; detached when dropped.

@@ -49,7 +49,7 @@ impl Machine {
     pub fn emulation_note(&self) -> Option<String> {
         self.cpu_model.contains("TCG").then(|| {
             format!(
-                "{}: a CPU emulated in software; rates are a small fraction of a real CPU's and the paths are slowed by different factors (xnf-cache / kernel, IPv4 64 B: 6.4x in the 6.1 guest, 2.6x on its host; XDP against XDP within 15 %): compare points and variants of this run, not with hardware",
+                "{}: a CPU emulated in software; rates are a small fraction of a real CPU's and the paths are slowed by different factors (xnf / kernel, IPv4 64 B: 6.4x in the 6.1 guest, 2.6x on its host; XDP against XDP within 15 %): compare points and variants of this run, not with hardware",
                 self.cpu_model
             )
         })

@@ -19,9 +19,8 @@ use std::path::Path;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use xnf_netns::{check_test_addr, Mac, Netns, Topology};
-use xnf_router::program::FibMode;
 
-use super::attach::router_options;
+use super::attach::default_router_options;
 use super::LabAttachment;
 
 /// Built-in scenarios: (name, what it is, TOML text).
@@ -102,7 +101,8 @@ pub struct NeighbourSpec {
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FunctionKind {
-    /// `xnf router` on the listed interfaces.
+    /// `xnf router` on the listed interfaces, attached as `xnf router
+    /// attach` attaches it (the route cache, with its follower).
     Router,
     /// XDP_PASS (lets a veth end receive redirected / XDP_TX frames).
     Pass,
@@ -395,7 +395,7 @@ impl BuiltTopology {
                         attachments.push((f.ns.clone(), d, a));
                     }
                 }
-                FunctionKind::Router => routers.push(super::NfGuard::router(ns, &devs, router_options(FibMode::Full))?),
+                FunctionKind::Router => routers.push(super::NfGuard::router(ns, &devs, default_router_options())?),
             }
         }
         (built.attachments, built.routers) = (attachments, routers);

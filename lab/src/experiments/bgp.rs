@@ -2,8 +2,9 @@
 //! namespace announces a table over iBGP to a BIRD on dut, which installs
 //! it into dut's kernel; the lab waits (polling dut's table) until all of
 //! it is there, then, while the generator's traffic flows gen -> dut ->
-//! sink through the variant (kernel, `xnf router --fib full`, `--fib
-//! cache`), churns the table at a set rate through the peer's BIRD:
+//! sink through the variant (kernel, `xnf router attach` as it attaches by
+//! default — the route cache — or with `--fib full`), churns the table at
+//! a set rate through the peer's BIRD:
 //! withdrawals, re-announcements and next-hop changes, as a router sees
 //! them. The rate forwarded under churn is measured by the one driver.
 //!
@@ -38,9 +39,8 @@ use netlink_packet_route::RouteNetlinkMessage;
 use serde::Serialize;
 use xnf_netns::netlink::{group, Events};
 use xnf_netns::{Family, Netns, Offload};
-use xnf_router::program::FibMode;
 
-use super::fibchange::Variant;
+use super::fibchange::{Variant, VariantParser};
 use super::latency::pingpong::now_ns;
 use crate::engine::attach::router_options;
 use crate::engine::bird::{Bird, Control, TempDir};
@@ -84,7 +84,7 @@ pub struct Bgp {
     #[arg(long, default_value_t = 10_000)]
     pub churn_prefixes: usize,
     /// Variants, alternated run by run.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf-full,xnf-cache")]
+    #[arg(long, value_parser = VariantParser, value_delimiter = ',', default_value = "kernel,xnf,xnf-full")]
     pub variants: Vec<Variant>,
     /// xdp-forward's binary (default: where scripts/peers.sh builds it).
     #[arg(long, value_name = "PATH")]
@@ -213,7 +213,7 @@ impl Experiment for Bgp {
 
     fn ratios(&self) -> Vec<(&str, &str)> {
         let has = |n: &str| self.variants.iter().any(|v| variant_name(v) == n);
-        [("xnf-full", "kernel"), ("xnf-cache", "kernel"), ("xnf-cache", "xnf-full"), ("xnf-cache", "xdp-forward")].into_iter().filter(|(a, b)| has(a) && has(b)).collect()
+        [("xnf", "kernel"), ("xnf-full", "kernel"), ("xnf", "xnf-full"), ("xnf", "xdp-forward")].into_iter().filter(|(a, b)| has(a) && has(b)).collect()
     }
 
     fn check(&self, _: Cpus) -> Result<()> {
@@ -324,8 +324,8 @@ impl Experiment for Bgp {
         let (_, dpeer) = t.endpoint(&format!("{}:peer", roles.dut_in.split(':').next().unwrap_or("dut")))?;
         let guard = match v {
             Variant::Kernel => Setup::Pass(LabAttachment::pass(dut, &din)?),
-            Variant::XnfFull | Variant::XnfCache => {
-                let fib = if v == Variant::XnfFull { FibMode::Full } else { FibMode::Cache };
+            Variant::Xnf | Variant::XnfFull => {
+                let fib = v.fib().expect("a router variant");
                 Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone(), dpeer], router_options(fib))?)
             }
             Variant::XdpForward => {

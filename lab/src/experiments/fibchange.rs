@@ -35,12 +35,48 @@ use crate::engine::{LabAttachment, NfGuard};
 pub enum Variant {
     /// The kernel forwards.
     Kernel,
-    /// `xnf router --fib full`.
+    /// What `xnf router attach` attaches: the route cache, with its follower.
+    Xnf,
+    /// `xnf router attach --fib full`.
     XnfFull,
-    /// `xnf router --fib cache` with its follower.
-    XnfCache,
     /// xdp-tools' xdp-forward (`--fib-mode full`), as in `xnf lab router`.
     XdpForward,
+}
+
+impl Variant {
+    /// How the router variants look routes up: `xnf` as `xnf router
+    /// attach` does by default (the router's own default), `xnf-full` by
+    /// the FIB for every packet.
+    pub fn fib(self) -> Option<FibMode> {
+        match self {
+            Variant::Xnf => Some(FibMode::default()),
+            Variant::XnfFull => Some(FibMode::Full),
+            Variant::Kernel | Variant::XdpForward => None,
+        }
+    }
+}
+
+/// `--variants`' values ([`Variant`]), and the route cache's old name
+/// refused in one line with its new one ([`super::router::renamed`]; an
+/// old name whose new one is not a variant here is just not a variant).
+#[derive(Clone)]
+pub struct VariantParser;
+
+impl clap::builder::TypedValueParser for VariantParser {
+    type Value = Variant;
+
+    fn parse_ref(&self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &std::ffi::OsStr) -> Result<Variant, clap::Error> {
+        if let Some((new, refusal)) = value.to_str().and_then(super::router::renamed) {
+            if <Variant as clap::ValueEnum>::from_str(new, false).is_ok() {
+                return Err(clap::Error::raw(clap::error::ErrorKind::InvalidValue, refusal).with_cmd(cmd));
+            }
+        }
+        clap::builder::EnumValueParser::<Variant>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(<Variant as clap::ValueEnum>::value_variants().iter().filter_map(clap::ValueEnum::to_possible_value)))
+    }
 }
 
 /// What changes.
@@ -62,7 +98,7 @@ pub struct FibChangeArgs {
     #[arg(long, default_value_t = 20)]
     pub changes: u32,
     /// Variants, alternated change by change.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "kernel,xnf-full,xnf-cache")]
+    #[arg(long, value_parser = VariantParser, value_delimiter = ',', default_value = "kernel,xnf,xnf-full")]
     pub variants: Vec<Variant>,
     /// What changes: the route, or the next hop's MAC.
     #[arg(long, value_enum, default_value = "route")]
@@ -155,8 +191,8 @@ pub fn run(a: FibChangeArgs) -> Result<()> {
 fn name(v: Variant) -> &'static str {
     match v {
         Variant::Kernel => "kernel",
+        Variant::Xnf => "xnf",
         Variant::XnfFull => "xnf-full",
-        Variant::XnfCache => "xnf-cache",
         Variant::XdpForward => "xdp-forward",
     }
 }
@@ -176,8 +212,7 @@ fn attach(line: &LineTopology, v: Variant, xdp_forward: Option<&Peer>) -> Result
             let peer = xdp_forward.expect("xdp-forward's peer, made when it is a variant");
             return Ok(On::Peer(PeerGuard::attach(peer, line.dut(), &line.dut_gen_if, &line.dut_sink_if)?));
         }
-        Variant::XnfFull => FibMode::Full,
-        Variant::XnfCache => FibMode::Cache,
+        Variant::Xnf | Variant::XnfFull => v.fib().expect("a router variant"),
     };
     let ifaces = [line.dut_gen_if.clone(), line.dut_sink_if.clone()];
     Ok(On::Router(NfGuard::router(line.dut(), &ifaces, router_options(fib))?))
@@ -260,4 +295,23 @@ fn q(v: &[f64], p: f64) -> f64 {
     let mut w = v.to_vec();
     w.sort_by(|a, b| a.total_cmp(b));
     quantile(&w, p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::driver::parse_options;
+
+    #[test]
+    fn variants_are_named_after_what_the_commands_attach_and_old_names_say_the_new() {
+        let parse = |a: &[&str]| parse_options::<FibChangeArgs>(a);
+        assert_eq!(parse(&[]).unwrap().variants, [Variant::Kernel, Variant::Xnf, Variant::XnfFull]);
+        assert_eq!((Variant::Xnf.fib(), Variant::XnfFull.fib(), Variant::Kernel.fib()), (Some(FibMode::default()), Some(FibMode::Full), None));
+        let e = parse(&["--variants", "kernel,xnf-cache"]).unwrap_err().to_string();
+        assert!(e.contains("--variants: `xnf-cache` is now `xnf` (what `xnf router attach` attaches; `xnf-full` is --fib full)"), "{e}");
+        for bad in ["xnf-turbo", "xnf-cache-lean"] {
+            let e = parse(&["--variants", bad]).unwrap_err().to_string();
+            assert!(e.contains("[possible values: kernel, xnf, xnf-full, xdp-forward]"), "{bad}: {e}");
+        }
+    }
 }

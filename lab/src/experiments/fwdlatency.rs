@@ -36,7 +36,7 @@ use xnf_router::AttachOptions;
 use super::chain::{self, XnfChain};
 use super::latency::pingpong::{pinned_in, udp_pinger};
 use super::latency::stats::Summary;
-use super::router::{parse_item, parse_size, ROUTERS};
+use super::router::{parse_item, parse_size, renamed, routers};
 use crate::engine::driver::{Cpus, Experiment, Running, VariantName};
 use crate::engine::measure::{self, Counters, Plan};
 use crate::engine::params::{self, Param, Point, Value};
@@ -116,10 +116,11 @@ pub enum Wait {
 /// `xnf lab fwd-latency`: its own options; sizes and flows are sweeps.
 #[derive(Args, Serialize)]
 pub struct FwdLatency {
-    /// Forwarders: kernel, xnf (the router, --fib full), xnf-full,
-    /// xnf-direct, xnf-cache (--fib cache, with its follower),
-    /// xnf-cache-lean, chain (`xnf chain` through one reflector NF).
-    #[arg(long, value_delimiter = ',', default_value = "kernel,xnf,xnf-cache,chain", value_parser = parse_item::<String>, value_name = "NAME[,NAME...]")]
+    /// Forwarders: kernel, xnf (what `xnf router attach` attaches: the
+    /// route cache, with its follower), xnf-full (--fib full), xnf-direct
+    /// (--fib direct), xnf-lean (xnf with --no-byte-counters), chain (`xnf
+    /// chain` through one reflector NF).
+    #[arg(long, value_delimiter = ',', default_value = "kernel,xnf,xnf-full,chain", value_parser = parse_item::<String>, value_name = "NAME[,NAME...]")]
     pub variants: Vec<String>,
     /// Background loads, each for --trial-seconds with the probes: 0 (the
     /// generator paused), shares of each variant's full-speed rate (50%),
@@ -197,14 +198,17 @@ impl FwdLatency {
     fn resolve(&self) -> Result<Vec<Variant>> {
         let mut out = Vec::new();
         for name in &self.variants {
+            if let Some((_, refusal)) = renamed(name) {
+                bail!(refusal);
+            }
             let v = match name.as_str() {
                 "kernel" => Variant::Kernel,
                 "chain" => Variant::Chain,
-                n => match ROUTERS.iter().find(|(r, _)| *r == n) {
-                    Some((r, o)) => Variant::Router(r, *o),
+                n => match routers().into_iter().find(|(r, _)| *r == n) {
+                    Some((r, o)) => Variant::Router(r, o),
                     None => {
-                        let routers: Vec<&str> = ROUTERS.iter().map(|(r, _)| *r).collect();
-                        bail!("--variants: no variant `{n}` (kernel, {}, chain)", routers.join(", "))
+                        let names: Vec<&str> = routers().iter().map(|(r, _)| *r).collect();
+                        bail!("--variants: no variant `{n}` (kernel, {}, chain)", names.join(", "))
                     }
                 },
             };
@@ -562,6 +566,7 @@ mod tests {
         for (args, want) in [
             (&["--variants", "bogus"][..], "--variants: no variant `bogus`"),
             (&["--variants", "xnf,xnf"][..], "xnf named twice"),
+            (&["--variants", "kernel,xnf-cache-lean"][..], "--variants: `xnf-cache-lean` is now `xnf-lean`"),
             (&["--probe-rate", "0"][..], "--probe-rate 0"),
             (&["--ping-cpu", "1"][..], "--ping-cpu 1 is the generator's CPU"),
             (&["--ping-cpu", "5"][..], "--ping-cpu 5"),
@@ -577,6 +582,6 @@ mod tests {
         assert!(opts(&[]).check(cpus).is_ok());
         assert_eq!(opts(&[]).ping_cpu(cpus), 0);
         let names: Vec<String> = opts(&[]).resolve().unwrap().iter().map(VariantName::name).collect();
-        assert_eq!(names, ["kernel", "xnf", "xnf-cache", "chain"]);
+        assert_eq!(names, ["kernel", "xnf", "xnf-full", "chain"]);
     }
 }

@@ -28,7 +28,7 @@ use serde::Serialize;
 use xnf_router::program::FibMode;
 use xnf_router::AttachOptions;
 
-use crate::engine::attach::router_options;
+use crate::engine::attach::{default_router_options, router_options};
 use crate::engine::driver::{AtPoint, Cpus, Experiment, Running, VariantName};
 use crate::engine::measure::{self, Counters};
 use crate::engine::params::{self, Param, Point, Value};
@@ -46,21 +46,37 @@ use crate::programs::sink::SinkOptions;
 /// The ruleset loaded on dut at points with `netfilter` on.
 pub const NETFILTER_RULESET: &str = include_str!("../../topologies/router.nft");
 
-/// `xnf router` as variants: the name and how it is attached. Another
-/// FIB mode or option is one more line.
-pub const ROUTERS: &[(&str, AttachOptions)] = &[
-    ("xnf", router_options(FibMode::Full)),
-    ("xnf-full", router_options(FibMode::Full)),
-    ("xnf-direct", router_options(FibMode::Direct)),
-    ("xnf-cache", router_options(FibMode::Cache)),
-    ("xnf-cache-lean", AttachOptions { no_bytes: true, ..router_options(FibMode::Cache) }),
-];
+/// `xnf router` as variants: the name and how it is attached. `xnf` is
+/// what `xnf router attach` attaches (the router's default FIB mode, the
+/// route cache, with its follower), `xnf-lean` the same with
+/// --no-byte-counters. Another FIB mode or option is one more line.
+pub fn routers() -> [(&'static str, AttachOptions); 4] {
+    let default = default_router_options();
+    [
+        ("xnf", default),
+        ("xnf-full", router_options(FibMode::Full)),
+        ("xnf-direct", router_options(FibMode::Direct)),
+        ("xnf-lean", AttachOptions { no_bytes: true, ..default }),
+    ]
+}
+
+/// A router variant's old name (`xnf` was --fib full and the route cache
+/// `xnf-cache` until the lab named its variants after what the commands
+/// do by default): its new name, and the refusal in one line that says it.
+pub fn renamed(name: &str) -> Option<(&'static str, String)> {
+    let (new, what) = match name {
+        "xnf-cache" => ("xnf", "what `xnf router attach` attaches"),
+        "xnf-cache-lean" => ("xnf-lean", "what `xnf router attach --no-byte-counters` attaches"),
+        _ => return None,
+    };
+    Some((new, format!("--variants: `{name}` is now `{new}` ({what}; `xnf-full` is --fib full)")))
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Variant {
     /// The kernel forwards (dut ingress has the XDP_PASS program).
     Kernel,
-    /// `xnf router` forwards in XDP: one of [`ROUTERS`].
+    /// `xnf router` forwards in XDP: one of [`routers`].
     Xnf(&'static str, AttachOptions),
     /// dut drops at XDP ingress: generator + receive cost only.
     DutDrop,
@@ -88,7 +104,7 @@ impl VariantName for Variant {
 /// takes besides the `--peer`s, and what a `--peer` may not be called.
 fn built_in_names() -> Vec<&'static str> {
     let mut names = vec!["kernel", "dut-drop", "dut-redirect"];
-    names.extend(ROUTERS.iter().map(|(n, _)| *n));
+    names.extend(routers().map(|(n, _)| n));
     names.extend(peers::BUILT_IN.iter().map(|(n, _)| *n));
     names
 }
@@ -131,10 +147,11 @@ pub struct Router {
     #[arg(long = "vlan", default_value = "none", value_delimiter = ',', value_parser = Pattern::parse, value_name = "none|in|out|both[,...]")]
     #[serde(skip_serializing_if = "untagged_only")]
     pub vlan: Vec<Pattern>,
-    /// Variants to compare: kernel, xnf (the router, --fib full), xnf-full,
-    /// xnf-direct (--fib direct), xnf-cache (--fib cache, with its
-    /// follower), xnf-cache-lean (also --no-byte-counters), dut-drop, dut-redirect (every frame
-    /// redirected to the egress, no lookup: this topology's ceiling), xdp-forward, xdp-forward-direct
+    /// Variants to compare: kernel, xnf (what `xnf router attach` attaches:
+    /// the route cache, with its follower), xnf-full (--fib full),
+    /// xnf-direct (--fib direct), xnf-lean (xnf with --no-byte-counters),
+    /// dut-drop, dut-redirect (every frame redirected to the egress, no
+    /// lookup: this topology's ceiling), xdp-forward, xdp-forward-direct
     /// (xdp-tools' xdp-forward, fib mode full / direct), or a --peer's name.
     #[arg(long, value_delimiter = ',', default_value = "kernel,xnf,dut-drop", value_parser = parse_item::<String>, value_name = "NAME[,NAME...]")]
     pub variants: Vec<String>,
@@ -146,7 +163,8 @@ pub struct Router {
     #[arg(long = "peer", value_parser = Peer::parse, value_name = "NAME=ATTACH;DETACH")]
     pub peers: Vec<Peer>,
     /// xdp-forward's binary, for the xdp-forward variants [default:
-    /// /opt/xnf/peers/sbin/xdp-forward, built by scripts/peers.sh].
+    /// $XNF_PEERS/sbin/xdp-forward, XNF_PEERS defaulting to /opt/xnf/peers,
+    /// where scripts/peers.sh builds it].
     #[arg(long, value_name = "PATH")]
     pub xdp_forward: Option<PathBuf>,
 }
@@ -163,14 +181,17 @@ impl Router {
         }
         let mut out: Vec<Variant> = Vec::new();
         for name in &self.variants {
+            if let Some((_, refusal)) = renamed(name) {
+                bail!(refusal);
+            }
             let v = if name == "kernel" {
                 Variant::Kernel
             } else if name == "dut-drop" {
                 Variant::DutDrop
             } else if name == "dut-redirect" {
                 Variant::DutRedirect
-            } else if let Some((n, opts)) = ROUTERS.iter().find(|(n, _)| n == name) {
-                Variant::Xnf(n, *opts)
+            } else if let Some((n, opts)) = routers().into_iter().find(|(n, _)| n == name) {
+                Variant::Xnf(n, opts)
             } else if let Some(p) = self.peers.iter().find(|p| &p.name == name) {
                 Variant::Peer(p.clone())
             } else if peers::BUILT_IN.iter().any(|(n, _)| n == name) {
@@ -239,20 +260,23 @@ impl Experiment for Router {
     }
 
     /// Every router variant against the kernel and against every peer;
-    /// the route cache's variants also against full lookups; routers and
-    /// peers against the ceiling (dut-redirect) when it is measured.
+    /// the route cache's variants (xnf, xnf-lean) also against full
+    /// lookups (xnf-full); routers and peers against the ceiling
+    /// (dut-redirect) when it is measured.
     fn ratios(&self) -> Vec<(&str, &str)> {
         let asked = || self.variants.iter().map(String::as_str);
         let mut against: Vec<&str> = asked().filter(|n| *n == "kernel" || self.is_peer(n)).collect();
         // The kernel first: the ratio every run of this experiment has had.
         against.sort_by_key(|n| *n != "kernel");
-        let routers = || asked().filter(|n| ROUTERS.iter().any(|(r, _)| r == n));
-        let mut out: Vec<(&str, &str)> = routers().flat_map(|x| against.iter().map(move |d| (x, *d))).collect();
-        if let Some(full) = asked().find(|n| *n == "xnf-full" || *n == "xnf") {
-            out.extend(asked().filter(|n| n.starts_with("xnf-cache")).map(|c| (c, full)));
+        let built = routers();
+        let fib = |n: &str| built.iter().find(|(r, _)| *r == n).map(|(_, o)| o.fib);
+        let xnfs = || asked().filter(|n| fib(n).is_some());
+        let mut out: Vec<(&str, &str)> = xnfs().flat_map(|x| against.iter().map(move |d| (x, *d))).collect();
+        if asked().any(|n| n == "xnf-full") {
+            out.extend(asked().filter(|n| fib(n) == Some(FibMode::Cache)).map(|c| (c, "xnf-full")));
         }
         if asked().any(|n| n == "dut-redirect") {
-            out.extend(routers().chain(asked().filter(|n| self.is_peer(n))).map(|x| (x, "dut-redirect")));
+            out.extend(xnfs().chain(asked().filter(|n| self.is_peer(n))).map(|x| (x, "dut-redirect")));
         }
         out
     }
@@ -588,21 +612,36 @@ mod tests {
         assert_eq!(names, ["kernel", "xnf-direct", "fwd", "dut-drop"]);
         assert!(matches!(r.resolve().unwrap()[1], Variant::Xnf(_, o) if o.fib == FibMode::Direct));
         assert_eq!(r.ratios(), [("xnf-direct", "kernel"), ("xnf-direct", "fwd")]);
-        // The default is what it always was.
+        // The default: the kernel, what `xnf router attach` attaches, dut-drop.
         let d = opts(&[]);
-        assert_eq!(d.resolve().unwrap(), [Variant::Kernel, Variant::Xnf("xnf", router_options(FibMode::Full)), Variant::DutDrop]);
+        assert_eq!(d.resolve().unwrap(), [Variant::Kernel, Variant::Xnf("xnf", router_options(FibMode::default())), Variant::DutDrop]);
         assert_eq!(d.ratios(), [("xnf", "kernel")]);
-        // Every router variant against the kernel (first) and each peer.
+        let lean = opts(&["--variants", "xnf-lean"]).resolve().unwrap();
+        assert_eq!(lean, [Variant::Xnf("xnf-lean", AttachOptions { no_bytes: true, ..router_options(FibMode::default()) })]);
+        // Every router variant against the kernel (first) and each peer;
+        // the route cache (xnf) also against full lookups (xnf-full).
         let r = opts(&["--variants", "xdp-forward,xnf,kernel,xnf-full", "--xdp-forward", "/bin/true"]);
-        assert_eq!(r.ratios(), [("xnf", "kernel"), ("xnf", "xdp-forward"), ("xnf-full", "kernel"), ("xnf-full", "xdp-forward")]);
+        assert_eq!(r.ratios(), [("xnf", "kernel"), ("xnf", "xdp-forward"), ("xnf-full", "kernel"), ("xnf-full", "xdp-forward"), ("xnf", "xnf-full")]);
         let Variant::Peer(p) = &r.resolve().unwrap()[0] else { panic!("xdp-forward is a peer") };
         // The ceiling: routers and peers against it, the cache against full lookups.
-        let r = opts(&["--variants", "xnf-cache,fwd,dut-redirect,xnf", "--peer", peer]);
+        let r = opts(&["--variants", "xnf,fwd,dut-redirect,xnf-full,xnf-lean", "--peer", peer]);
         assert_eq!(r.resolve().unwrap()[2], Variant::DutRedirect);
         assert_eq!(
             r.ratios(),
-            [("xnf-cache", "fwd"), ("xnf", "fwd"), ("xnf-cache", "xnf"), ("xnf-cache", "dut-redirect"), ("xnf", "dut-redirect"), ("fwd", "dut-redirect")]
+            [
+                ("xnf", "fwd"),
+                ("xnf-full", "fwd"),
+                ("xnf-lean", "fwd"),
+                ("xnf", "xnf-full"),
+                ("xnf-lean", "xnf-full"),
+                ("xnf", "dut-redirect"),
+                ("xnf-full", "dut-redirect"),
+                ("xnf-lean", "dut-redirect"),
+                ("fwd", "dut-redirect")
+            ]
         );
+        // Without full lookups asked, nothing to compare the cache with.
+        assert_eq!(opts(&["--variants", "xnf,xnf-lean,kernel"]).ratios(), [("xnf", "kernel"), ("xnf-lean", "kernel")]);
         assert!(p.attach.starts_with("/bin/true load") && p.attach.contains("--fib-mode full"), "{}", p.attach);
     }
 
@@ -613,6 +652,9 @@ mod tests {
             (&["--variants", "bogus"][..], "no variant `bogus`"),
             (&["--variants", "kernel,kernel"][..], "kernel named twice"),
             (&["--variants", "xnf", "--peer", "kernel=a;b"][..], "--peer kernel: a built-in variant"),
+            // The old names of the route cache's variants say the new ones.
+            (&["--variants", "kernel,xnf-cache"][..], "--variants: `xnf-cache` is now `xnf` (what `xnf router attach` attaches; `xnf-full` is --fib full)"),
+            (&["--variants", "xnf-cache-lean"][..], "--variants: `xnf-cache-lean` is now `xnf-lean`"),
             (&["--variants", "xdp-forward", "--peer", "xdp-forward=a;b"][..], "--peer xdp-forward: a built-in variant"),
             (&["--variants", "f", "--peer", "f=a;b", "--peer", "f=c;d"][..], "--peer f: defined twice"),
             (&["--peer", "f=a;b"][..], "--peer f: not in --variants"),
@@ -621,6 +663,8 @@ mod tests {
             let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
             assert!(e.contains(want) && !e.contains('\n'), "{args:?}: {e}");
         }
+        // Which is true while the router's default is the route cache.
+        assert_eq!(FibMode::default(), FibMode::Cache, "`xnf-cache` is now `xnf`: say otherwise in renamed()");
         // Definitions are refused as the command line is parsed.
         for bad in ["f=a", "f=load {dev};b", "f= ;b"] {
             assert!(driver::parse_options::<Router>(&["--peer", bad]).is_err(), "{bad}");

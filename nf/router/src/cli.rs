@@ -59,7 +59,9 @@ pub fn run(cmd: RouterCmd) -> Result<()> {
     match cmd {
         RouterCmd::Attach { ifaces, mode, fib, no_byte_counters, no_follow } => {
             // The cache needs its follower: without one, full lookups.
-            let fib = fib.unwrap_or(if no_follow { FibMode::Full } else { FibMode::Cache });
+            // FibMode's default is the route cache; the lab's `xnf` variant
+            // takes the same default.
+            let fib = fib.unwrap_or(if no_follow { FibMode::Full } else { FibMode::default() });
             let opts = AttachOptions { mode, fib, no_bytes: no_byte_counters };
             let mut report = crate::attach(&ifaces, opts)?;
             if fib == FibMode::Cache && no_follow && follow::running_pid().is_none() {

@@ -21,7 +21,8 @@ pub enum TcpKind {
 pub enum Dut {
     /// The kernel forwards (XDP_PASS on dut's ingress so the frames are received).
     Kernel,
-    /// `xnf router` forwards in XDP.
+    /// `xnf router` forwards in XDP, attached as `xnf router attach`
+    /// attaches it (the route cache, with its follower).
     Xnf,
 }
 

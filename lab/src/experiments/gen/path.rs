@@ -3,11 +3,10 @@
 
 use anyhow::Result;
 use xnf_netns::{ifname, veth, LineConfig, LineTopology, Mac, Netns, Topology};
-use xnf_router::program::FibMode;
 
 use super::args::Dut;
 use super::plan::Plan;
-use crate::engine::attach::router_options;
+use crate::engine::attach::default_router_options;
 use crate::engine::{LabAttachment, NfGuard};
 
 /// The namespaces a run uses; removed when dropped.
@@ -61,7 +60,7 @@ impl Path {
                 }
                 let (att, router) = match kind {
                     Dut::Kernel => (Some(LabAttachment::pass(dut, &line.dut_gen_if)?), None),
-                    Dut::Xnf => (None, Some(NfGuard::router(dut, &[line.dut_gen_if.clone(), line.dut_sink_if.clone()], router_options(FibMode::Full))?)),
+                    Dut::Xnf => (None, Some(NfGuard::router(dut, &[line.dut_gen_if.clone(), line.dut_sink_if.clone()], default_router_options())?)),
                 };
                 Ok(Path::Line(Box::new(LinePath { _dut: att, _router: router, line })))
             }
