@@ -132,8 +132,17 @@ fn without_privileges_the_refusal_names_perf_event_paranoid() {
     // to everyone (-1): then there is nothing to refuse.
     let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
     assert!(paranoid >= 0, "kernel.perf_event_paranoid = {paranoid} lets anyone sample every CPU: set it to 2 (the default) to run this test");
+    // nobody runs a copy of this binary from a folder of its own: the
+    // checkout may be where nobody cannot reach (/root is 0700, a mktemp
+    // -d folder too).
+    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let folder = xnf_testrun::cli::TempFiles::new("profile-nobody");
+    std::fs::set_permissions(folder.dir(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let copy = folder.dir().join("sample-test");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).expect("copying this test binary where nobody can run it");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(&copy)
         .args(["--exact", "without_privileges_the_refusal_names_perf_event_paranoid", "--test-threads=1"])
         .env(AS_NOBODY, "1")
         .current_dir("/")
