@@ -96,7 +96,7 @@ impl Session {
         p.cpus = self.cpus;
         p.netns = self.netns;
         if let Some(s) = &stacks {
-            p.lost.stacks = s.lost.kernel_stacks + s.lost.user_stacks + s.lost.counts;
+            p.lost.stacks = s.lost.total();
         }
         p.stacks = stacks;
         Ok(p)

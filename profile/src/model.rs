@@ -156,7 +156,8 @@ pub struct Lost {
     pub devices: u64,
     pub drops: u64,
     pub wakeups: u64,
-    /// Sampled stacks lost (stack map or count table full).
+    /// Stack samples lost: not recorded (ring buffer full) or a stack the
+    /// kernel failed to copy ([`crate::sample::SampleLost::total`]).
     pub stacks: u64,
 }
 

@@ -1,16 +1,21 @@
 //! Sampled stacks (`bpf/sample.bpf.c`): a software cpu-clock perf event
 //! per CPU (this machine has no PMU, and software events work everywhere)
-//! runs the sampling program, which counts (pid, command, kernel stack,
-//! user stack); at the end the stacks are symbolised into [`Stacks`], the
-//! input of the flame graph and the top-functions table.
+//! runs the sampling program, which copies each sample's kernel and user
+//! stacks into a ring buffer; a thread of the [`Sampler`] drains it while
+//! sampling runs and counts identical samples; at the end the stacks are
+//! symbolised into [`Stacks`], the input of the flame graph and the
+//! top-functions table.
 
 use std::collections::HashMap;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags};
+use libbpf_rs::{Link, MapCore, MapFlags, MapHandle, RingBufferBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::skel::sample::{SampleSkel, SampleSkelBuilder};
@@ -23,12 +28,27 @@ pub struct SampleOptions {
     pub frequency: u64,
 }
 
-/// What the stack map or the count table could not hold.
+/// What sampling lost. (Results written before the ring buffer, with a
+/// stack map's `counts`, still read: missing fields are 0.)
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct SampleLost {
+    /// Samples not recorded at all: the ring buffer was full (the reader
+    /// fell behind). They are in no stack.
+    pub ring_full: u64,
+    /// Samples recorded without their kernel stack: the kernel failed to
+    /// copy one that was there (they count under [`LOST_KERNEL`]).
     pub kernel_stacks: u64,
+    /// The same for user stacks ([`LOST_USER`]).
     pub user_stacks: u64,
-    pub counts: u64,
+}
+
+impl SampleLost {
+    /// Samples lost whole or in part (a sample missing both stacks, which
+    /// one failure rarely causes, counts twice).
+    pub fn total(&self) -> u64 {
+        self.ring_full + self.kernel_stacks + self.user_stacks
+    }
 }
 
 /// One distinct stack and how often it was sampled.
@@ -65,6 +85,18 @@ pub struct TopFunction {
 }
 
 impl Stacks {
+    /// Samples the CPUs took: those recorded and those the ring buffer had
+    /// no room for. (`lost` is the whole profile's, also after [`Stacks::busy`]
+    /// and [`Stacks::on_cpus`].)
+    pub fn taken(&self) -> u64 {
+        self.samples + self.lost.ring_full
+    }
+
+    /// Lost samples (whole or a stack) in percent of those taken.
+    pub fn lost_pct(&self) -> f64 {
+        100.0 * self.lost.total() as f64 / self.taken().max(1) as f64
+    }
+
     /// Brendan Gregg's folded format (`root;...;leaf COUNT` per line), the
     /// input of flamegraph.pl and most other flame graph tools: merged over
     /// CPUs, sorted. A `;` in a name (a command may hold one) becomes `:`,
@@ -119,13 +151,25 @@ impl Stacks {
     }
 }
 
-/// The sampling program attached to one perf event per CPU.
+/// The sampling program attached to one perf event per CPU, and the
+/// thread draining its ring buffer.
 pub struct Sampler {
     skel: SampleSkel<'static>,
     /// One per CPU; each owns its perf event.
-    _links: Vec<Link>,
+    links: Vec<Link>,
+    drain: Option<Drain>,
     frequency: u64,
     started: Instant,
+}
+
+impl Drop for Sampler {
+    /// Dropped without [`Sampler::stop`] (an error on the way): the
+    /// drainer ends on its own.
+    fn drop(&mut self) {
+        if let Some(d) = &self.drain {
+            d.stop.store(true, Ordering::Release);
+        }
+    }
 }
 
 /// A sysctl's value as text, `?` when unreadable.
@@ -208,74 +252,180 @@ impl Sampler {
             }
         }
         let events = cpus.iter().map(|&cpu| Ok((cpu, cpu_clock(cpu, o.frequency)?))).collect::<Result<Vec<_>>>()?;
-        let open = SampleSkelBuilder::default().open(xnf_core::maps::object_storage()).context("opening the sampling BPF object")?;
+        let mut open = SampleSkelBuilder::default().open(xnf_core::maps::object_storage()).context("opening the sampling BPF object")?;
+        open.maps.samples.set_max_entries(ring_bytes(cpus.len(), o.frequency)).context("sizing the sample ring buffer")?;
         let skel = open.load().context("loading the sampling program (needs root: CAP_BPF and CAP_PERFMON)")?;
-        let mut links = Vec::new();
+        // Draining starts before the first sample.
+        let drain = Drain::start(MapHandle::try_from(&skel.maps.samples).context("opening the sample ring buffer")?)?;
+        let mut sampler = Sampler { skel, links: Vec::new(), drain: Some(drain), frequency: o.frequency, started: Instant::now() };
         for (cpu, fd) in events {
             use std::os::fd::{AsRawFd, IntoRawFd};
-            let link = skel.progs.prof_sample.attach_perf_event(fd.as_raw_fd()).with_context(|| format!("attaching the sampler on CPU {cpu}"))?;
+            let link = sampler.skel.progs.prof_sample.attach_perf_event(fd.as_raw_fd()).with_context(|| format!("attaching the sampler on CPU {cpu}"))?;
             // The link owns the event now: libbpf closes it on detach.
             let _ = fd.into_raw_fd();
-            links.push(link);
+            sampler.links.push(link);
         }
-        Ok(Sampler { skel, _links: links, frequency: o.frequency, started: Instant::now() })
+        sampler.started = Instant::now();
+        Ok(sampler)
     }
 
-    /// Detaches, reads the counts and stacks, and symbolises them: kernel
-    /// frames from /proc/kallsyms, user frames through each process's
-    /// /proc/PID/maps (read now: a process gone by then gives `[unknown]`).
-    pub fn stop(self) -> Result<Stacks> {
+    /// Detaches, drains what is left in the ring, and symbolises the
+    /// stacks: kernel frames from /proc/kallsyms, user frames through each
+    /// process's /proc/PID/maps (read now: a process gone by then gives
+    /// `[unknown]`).
+    pub fn stop(mut self) -> Result<Stacks> {
         let seconds = self.started.elapsed().as_secs_f64();
-        let Sampler { skel, _links, frequency, .. } = self;
-        drop(_links);
-        let m = &skel.maps;
+        // No sample comes after the events are closed: the drainer's last
+        // read gets them all.
+        self.links.clear();
+        let counts = self.drain.take().expect("drained once").finish()?;
+        let m = &self.skel.maps;
         let kernel = KernelSymbols::load().ok();
         let mut user = UserSymbols::default();
         let mut stacks: HashMap<(usize, Vec<String>, usize), u64> = HashMap::new();
         let mut samples = 0;
-        for k in m.counts.keys() {
-            let Some(v) = m.counts.lookup(&k, MapFlags::ANY)? else { continue };
-            let count = u64::from_ne_bytes(v[..8].try_into()?);
-            let word = |i: usize| u32::from_ne_bytes(k[i..i + 4].try_into().expect("4 bytes"));
-            let (pid, kstack, ustack, cpu) = (word(0), word(4) as i32, word(8) as i32, word(12) as usize);
-            let comm = String::from_utf8_lossy(k[16..32].split(|&c| c == 0).next().unwrap_or_default()).into_owned();
-            let mut frames = vec![comm];
-            if stack_lost(ustack) {
-                frames.push(LOST_USER.into());
-            }
-            for ip in lookup_addresses(ips(&m.stacks, ustack)?).rev() {
-                frames.push(user.resolve(pid, ip));
+        for (r, count) in counts {
+            let mut frames = vec![String::from_utf8_lossy(r.comm.split(|&c| c == 0).next().unwrap_or_default()).into_owned()];
+            match r.user {
+                None => frames.push(LOST_USER.into()),
+                Some(ips) => frames.extend(lookup_addresses(ips).rev().map(|ip| user.resolve(r.pid, ip))),
             }
             let kernel_from = frames.len();
-            if stack_lost(kstack) {
-                frames.push(LOST_KERNEL.into());
+            match r.kernel {
+                None => frames.push(LOST_KERNEL.into()),
+                Some(ips) => frames.extend(lookup_addresses(ips).rev().map(|ip| kernel.as_ref().and_then(|s| s.resolve(ip)).map_or_else(|| format!("{ip:#x}"), str::to_string))),
             }
-            for ip in lookup_addresses(ips(&m.stacks, kstack)?).rev() {
-                frames.push(kernel.as_ref().and_then(|s| s.resolve(ip)).map_or_else(|| format!("{ip:#x}"), str::to_string));
-            }
-            *stacks.entry((cpu, frames, kernel_from)).or_default() += count;
+            *stacks.entry((r.cpu as usize, frames, kernel_from)).or_default() += count;
             samples += count;
         }
         let lost_word = |i: u32| -> Result<u64> { Ok(m.sample_lost.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default().iter().map(|b| u64::from_ne_bytes(b[..8].try_into().expect("8 bytes"))).sum()) };
-        let lost = SampleLost { kernel_stacks: lost_word(0)?, user_stacks: lost_word(1)?, counts: lost_word(2)? };
+        let lost = SampleLost { ring_full: lost_word(0)?, kernel_stacks: lost_word(1)?, user_stacks: lost_word(2)? };
         let mut stacks: Vec<Stack> = stacks.into_iter().map(|((cpu, frames, kernel_from), count)| Stack { cpu, frames, kernel_from, count }).collect();
         stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
-        Ok(Stacks { frequency, seconds, samples, lost, stacks })
+        Ok(Stacks { frequency: self.frequency, seconds, samples, lost, stacks })
     }
 }
 
-/// The frame in place of a stack the stack map could not hold (counted in
+/// The frame in place of a stack the kernel failed to copy (counted in
 /// [`SampleLost`]): the sample still counts, under its command.
 pub const LOST_USER: &str = "[lost user stack]";
 /// The same for a kernel stack.
 pub const LOST_KERNEL: &str = "[lost kernel stack]";
 
-/// Whether a stack id is a stack that was there but not stored: its hash
-/// bucket held another stack (EEXIST) or the map was full (ENOMEM). Other
-/// negative ids mean no stack (EFAULT: no kernel stack in user mode, no
-/// user stack in a kernel thread).
-fn stack_lost(id: i32) -> bool {
-    id == -libc::EEXIST || id == -libc::ENOMEM
+/// Frames per stack in a record (`SAMPLE_DEPTH`): kernel.perf_event_max_stack's
+/// default, the deepest the kernel copies unless raised.
+const DEPTH: usize = 127;
+/// `struct sample_rec`: pid, cpu, comm\[16\], kbytes, ubytes, kips, uips.
+const RECORD: usize = 32 + 2 * DEPTH * 8;
+/// The ring buffer's header in front of every record (BPF_RINGBUF_HDR_SZ).
+const RING_HDR: usize = 8;
+/// How often the drainer reads the ring; the program wakes it sooner when
+/// the ring is half full.
+const DRAIN_EVERY: Duration = Duration::from_millis(50);
+
+/// The ring buffer's size: about a second of samples on every CPU, so the
+/// drainer may be kept off a busy CPU for a long while before a sample is
+/// lost (4 MiB for 2 CPUs at 999 Hz). A power of two, as the kernel
+/// requires, from 256 KiB to 16 MiB.
+fn ring_bytes(cpus: usize, frequency: u64) -> u32 {
+    let second = (cpus.max(1) as u64).saturating_mul(frequency).saturating_mul((RECORD + RING_HDR) as u64);
+    second.checked_next_power_of_two().unwrap_or(u64::MAX).clamp(256 << 10, 16 << 20) as u32
+}
+
+/// One sample as the program recorded it; what the drainer counts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Sample {
+    cpu: u32,
+    pid: u32,
+    comm: [u8; 16],
+    /// Instruction pointers, leaf first; `None`: the kernel failed to copy
+    /// the stack (empty: there was none).
+    kernel: Option<Vec<u64>>,
+    user: Option<Vec<u64>>,
+}
+
+impl Sample {
+    /// A record of `struct sample_rec`; `None` if it is not one (the BPF
+    /// object and this file disagree).
+    fn parse(r: &[u8]) -> Option<Sample> {
+        if r.len() < RECORD {
+            return None;
+        }
+        let word = |i: usize| u32::from_ne_bytes(r[i..i + 4].try_into().expect("4 bytes"));
+        // bpf_get_stack's result: bytes copied; 0 is no stack (user mode
+        // has no kernel stack, a kernel thread no user stack); negative,
+        // one it failed to copy.
+        let ips = |bytes: u32, at: usize| -> Option<Vec<u64>> {
+            let n = usize::try_from(bytes as i32).ok()? / 8;
+            Some(r[at..at + 8 * n.min(DEPTH)].chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+        };
+        Some(Sample { pid: word(0), cpu: word(4), comm: r[8..24].try_into().expect("16 bytes"), kernel: ips(word(24), 32), user: ips(word(28), 32 + 8 * DEPTH) })
+    }
+}
+
+/// The thread that drains the ring buffer while sampling runs: the ring
+/// holds about a second of samples, a profile many.
+struct Drain {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<HashMap<Sample, u64>>>,
+}
+
+impl Drain {
+    fn start(ring: MapHandle) -> Result<Drain> {
+        use nix::sys::signal::{SigSet, SigmaskHow};
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        // `xnf profile` waits for Ctrl-C with sigtimedwait in its main
+        // thread, which works only if every thread blocks the signal (the
+        // kernel hands a process's signal to any thread that does not): the
+        // drainer blocks all, from birth, as it inherits the mask.
+        let old = SigSet::all().thread_swap_mask(SigmaskHow::SIG_BLOCK).context("blocking signals for the sample drainer")?;
+        let thread = std::thread::Builder::new().name("xnf-prof-drain".into()).spawn(move || drain(&ring, &s));
+        old.thread_set_mask().context("restoring the signal mask")?;
+        Ok(Drain { stop, thread: thread.context("starting the sample drainer")? })
+    }
+
+    /// Stops the thread (after the events are closed) and returns its counts.
+    fn finish(self) -> Result<HashMap<Sample, u64>> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().map_err(|_| anyhow::anyhow!("the sample drainer panicked"))?
+    }
+}
+
+/// Reads `ring` every [`DRAIN_EVERY`] (or when the program wakes it) until
+/// `stop`, then once more, counting identical samples.
+fn drain(ring: &MapHandle, stop: &AtomicBool) -> Result<HashMap<Sample, u64>> {
+    let mut counts: HashMap<Sample, u64> = HashMap::new();
+    let mut bad = None;
+    {
+        let mut b = RingBufferBuilder::new();
+        b.add(ring, |r: &[u8]| {
+            match Sample::parse(r) {
+                Some(s) => *counts.entry(s).or_default() += 1,
+                None => bad = Some(r.len()),
+            }
+            0
+        })?;
+        let rb = b.build().context("reading the sample ring buffer")?;
+        loop {
+            let last = stop.load(Ordering::Acquire);
+            // The program submits without waking the reader (see
+            // sample.bpf.c), so the poll mostly times out having read
+            // nothing: the consume after it reads the ring.
+            let n = if last { 0 } else { rb.poll_raw(DRAIN_EVERY) };
+            let n = if n < 0 { n } else { rb.consume_raw() };
+            if n < 0 && n != -libc::EINTR {
+                bail!("reading the sample ring buffer: {}", std::io::Error::from_raw_os_error(-n));
+            }
+            if last {
+                break;
+            }
+        }
+    }
+    if let Some(len) = bad {
+        bail!("a sample record of {len} bytes, not {RECORD}: the sampling BPF object does not match xnf");
+    }
+    Ok(counts)
 }
 
 /// `cpus` as a compact list (`0-3,6`).
@@ -304,15 +454,6 @@ fn compact_cpus(cpus: &[usize]) -> String {
 /// one: one byte back is still the call.
 fn lookup_addresses(ips: Vec<u64>) -> impl DoubleEndedIterator<Item = u64> {
     ips.into_iter().enumerate().map(|(i, ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
-}
-
-/// The instruction pointers of stack `id` (leaf first); none for a negative id.
-fn ips(map: &impl MapCore, id: i32) -> Result<Vec<u64>> {
-    if id < 0 {
-        return Ok(Vec::new());
-    }
-    let Some(v) = map.lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)? else { return Ok(Vec::new()) };
-    Ok(v.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).take_while(|&ip| ip != 0).collect())
 }
 
 #[cfg(test)]
@@ -381,10 +522,60 @@ mod tests {
         assert_eq!(lookup_addresses(vec![]).count(), 0);
     }
 
+    /// A `struct sample_rec` as the program writes it.
+    fn record(pid: u32, kbytes: i32, ubytes: i32, kips: &[u64], uips: &[u64]) -> Vec<u8> {
+        let mut r = vec![0u8; RECORD];
+        r[0..4].copy_from_slice(&pid.to_ne_bytes());
+        r[4..8].copy_from_slice(&1u32.to_ne_bytes());
+        r[8..12].copy_from_slice(b"spin");
+        r[24..28].copy_from_slice(&kbytes.to_ne_bytes());
+        r[28..32].copy_from_slice(&ubytes.to_ne_bytes());
+        for (i, ip) in kips.iter().enumerate() {
+            r[32 + 8 * i..40 + 8 * i].copy_from_slice(&ip.to_ne_bytes());
+        }
+        for (i, ip) in uips.iter().enumerate() {
+            r[32 + 8 * DEPTH + 8 * i..40 + 8 * DEPTH + 8 * i].copy_from_slice(&ip.to_ne_bytes());
+        }
+        r
+    }
+
     #[test]
-    fn only_stacks_the_map_could_not_hold_are_lost() {
-        assert!(stack_lost(-libc::EEXIST) && stack_lost(-libc::ENOMEM));
-        assert!(!stack_lost(-libc::EFAULT) && !stack_lost(-1) && !stack_lost(0) && !stack_lost(7));
+    fn only_stacks_the_kernel_failed_to_copy_are_lost() {
+        let s = Sample::parse(&record(7, 16, 8, &[0xa, 0xb], &[0xc])).unwrap();
+        assert_eq!((s.pid, s.cpu, &s.comm[..5]), (7, 1, &b"spin\0"[..]));
+        assert_eq!((s.kernel, s.user), (Some(vec![0xa, 0xb]), Some(vec![0xc])));
+        // No stack (0 bytes: user mode, a kernel thread) is not a loss.
+        let s = Sample::parse(&record(0, 8, 0, &[0xa], &[])).unwrap();
+        assert_eq!((s.kernel, s.user), (Some(vec![0xa]), Some(vec![])));
+        let s = Sample::parse(&record(7, -libc::EFAULT, 8, &[], &[0xc])).unwrap();
+        assert_eq!((s.kernel, s.user), (None, Some(vec![0xc])));
+        assert_eq!(Sample::parse(&record(7, 8, -libc::EFAULT, &[0xa], &[])).unwrap().user, None);
+        // A full stack, and a count beyond the record, stop at its depth.
+        assert_eq!(Sample::parse(&record(7, 8 * DEPTH as i32 + 64, 0, &[1; DEPTH], &[])).unwrap().kernel.unwrap().len(), DEPTH);
+        assert_eq!(Sample::parse(&record(7, 8, 8, &[1], &[2])[..RECORD - 1]), None, "not a record");
+    }
+
+    #[test]
+    fn the_ring_holds_about_a_second_within_bounds() {
+        assert_eq!(ring_bytes(2, 999), 4 << 20, "2 CPUs at 999 Hz");
+        assert!(ring_bytes(2, 999) as usize >= 2 * 999 * (RECORD + RING_HDR));
+        assert_eq!(ring_bytes(1, 1), 256 << 10);
+        assert_eq!(ring_bytes(256, 100_000), 16 << 20);
+        assert_eq!(ring_bytes(usize::MAX, u64::MAX), 16 << 20);
+    }
+
+    #[test]
+    fn results_of_the_stack_map_still_read() {
+        let l: SampleLost = serde_json::from_str(r#"{"kernel_stacks": 3, "user_stacks": 4, "counts": 0}"#).unwrap();
+        assert_eq!(l, SampleLost { ring_full: 0, kernel_stacks: 3, user_stacks: 4 });
+    }
+
+    #[test]
+    fn lost_samples_are_counted_against_those_taken() {
+        let mut s = stacks();
+        assert_eq!((s.taken(), s.lost_pct()), (10, 0.0));
+        s.lost = SampleLost { ring_full: 10, kernel_stacks: 1, user_stacks: 1 };
+        assert_eq!((s.taken(), s.lost.total(), s.lost_pct()), (20, 12, 60.0));
     }
 
     #[test]

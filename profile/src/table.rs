@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::model::{Hist, Profile, STAGES};
+use crate::sample::Stacks;
 
 fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
@@ -105,8 +106,9 @@ pub fn render(p: &Profile) -> String {
     }
     let _ = writeln!(s, "\nrun-queue delay (wakeup to on CPU): {} wakeups, {}", p.runq.count(), quantiles(&p.runq));
     if let Some(all) = &p.stacks {
+        let _ = writeln!(s, "\n{}", stacks_line(all));
         let st = all.busy();
-        let _ = writeln!(s, "\ntop functions ({} samples at {} Hz; {} idle left out):\n  {:>7} {:>7}  function", st.samples, st.frequency, all.samples - st.samples, "self %", "total %");
+        let _ = writeln!(s, "top functions ({} samples at {} Hz; {} idle left out):\n  {:>7} {:>7}  function", st.samples, st.frequency, all.samples - st.samples, "self %", "total %");
         for f in st.top(15) {
             let _ = writeln!(s, "  {:>6.1}% {:>6.1}%  {}", f.self_pct, f.total_pct, f.name);
         }
@@ -138,6 +140,21 @@ pub fn render(p: &Profile) -> String {
         let _ = writeln!(s, "  {m}");
     }
     s
+}
+
+/// How many stack samples were taken and lost, always (0 lost included):
+/// a flame graph is only as good as what it was drawn from.
+pub fn stacks_line(st: &Stacks) -> String {
+    let l = &st.lost;
+    format!(
+        "stacks: {} samples, {} lost ({:.1} %): {} not recorded (ring buffer full), {} kernel and {} user stacks not copied",
+        st.taken(),
+        l.total(),
+        st.lost_pct(),
+        l.ring_full,
+        l.kernel_stacks,
+        l.user_stacks
+    )
 }
 
 fn stage_heads() -> String {
@@ -190,6 +207,15 @@ mod tests {
     fn cpu_lists_are_compact() {
         assert_eq!(cpu_list(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
         assert_eq!(cpu_list(&[3]), "3");
+    }
+
+    #[test]
+    fn lost_stack_samples_are_said_even_when_none() {
+        let mut st = Stacks { frequency: 999, samples: 990, ..Default::default() };
+        let p = Profile { seconds: 1.0, cpus: vec![0], stacks: Some(st.clone()), ..Default::default() };
+        assert!(render(&p).contains("stacks: 990 samples, 0 lost (0.0 %): 0 not recorded (ring buffer full), 0 kernel and 0 user stacks not copied"), "{}", render(&p));
+        st.lost = crate::sample::SampleLost { ring_full: 10, kernel_stacks: 2, user_stacks: 3 };
+        assert_eq!(stacks_line(&st), "stacks: 1000 samples, 15 lost (1.5 %): 10 not recorded (ring buffer full), 2 kernel and 3 user stacks not copied");
     }
 
     #[test]

@@ -90,6 +90,73 @@ fn a_pinned_busy_thread_is_found_in_kernel_and_user_frames() {
     assert!(st.folded().lines().any(|l| l.starts_with(&format!("{COMM};"))), "folded lines start with the command");
 }
 
+/// Reads and stats what is under `dir` (not following links, `depth`
+/// levels down): every /proc and /sys file read runs a show function of
+/// its own, so the kernel stacks are many and distinct, as under `find`.
+#[inline(never)]
+fn xnf_profile_test_walk(dir: &std::path::Path, depth: u32, stop: &AtomicBool) {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut buf = [0u8; 4096];
+    for e in entries.flatten() {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let path = e.path();
+        let Ok(md) = std::fs::symlink_metadata(&path) else { continue };
+        if md.is_dir() && depth > 0 {
+            xnf_profile_test_walk(&path, depth - 1, stop);
+        } else if md.is_file() {
+            // Non-blocking: a read must not wait for anything.
+            if let Ok(mut f) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path) {
+                let _ = f.read(&mut buf);
+            }
+        }
+    }
+}
+
+#[test]
+fn under_load_with_many_distinct_stacks_at_most_one_percent_is_lost() {
+    // Two CPUs (or this machine's one), each busy with a pinned walker.
+    let cpus: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get()).min(2)).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let walkers: Vec<_> = cpus
+        .iter()
+        .map(|&cpu| {
+            let s = stop.clone();
+            std::thread::Builder::new()
+                .name(format!("xnf-prof-walk{cpu}"))
+                .spawn(move || {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(cpu).unwrap();
+                    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+                    while !s.load(Ordering::Relaxed) {
+                        for root in ["/proc/self", "/proc/sys", "/sys/devices/system", "/sys/fs/cgroup", "/sys/class/net", "/etc", "/usr/lib"] {
+                            xnf_profile_test_walk(std::path::Path::new(root), 4, &s);
+                        }
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let sampler = Sampler::start(&SampleOptions { cpus: cpus.clone(), frequency: 999 }).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let st = sampler.stop().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for w in walkers {
+        w.join().unwrap();
+    }
+    let expected = 999.0 * st.seconds * cpus.len() as f64;
+    let taken = st.taken() as f64;
+    assert!(taken > 0.7 * expected && taken < 1.15 * expected, "{taken} samples taken in {:.2} s on {} CPUs at 999 Hz, about {expected:.0} expected", st.seconds, cpus.len());
+    assert_eq!(st.samples, st.stacks.iter().map(|s| s.count).sum::<u64>());
+    let walking = st.stacks.iter().filter(|s| s.frames[0].starts_with("xnf-prof-walk")).count();
+    assert!(walking >= 300, "the walkers' samples hold {walking} distinct stacks: not the load this test needs\n{}", st.folded());
+    assert!(st.lost.total() as f64 <= 0.01 * taken, "{} of {taken} samples lost ({:.1} %): {:?}", st.lost.total(), st.lost_pct(), st.lost);
+}
+
 fn refusal(o: SampleOptions) -> String {
     let e = Sampler::start(&o).err().expect("refused");
     let e = format!("{e:#}");
