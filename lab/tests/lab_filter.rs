@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use xnf_testrun::cli::{assert_lab_refuses, built_peer, lab, lab_with_peers, namespaces_of, xnf_bin, TempFiles};
+use xnf_testrun::cli::{assert_lab_refuses, lab, lab_with_peers, namespaces_of, xnf_bin, TempFiles};
 
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
@@ -222,6 +222,16 @@ fn xnf_drops_the_flood_by_port_and_by_a_blocklist() {
         }
     }
     assert!(r["ratios"].as_array().unwrap().iter().any(|q| q["numerator"] == "xnf" && q["denominator"] == "nft-raw"), "no xnf : nft-raw ratio");
+}
+
+/// A peer tool where scripts/peers.sh builds it (the lab's own folder:
+/// `$XNF_PEERS` of this test's environment, else /opt/xnf/peers), which
+/// `make test` does; missing, the test fails saying so, rather than
+/// passing without it.
+fn built_peer(name: &str) -> std::path::PathBuf {
+    let bin = xnf_lab::engine::peers::folder().join("sbin").join(name);
+    assert!(bin.is_file(), "{} is missing: this test measures {name}; build it with scripts/peers.sh (`make test` does)", bin.display());
+    bin
 }
 
 /// xdp-filter in the peers folder the lab is told of (made here, holding

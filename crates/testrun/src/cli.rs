@@ -357,8 +357,7 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 
 /// Runs `xnf lab EXPERIMENT args...` to the end: its output and its pid
 /// (the lab's namespaces are named after it). The peer tools are where
-/// this test's environment says (`XNF_PEERS`, else the lab's default):
-/// for tests that measure them, which `make test` builds.
+/// this test's environment says (`XNF_PEERS`, else the lab's default).
 pub fn lab(experiment: &str, args: &[&str]) -> (Output, u32) {
     run_lab(experiment, args, None)
 }
@@ -378,17 +377,6 @@ fn run_lab(experiment: &str, args: &[&str], peers: Option<&std::path::Path>) -> 
     let child = cmd.spawn().unwrap_or_else(|e| panic!("running xnf lab {experiment}: {e}"));
     let pid = child.id();
     (child.wait_with_output().unwrap(), pid)
-}
-
-/// The peer tools' folder of this test's environment, where `make test`
-/// has them built (scripts/peers.sh: `$XNF_PEERS`, else /opt/xnf/peers);
-/// a test that measures a peer fails here, saying how to build it, rather
-/// than passing without it.
-pub fn built_peer(name: &str) -> std::path::PathBuf {
-    let folder = std::env::var_os("XNF_PEERS").filter(|v| !v.is_empty()).map_or_else(|| "/opt/xnf/peers".into(), std::path::PathBuf::from);
-    let bin = folder.join("sbin").join(name);
-    assert!(bin.is_file(), "{} is missing: this test measures {name}; build it with scripts/peers.sh (`make test` does)", bin.display());
-    bin
 }
 
 /// Each case — (arguments, what the one-line message must say, exit
