@@ -247,32 +247,43 @@ fn live_netns_inodes() -> std::collections::HashSet<u64> {
     live
 }
 
+/// The `net-<inode>` folders under `root` and their inodes.
+fn netns_folders(root: &Path) -> Vec<(PathBuf, u64)> {
+    let Ok(rd) = std::fs::read_dir(root) else { return Vec::new() };
+    rd.flatten()
+        .map(|e| e.path())
+        .filter_map(|dir| {
+            let ino = dir.file_name()?.to_str()?.strip_prefix("net-")?.parse().ok()?;
+            Some((dir, ino))
+        })
+        .collect()
+}
+
 /// Removes the pin folders of network namespaces that no longer exist
 /// (deleted while something was attached): their links are defunct and
 /// their maps unused. Returns the folders removed.
+///
+/// The folders are listed before the live namespaces are: a folder is
+/// made by a command running in its namespace, so one listed whose
+/// namespace is not alive afterwards is a dead one's (listed after, a
+/// folder made by a namespace born since the snapshot would look dead:
+/// another command's state removed as it is made). And all of it under
+/// the lock [`forget_if_stale`] takes, so a new namespace reusing a dead
+/// one's inode cannot renew that folder between the two.
 pub fn gc_dead_namespaces() -> Vec<PathBuf> {
+    let Ok(_lock) = RunLock::acquire() else { return Vec::new() };
+    let runs = netns_folders(Path::new("/run/xnf"));
+    let pins = netns_folders(&Path::new(BPFFS).join("xnf"));
     let live = live_netns_inodes();
     // Run files of dead namespaces (registries, locks) go quietly.
-    if let Ok(rd) = std::fs::read_dir("/run/xnf") {
-        for dir in rd.flatten().map(|e| e.path()) {
-            let ino = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("net-")).and_then(|n| n.parse::<u64>().ok());
-            if ino.is_some_and(|i| !live.contains(&i)) {
-                let _ = std::fs::remove_dir_all(&dir);
-            }
+    for (dir, ino) in &runs {
+        if !live.contains(ino) {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
-    let root = Path::new(BPFFS).join("xnf");
-    let Ok(rd) = std::fs::read_dir(&root) else { return Vec::new() };
     let mut removed = Vec::new();
-    for dir in rd.flatten().map(|e| e.path()) {
-        let ino = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("net-")).and_then(|n| n.parse::<u64>().ok());
-        if ino.is_none_or(|i| live.contains(&i)) {
-            continue;
-        }
-        if std::fs::remove_dir_all(&dir).is_ok() {
-            if let Some(name) = dir.file_name() {
-                let _ = std::fs::remove_dir_all(Path::new("/run/xnf").join(name));
-            }
+    for (dir, ino) in pins {
+        if !live.contains(&ino) && std::fs::remove_dir_all(&dir).is_ok() {
             removed.push(dir);
         }
     }
