@@ -31,21 +31,18 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
     );
 }
 
-/// Taken by every run: shared, or alone by a profiled one.
-static RUNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// One run at a time: each uses both CPUs (the flood's and the victim's),
+/// so two at once measure each other (a filter's own counter and the
+/// interfaces' then disagree past the bounds below), and the profiler
+/// counts drops by reason on the whole machine (one run's nftables drops
+/// would be counted against another's xnf).
+static RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs `xnf lab filter ARGS` for one run at no flood and at the maximum,
 /// briefly, the lab told of `peers` if given; returns the results file
 /// read back and what the lab said on stderr.
 fn short_run_with(tag: &str, args: &[&str], peers: Option<&Path>) -> (Value, String) {
-    // The profiler counts drops by reason on the whole machine: while a run
-    // profiles, no other run of this binary may drop (nftables would be
-    // counted against xnf).
-    let profiling = args.contains(&"--profile");
-    let _alone = match profiling {
-        true => (None, Some(RUNS.write().unwrap_or_else(|e| e.into_inner()))),
-        false => (Some(RUNS.read().unwrap_or_else(|e| e.into_inner())), None),
-    };
+    let _alone = RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let json = std::env::temp_dir().join(format!("xnf-lab-filter-{tag}-{}.json", std::process::id()));
     let mut all = vec!["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--rates", "0,max", "--json", json.to_str().unwrap()];
     all.extend_from_slice(args);
