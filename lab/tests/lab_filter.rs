@@ -222,7 +222,7 @@ fn xnf_drops_the_flood_by_port_and_by_a_blocklist() {
 }
 
 /// A peer tool where scripts/peers.sh builds it (the lab's own folder:
-/// `$XNF_PEERS` of this test's environment, else /opt/xnf/peers), which
+/// `$XNF_PEERS` of this test's environment, else its default), which
 /// `make test` does; missing, the test fails saying so, rather than
 /// passing without it.
 fn built_peer(name: &str) -> std::path::PathBuf {
