@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * xnf actions: the raw XDP verdicts as upper bounds (the xdp-bench set,
- * seed 003 §4): every frame is counted and then dropped, passed to the
+ * the XDP paper §4): every frame is counted and then dropped, passed to the
  * stack, sent back out of the port it came in on (MACs swapped), redirected
  * to another port, or redirected to another CPU.
  *

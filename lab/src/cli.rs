@@ -27,9 +27,9 @@ pub enum LabCmd {
     /// The raw XDP verdicts on dut's ingress (drop, pass, TX, redirect to a
     /// port, redirect to a CPU) against the Linux stack dropping the same
     /// frames (nftables, prerouting, raw priority): the upper bounds every
-    /// network function is compared with (seed 003 §4, xdp-bench).
+    /// network function is compared with (the XDP paper §4, xdp-bench).
     Actions(Box<Run<Actions>>),
-    /// The NF-chain path of seed 000 (Fig. 8: host ingress -> NF chain ->
+    /// The NF-chain path of the container-NF thesis (Fig. 8: host ingress -> NF chain ->
     /// host egress) three ways: `linux` (the NFs' and dut's kernels route,
     /// dut steering by policy rules), `xnf` (`xnf chain` steering in XDP,
     /// reflector NFs), `xnf-linux-nf` (xnf steering, NFs forwarding with
@@ -46,7 +46,7 @@ pub enum LabCmd {
     /// the kernel delivering the same frames to a UDP socket and to an
     /// AF_PACKET l2fwd, the application on the CPU the generator leaves free.
     Afxdp(Box<Run<Afxdp>>),
-    /// Seed 003 §5.1 (Fig. 5): a victim's TCP request/response
+    /// The XDP paper §5.1 (Fig. 5): a victim's TCP request/response
     /// transactions per second under a UDP flood of rising rate, with no
     /// filter and with each filter on dut's ingress dropping the flood —
     /// `xnf filter` (XDP), nftables at the netdev ingress hook and at raw
@@ -57,7 +57,7 @@ pub enum LabCmd {
     /// figure), the rate that halves them, drops per second and CPU per
     /// dropped frame, and the ratios of the drop rates at the maximum.
     Filter(Box<crate::experiments::filter::FilterArgs>),
-    /// Seed 003 §5.3: a VIP balanced over N backend namespaces by `xnf lb`
+    /// The XDP paper §5.3: a VIP balanced over N backend namespaces by `xnf lb`
     /// (ipip, gue, dsr) and by the kernel (nftables DNAT over jhash or
     /// numgen, then forwarding), variants alternated within each run; and
     /// the disruption when one backend of N is removed under established
@@ -70,7 +70,7 @@ pub enum LabCmd {
     /// of flows that changed backend — the removed backend's and the
     /// collateral — against what `xnf lb plan` expects.
     Lb(Box<crate::experiments::lb::LbArgs>),
-    /// Seed 004: UDP to a socket in the sink namespace at rising offered
+    /// The receive-path profiling paper: UDP to a socket in the sink namespace at rising offered
     /// rates (--load-rates, default 0.1, 0.3, 1 Mpps), every interval
     /// profiled (`xnf profile`): the receive path's stages per packet by
     /// offered rate, checked against a CPU-bound co-runner's loss on the
@@ -79,14 +79,14 @@ pub enum LabCmd {
     ///
     /// The default topology is `pair` (gen -> sink); flame graphs with --flame DIR.
     Stack(Box<crate::experiments::stack::StackArgs>),
-    /// AF_XDP latency (seed 002): ping-pong between two namespaces over
+    /// AF_XDP latency (the AF_XDP delays paper): ping-pong between two namespaces over
     /// every combination of busy poll, need_wakeup, poll/spin on each side
     /// and batch size, repeated; every RTT recorded; runs grouped by
     /// k-means (k by silhouette) into clusters shown with the parameters
     /// they share; kernel UDP and AF_PACKET baselines and a saturation
     /// sweep in the same run; the timestamping overhead measured.
     Latency(Box<LatencyArgs>),
-    /// Round-trip time through a forwarder (seed 000 §5.7): probes gen ->
+    /// Round-trip time through a forwarder (the container-NF thesis §5.7): probes gen ->
     /// dut -> sink -> dut -> gen through the kernel, `xnf router` (xnf: as
     /// `xnf router attach` attaches it, the route cache; xnf-full: --fib
     /// full; ...) and an `xnf chain` through one NF namespace,

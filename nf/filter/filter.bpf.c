@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * xnf filter: a DDoS filter and firewall at the XDP hook (seed 003 §5.1).
+ * xnf filter: a DDoS filter and firewall at the XDP hook (the XDP paper §5.1).
  *
  * The first stage of an interface's entry program (xnf/stage.h). Each IP
  * frame is matched against the rule set, first match wins, in order; what

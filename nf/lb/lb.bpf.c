@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * xnf lb: a Layer-4 load balancer at the XDP hook (seed 003 §5.3).
+ * xnf lb: a Layer-4 load balancer at the XDP hook (the XDP paper §5.3).
  *
  * The lb stage of an interface's entry program (xnf/stage.h), after the
  * filter. A frame to a service (VIP, protocol, port) goes to one of its

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
- * xnf reflect: the stand-in network function of seed 000 (xdp_tx_simple).
+ * xnf reflect: the stand-in network function of the container-NF thesis (xdp_tx_simple).
  * Every frame goes back out of the port it came in on, unchanged, by
  * XDP_TX: on an NF's veth that hands it straight back to the host end,
  * where the chain program sends it on. It measures what a chain costs

@@ -44,7 +44,7 @@ pub struct Counters<'a> {
     pub on_read: Option<Box<dyn Fn() -> Result<()> + 'a>>,
     /// A CPU-bound co-runner's progress (work units done), read with the
     /// counters: its rate per interval is what the traffic left it
-    /// (`xnf lab stack`, seed 004's inference).
+    /// (`xnf lab stack`, the receive-path profiling paper's inference).
     pub corunner: Option<Received<'a>>,
     /// What runs through every measured interval while the generator
     /// sends, instead of sleeping (None: sleep): a measurement that needs
@@ -206,12 +206,12 @@ pub fn at_full_speed(p: &Probe, l: &Labels, t: &Timing) -> Result<Sample> {
 fn at_rate(p: &Probe, l: &Labels, t: &Timing, rate: f64, kind: SampleKind) -> Result<Sample> {
     let rate = rate.max(1.0) as u64;
     p.gens.set_rate(rate)?;
-    // The first interval after a rate change is discarded (seed 001 §5.3.8).
+    // The first interval after a rate change is discarded (the xdp-forward thesis §5.3.8).
     std::thread::sleep(Duration::from_secs_f64(t.warmup.max(0.5)));
     p.interval(l, kind, rate, t.trial_seconds)
 }
 
-/// The CPU-vs-offered-load curve (seed 001 §5.3.6): `steps` rates evenly
+/// The CPU-vs-offered-load curve (the xdp-forward thesis §5.3.6): `steps` rates evenly
 /// spaced up to `top.0` (the rate the generator sent at full speed), shares
 /// of `top.1` (the rate the variant delivered at full speed), or the given
 /// `rates` (the same for every variant), one interval each.

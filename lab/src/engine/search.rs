@@ -1,4 +1,4 @@
-//! Zero-loss throughput search (RFC 2544 style, as in seed 001 §5.3.8):
+//! Zero-loss throughput search (RFC 2544 style, as in the xdp-forward thesis §5.3.8):
 //! offer a rate, measure the loss, move up after a pass and down after a
 //! failure, halving the step each time the direction changes, until the step
 //! is below the resolution. The answer is the highest rate that passed.

@@ -1,6 +1,6 @@
 //! `xnf lab actions`: the raw XDP verdicts on dut's ingress — drop, pass,
 //! TX, redirect to another port, redirect to another CPU — the xdp-bench /
-//! seed 003 §4 set, with the Linux stack dropping the same frames as the
+//! the XDP paper §4 set, with the Linux stack dropping the same frames as the
 //! baseline. They are the upper bounds every network function is compared
 //! against.
 //!

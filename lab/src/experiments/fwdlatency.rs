@@ -1,5 +1,5 @@
 //! `xnf lab fwd-latency`: the round-trip time of probes through a
-//! forwarder (seed 000 §5.7) — the kernel, `xnf router` (any of its FIB
+//! forwarder (the container-NF thesis §5.7) — the kernel, `xnf router` (any of its FIB
 //! modes) and an `xnf chain` through one NF namespace — with no other
 //! traffic and under background load through the same forwarder, on the
 //! `line` topology, variants alternated within each run.

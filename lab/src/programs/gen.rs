@@ -36,7 +36,7 @@ const TEMPLATE_SLACK: usize = 2;
 /// Most source or destination addresses (entries of a BPF array).
 pub const MAX_ADDRS: usize = 1 << 20;
 
-/// Size classes of the AMS-IX packet-size distribution (seed 001, §5.3.7):
+/// Size classes of the AMS-IX packet-size distribution (the xdp-forward thesis, §5.3.7):
 /// (wire size with FCS standing for the class, share in tenths of a percent).
 /// Each class is represented by its lower bound (the RFC 2544 sizes 64 …
 /// 1024) and "larger packets" by the largest untagged frame, 1518. The shares

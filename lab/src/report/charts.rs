@@ -140,7 +140,7 @@ pub fn transaction_curve(r: &Results, point: &Point, variant: &str) -> Vec<Pt> {
 /// Per point with an application's transactions: transactions per second
 /// (thousands) against the load actually sent, a line per variant, and a
 /// dashed line where each falls to half of its rate at the first step
-/// (seed 003's Fig. 5).
+/// (the XDP paper's Fig. 5).
 fn transaction_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
     let mut charts = Vec::new();
     for point in data::points_with(r, has_transactions) {
@@ -268,7 +268,7 @@ fn stage_segments(p: &ProfiledRun) -> Vec<(&'static str, &'static str, f64)> {
 /// NET_RX softirq ns per packet by stage, stacked: one horizontal bar per
 /// profiled full-speed interval that measured stages, grouped by point and
 /// within a point in variant order, so the kernel's path and the XDP path
-/// stand side by side (seed 004's breakdown). None without such intervals.
+/// stand side by side (the receive-path profiling paper's breakdown). None without such intervals.
 pub fn stage_bars(r: &Results) -> Option<Markup> {
     const W: f64 = 760.0;
     const RIGHT: f64 = 56.0;

@@ -96,7 +96,7 @@ pub fn run_in<T: Send>(path: &std::path::Path, f: impl FnOnce() -> Result<T> + S
 /// thread's namespace). With them on, a veth hands XDP frames whose
 /// checksums are still to be filled in and whose VLAN tag sits outside the
 /// frame; redirected onwards, those would leave with bad checksums and
-/// without their tag (seed 000 §4.1.4 does the same with ethtool).
+/// without their tag (the container-NF thesis §4.1.4 does the same with ethtool).
 pub use xnf_netns::ethtool::offloads_off;
 
 /// Writes a sysctl of this thread's network namespace (`net/...` path).

@@ -1,4 +1,4 @@
-//! xnf filter: a DDoS filter and firewall in XDP (seed 003 §5.1).
+//! xnf filter: a DDoS filter and firewall in XDP (the XDP paper §5.1).
 //!
 //! - [`rules`]: the rule file (TOML), checked whole before anything changes;
 //! - [`prefixes`]: prefix lists in the format of public blocklists;

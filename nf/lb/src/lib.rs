@@ -1,4 +1,4 @@
-//! xnf lb: a Layer-4 load balancer in XDP (seed 003 §5.3, issue 15) — its
+//! xnf lb: a Layer-4 load balancer in XDP (the XDP paper §5.3, issue 15) — its
 //! control plane's pure part, without BPF or netlink.
 //!
 //! - [`config`]: the service file (TOML) that `xnf lb apply FILE` converges

@@ -1,6 +1,6 @@
 //! The router's four VLAN cases through real 802.1Q devices, with real
 //! traffic counted on both sides, and the follower picking up a VLAN device
-//! added and removed while the router is attached (seed 001 §4.3).
+//! added and removed while the router is attached (the xdp-forward thesis §4.3).
 //!
 //! Needs a kernel with 802.1Q, which this project's development host lacks:
 //! the target has `test = false` (Cargo.toml), so a plain `cargo test` does

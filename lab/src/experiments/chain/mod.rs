@@ -1,8 +1,8 @@
-//! `xnf lab chain`: the path of seed 000 (Fig. 8) — host ingress, a chain
+//! `xnf lab chain`: the path of the container-NF thesis (Fig. 8) — host ingress, a chain
 //! of network functions in their own namespaces, host egress — measured
 //! three ways on the same topology, variants alternated within each run:
 //!
-//! - `linux`: the Linux-stack baseline of seed 000 §5.5. The same NF
+//! - `linux`: the Linux-stack baseline of the container-NF thesis §5.5. The same NF
 //!   namespaces, joined to dut by plain veth pairs with addresses
 //!   (198.18.(100+i).0/24), and nothing but kernel routing: dut's policy
 //!   rules send the test traffic from its ingress into NF1 (`ip rule iif

@@ -1,4 +1,4 @@
-//! `xnf lab filter`: seed 003 §5.1, Fig. 5 — a victim's TCP transactions
+//! `xnf lab filter`: the XDP paper §5.1, Fig. 5 — a victim's TCP transactions
 //! per second under a UDP flood of rising rate, with no filter and with
 //! each filter dropping the flood.
 //!
@@ -12,7 +12,7 @@
 //!   to a port the victim does not serve, paced at each rate of `--rates`,
 //!   then as fast as it goes (`max`);
 //! - **the filters sit on dut's ingress**, dut standing for the host or
-//!   hypervisor in front of the victim (seed 003 §5.1: "the filter can even
+//!   hypervisor in front of the victim (the XDP paper §5.1: "the filter can even
 //!   be installed on the hypervisor"). On the victim's own ingress every
 //!   flood frame would first cost dut a kernel forward (about 1 µs on the
 //!   generator's CPU), a cost no filter behind it can remove: every

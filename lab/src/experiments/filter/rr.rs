@@ -1,5 +1,5 @@
 //! The victim's service: TCP request/response in the style of netperf's
-//! TCP_RR (seed 003 §5.1 measured with netperf; Debian has no netperf).
+//! TCP_RR (the XDP paper §5.1 measured with netperf; Debian has no netperf).
 //! One connection; the client writes one byte, the server answers with one
 //! byte, and the client sends the next request as soon as the answer is
 //! read. Both sides block in `read` (neither spins) with Nagle off, and

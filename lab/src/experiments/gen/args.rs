@@ -111,7 +111,7 @@ pub struct GenArgs {
     #[arg(long, value_enum, value_name = "ack|syn", num_args = 0..=1, default_missing_value = "ack")]
     pub tcp: Option<TcpKind>,
     /// Frame size on the wire with FCS (64..=1518), or `imix`: the AMS-IX
-    /// mix of seed 001 §5.3.7 (64, 128, 256, 512, 1024, 1518 B in shares
+    /// mix of the xdp-forward thesis §5.3.7 (64, 128, 256, 512, 1024, 1518 B in shares
     /// 27.8, 5.5, 2.8, 3.5, 37, 23 %, interleaved, repeating every 996 frames).
     #[arg(long, default_value = "64", value_parser = parse_size, value_name = "BYTES|imix", allow_hyphen_values = true)]
     pub size: Size,

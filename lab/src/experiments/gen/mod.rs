@@ -6,7 +6,7 @@
 //! or `--through-dut xnf` puts the standard dut namespace in between.
 //!
 //! Everything the frames carry is decided up front and checked before
-//! anything is built: protocol, sizes (fixed or the AMS-IX IMIX of seed 001
+//! anything is built: protocol, sizes (fixed or the AMS-IX IMIX of the xdp-forward thesis
 //! §5.3.7), flows (source and destination ports and addresses, or a list of
 //! destinations), rate, count, CPUs. With `--verify` the sink copies every
 //! frame to user space, which parses it and compares the counts per size

@@ -1,5 +1,5 @@
 //! `xnf lab latency`: which AF_XDP settings give the lowest delay on this
-//! machine (seed 002). A pinger and a forwarder in two namespaces joined by
+//! machine (the AF_XDP delays paper). A pinger and a forwarder in two namespaces joined by
 //! a veth pair bounce 64-byte probes; every round-trip time is recorded.
 //!
 //! 1. Every combination of the seed's §VI parameters — zero-copy (where the

@@ -1,4 +1,4 @@
-//! One ping-pong run (seed 002 Fig. 2): a pinger that sends 64-byte probes
+//! One ping-pong run (the AF_XDP delays paper Fig. 2): a pinger that sends 64-byte probes
 //! at a fixed interval and timestamps each when it sends it and when it
 //! comes back (both in one process: no clock synchronisation), and a
 //! forwarder that bounces them, each on its own thread, pinned to its own
@@ -45,7 +45,7 @@ impl Method {
     }
 }
 
-/// One configuration of the matrix (seed 002 §VI). For the kernel
+/// One configuration of the matrix (the AF_XDP delays paper §VI). For the kernel
 /// baselines only `poll_fwd`/`poll_recv` apply (sleep in the kernel or spin).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Config {

@@ -1,4 +1,4 @@
-//! `xnf lab lb`: the load balancer of seed 003 §5.3 (issue 15) measured two ways.
+//! `xnf lab lb`: the load balancer of the XDP paper §5.3 (issue 15) measured two ways.
 //!
 //! - [`throughput`]: gen → dut → N backend namespaces, dut balancing one VIP: `xnf lb` in each mode (ipip, gue,
 //!   dsr) against the kernel (nftables DNAT over `jhash` or `numgen`, then forwarding), variants alternated within

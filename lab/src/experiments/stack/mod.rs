@@ -1,4 +1,4 @@
-//! `xnf lab stack`: seed 004's experiment. UDP from the generator to a
+//! `xnf lab stack`: the receive-path profiling paper's experiment. UDP from the generator to a
 //! socket in the sink namespace (built-in topology `pair`: gen -> sink) at
 //! rising offered rates, every interval profiled (`xnf profile`): the
 //! kernel's receive path stage by stage against offered load (the seed's
@@ -314,7 +314,7 @@ impl Reader {
     }
 }
 
-/// Seed 004's table: per variant and offered rate, the stage times per
+/// The receive-path profiling paper's table: per variant and offered rate, the stage times per
 /// packet, the stack CPU's softirq per packet from the profile, and what
 /// the co-runner lost per packet.
 pub fn print(r: &Results) {
@@ -333,7 +333,7 @@ pub fn print(r: &Results) {
             x.variant, x.offered_mpps, x.mpps, x.driver, x.gro, x.ip_rcv, x.local, x.softirq, x.stack_cpu_softirq, x.corunner_ns, x.corunner_ns / x.stack_cpu_softirq
         );
     }
-    println!("(Mpps; ip-rcv includes route; co-runner = the co-runner's lost share of the stack CPU per frame offered, seed 004's `openssl speed` inference; ratio = co-runner / stack-cpu softirq: above 1 is time the stages do not see: the reader, the scheduler, waking the CPU)");
+    println!("(Mpps; ip-rcv includes route; co-runner = the co-runner's lost share of the stack CPU per frame offered, the receive-path profiling paper's `openssl speed` inference; ratio = co-runner / stack-cpu softirq: above 1 is time the stages do not see: the reader, the scheduler, waking the CPU)");
 }
 
 /// One row of [`print`].
