@@ -161,37 +161,6 @@ pub fn install<P>(
     Ok(p)
 }
 
-/// Installs `stage` on each of `targets`, all or nothing, for a network
-/// function's attach (`what` names it in the error): `load` and `prog` as
-/// for [`install`]; `then` runs after each install (say, registering the
-/// port in the function's maps). When one fails, the stage comes out again
-/// where this call put it, with `undo` for each — and only there: a slot
-/// the install refused is another function's and stays as it is.
-#[allow(clippy::too_many_arguments)]
-pub fn install_each<P>(
-    targets: &[xnf_netns::netlink::Link],
-    mode: XdpMode,
-    stage: Stage,
-    what: &str,
-    load: impl Fn(&MapHandle) -> Result<P>,
-    prog: impl Fn(&P) -> BorrowedFd<'_>,
-    then: impl Fn(&xnf_netns::netlink::Link) -> Result<()>,
-    undo: impl Fn(&xnf_netns::netlink::Link),
-) -> Result<()> {
-    let take_out = |l: &xnf_netns::netlink::Link| {
-        let _ = remove(l.ifindex, stage);
-        undo(l);
-    };
-    for (i, l) in targets.iter().enumerate() {
-        let r = install(l.ifindex, &l.name, mode, stage, &load, &prog).and_then(|_| then(l).inspect_err(|_| take_out(l)));
-        if let Err(e) = r {
-            targets[..i].iter().for_each(take_out);
-            return Err(e.context(format!("attaching {what} to {}", l.name)));
-        }
-    }
-    Ok(())
-}
-
 /// The interfaces `names` where `prog_name` holds `stage`, as ifindexes,
 /// for a network function's detach; `missing(name)` is the message for an
 /// interface that does not have it.
@@ -340,10 +309,45 @@ pub fn ethernet_links(names: &[String], why: &str) -> Result<Vec<xnf_netns::netl
         if out.iter().any(|l| &l.name == name) {
             bail!("{name} is named twice");
         }
-        if !link.ethernet || link.loopback {
+        if link.loopback {
+            bail!("{name} is the loopback interface, not an Ethernet interface: {why}");
+        }
+        if !link.ethernet {
             bail!("{name} is not an Ethernet interface: {why}");
         }
         out.push(link.clone());
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::pin_maps;
+
+    crate::pinned_maps! {
+        struct Stages { xnf_stages }
+    }
+    crate::pinned_maps! {
+        struct Stale { xnf_stages, xnf_gone }
+    }
+
+    fn open() -> skel::OpenEntrySkel<'static> {
+        let storage = Box::leak(Box::new(std::mem::MaybeUninit::uninit()));
+        skel::EntrySkelBuilder::default().open(storage).expect("opening the entry object (no kernel needed)")
+    }
+
+    #[test]
+    fn declared_maps_are_pinned_by_name_and_a_stale_declaration_is_refused() {
+        let mut o = open();
+        pin_maps::<Stages>(o.open_object_mut(), Path::new("/sys/fs/bpf/xnf-test")).unwrap();
+        use libbpf_rs::AsRawLibbpf;
+        // SAFETY: a valid map of an open object; libbpf returns its own string.
+        let pin = unsafe { std::ffi::CStr::from_ptr(libbpf_sys::bpf_map__pin_path(o.maps.xnf_stages.as_libbpf_object().as_ptr())) };
+        assert_eq!(pin.to_str().unwrap(), "/sys/fs/bpf/xnf-test/xnf_stages");
+        let mut o = open();
+        let err = pin_maps::<Stale>(o.open_object_mut(), Path::new("/sys/fs/bpf/xnf-test")).unwrap_err().to_string();
+        assert_eq!(err, "the program has no map named xnf_gone: its declaration of shared maps is out of date");
+        assert_eq!(<Stale as crate::lifecycle::PinnedMaps>::NAMES, ["xnf_stages", "xnf_gone"]);
+    }
 }

@@ -9,6 +9,7 @@ pub mod abi;
 pub mod cenum;
 pub mod entry;
 pub mod features;
+pub mod lifecycle;
 pub mod class;
 pub mod fwd;
 pub mod maps;

@@ -7,27 +7,59 @@
 //! command repair what an interrupted one left.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use xnf_core::sources::Sources;
 use xnf_core::state;
-use xnf_core::entry::{self, Stage};
+use xnf_core::entry::Stage;
+use xnf_core::lifecycle::{Lifecycle, StageNf, Target};
 use xnf_core::xdp::{open_pinned, pin_fd, veth_peer_warning, XdpLink, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
 use crate::model::{successors, Function};
 use crate::ns;
-use crate::program::{ChainMaps, ChainProgram, NfEntry, Port, Rpf, Rule, MAP_NAMES, MAX_INGRESS, MAX_NFS, MAX_RULES, PROG_PIN};
+use crate::program::{ChainMaps, ChainProgram, NfEntry, Port, Rpf, Rule, MAX_INGRESS, MAX_NFS, MAX_RULES, PROG_PIN};
 use crate::registry::{Nf, Registry};
 
-pub fn pin_dir() -> Result<PathBuf> {
-    state::pin_dir("chain")
+/// The chain as a stage network function: one program, pinned with its
+/// maps, is the forward stage of every port; which ports, and their
+/// entries, [`sync`] derives from the registry.
+pub struct Chain;
+
+impl StageNf for Chain {
+    const NAME: &'static str = "chain";
+    const TITLE: &'static str = "the chain";
+    const COMMAND: &'static str = "xnf chain";
+    const PROG_NAME: &'static str = "xnf_chain";
+    const STAGE: Stage = Stage::Forward;
+    const ETHERNET_WHY: &'static str = "the chain steers Ethernet frames";
+    type Maps = ChainMaps;
+    /// The pinned program, shared by every port.
+    type Instance = OwnedFd;
+    type Options = ();
+
+    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<OwnedFd> {
+        let pin = dir.join(PROG_PIN);
+        if at.is_some() && pin.exists() {
+            return open_pinned(&pin);
+        }
+        let prog = ChainProgram::load(Some(dir))?;
+        pin_fd(prog.prog().as_fd(), &pin)?;
+        open_pinned(&pin)
+    }
+
+    fn prog(p: &OwnedFd) -> BorrowedFd<'_> {
+        p.as_fd()
+    }
 }
 
-/// The program's name as the kernel reports it.
-const PROG_NAME: &str = "xnf_chain";
+type Life = Lifecycle<Chain>;
+
+pub fn pin_dir() -> Result<PathBuf> {
+    Life::pin_dir()
+}
 
 /// Pin of the program xnf attached to an NF's own end.
 fn function_pin(dir: &Path, nf: &str) -> PathBuf {
@@ -146,18 +178,6 @@ fn unused_slot(reg: &Registry) -> u32 {
     Registry::free_slot(reg.nfs.values().map(|n| n.slot), MAX_NFS, "NF").unwrap_or(MAX_NFS - 1)
 }
 
-/// The pinned program and maps, loading and pinning them the first time.
-fn open_or_load(dir: &Path) -> Result<(OwnedFd, ChainMaps)> {
-    let prog_pin = dir.join(PROG_PIN);
-    if prog_pin.exists() {
-        return Ok((open_pinned(&prog_pin)?, ChainMaps::open_pinned(dir)?));
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let prog = ChainProgram::load(Some(dir))?;
-    pin_fd(prog.prog().as_fd(), &prog_pin)?;
-    Ok((open_pinned(&prog_pin)?, prog.maps()?))
-}
-
 /// Brings tables and attachments in line with the registry; returns warnings.
 pub fn sync(reg: &Registry) -> Result<Vec<String>> {
     state::ensure_bpffs()?;
@@ -169,7 +189,7 @@ pub fn sync(reg: &Registry) -> Result<Vec<String>> {
         teardown(&dir);
         return Ok(plan.warnings);
     }
-    let (prog, maps) = open_or_load(&dir)?;
+    let maps = Life::maps_or_create()?;
 
     // Tables first, so a port attached below finds its entries. The host's
     // addresses are read afresh on every chain command (there is no
@@ -200,13 +220,12 @@ pub fn sync(reg: &Registry) -> Result<Vec<String>> {
         if attached.contains(ifindex) {
             continue;
         }
-        let name = links.iter().find(|l| l.ifindex == *ifindex).map(|l| l.name.clone()).unwrap_or_default();
-        let load = |_: &libbpf_rs::MapHandle| prog.try_clone().context("duplicating the chain program's fd");
-        entry::install(*ifindex, &name, XdpMode::Native, Stage::Forward, load, |p: &OwnedFd| p.as_fd())?;
+        let link = links.iter().find(|l| l.ifindex == *ifindex).with_context(|| format!("port {ifindex} is gone"))?;
+        Life::install_on(&maps, link, XdpMode::Native, &())?;
     }
     for ifindex in attached {
         if !plan.ports.contains_key(&ifindex) {
-            entry::remove(ifindex, Stage::Forward)?;
+            Life::remove_from(ifindex)?;
         }
     }
     for (ifindex, _) in maps.ports()? {
@@ -231,23 +250,22 @@ fn detach_pin(pin: &Path) {
 
 /// Detaches everything and removes the pins: nothing of the chain is left.
 pub fn teardown(dir: &Path) {
-    if let Ok(maps) = ChainMaps::open_pinned(dir) {
+    if let Ok(Some(maps)) = Life::maps() {
         for (ifindex, _) in maps.ports().unwrap_or_default() {
             if port_attached(ifindex) {
-                let _ = entry::remove(ifindex, Stage::Forward);
+                let _ = Life::remove_from(ifindex);
             }
         }
     }
+    // The NFs' own programs: detached explicitly, as a process holding a
+    // link open would keep it attached after its pin is gone.
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
         if e.file_name().to_string_lossy().starts_with("fn-") {
             detach_pin(&e.path());
         }
     }
-    for name in MAP_NAMES.iter().chain([&PROG_PIN]) {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    state::remove_empty_dirs(dir);
+    let _ = Life::remove_state();
 }
 
 /// Attaches the NF's function (pass or reflect) to its own end, in its
@@ -284,14 +302,10 @@ pub fn function_attached(name: &str) -> bool {
 
 /// True if the chain program is `ifindex`'s forward stage.
 pub fn port_attached(ifindex: u32) -> bool {
-    entry::installed(ifindex, Stage::Forward, PROG_NAME).is_some()
+    Life::stage_prog(ifindex).is_some()
 }
 
 /// The shared maps, if the chain program is loaded in this namespace.
 pub fn open_maps() -> Result<Option<ChainMaps>> {
-    let dir = pin_dir()?;
-    if !dir.join(PROG_PIN).exists() {
-        return Ok(None);
-    }
-    Ok(Some(ChainMaps::open_pinned(&dir)?))
+    Life::maps()
 }

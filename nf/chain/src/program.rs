@@ -7,12 +7,13 @@ use xnf_core::features::{explain, Feature};
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, ProgramMut};
 
 use xnf_core::class::Class;
 pub use xnf_core::fwd::Reason;
 pub use xnf_core::sources::Rpf;
+use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, PercpuSums, zero_percpu};
 
 use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
@@ -24,8 +25,6 @@ pub const MAX_CHAINS: u32 = limits::XNF_CHAIN_MAX_CHAINS.0;
 pub const MAX_NFS: u32 = limits::XNF_CHAIN_MAX_NFS.0;
 pub const MAX_INGRESS: u32 = limits::XNF_CHAIN_MAX_INGRESS.0;
 
-/// Names of the shared maps, as pinned.
-pub const MAP_NAMES: [&str; 9] = ["ports", "rules", "nfs", "tx", "ingress_stats", "chain_stats", "nf_stats", "locals", "locals_filter"];
 /// Name of the pinned program.
 pub const PROG_PIN: &str = "prog";
 
@@ -184,23 +183,7 @@ impl ChainProgram {
     pub fn load(pin_dir: Option<&Path>) -> Result<Self> {
         let mut open = ChainSkelBuilder::default().open(object_storage()).context("opening the chain BPF object")?;
         if let Some(dir) = pin_dir {
-            let m = &mut open.maps;
-            for (map, name) in [
-                &mut m.ports,
-                &mut m.rules,
-                &mut m.nfs,
-                &mut m.tx,
-                &mut m.ingress_stats,
-                &mut m.chain_stats,
-                &mut m.nf_stats,
-                &mut m.locals,
-                &mut m.locals_filter,
-            ]
-            .into_iter()
-            .zip(MAP_NAMES)
-            {
-                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
-            }
+            pin_maps::<ChainMaps>(open.open_object_mut(), dir)?;
         }
         let skel = open
             .load()
@@ -214,40 +197,26 @@ impl ChainProgram {
     }
 
     pub fn maps(&self) -> Result<ChainMaps> {
-        let m = &self.skel.maps;
-        Ok(ChainMaps {
-            ports: MapHandle::try_from(&m.ports)?,
-            rules: MapHandle::try_from(&m.rules)?,
-            nfs: MapHandle::try_from(&m.nfs)?,
-            tx: MapHandle::try_from(&m.tx)?,
-            ingress_stats: MapHandle::try_from(&m.ingress_stats)?,
-            chain_stats: MapHandle::try_from(&m.chain_stats)?,
-            nf_stats: MapHandle::try_from(&m.nf_stats)?,
-            locals: MapHandle::try_from(&m.locals)?,
-            locals_filter: MapHandle::try_from(&m.locals_filter)?,
-        })
+        ChainMaps::of_object(self.skel.object())
     }
 }
 
-/// The chain's shared maps.
-pub struct ChainMaps {
-    ports: MapHandle,
-    rules: MapHandle,
-    nfs: MapHandle,
-    tx: MapHandle,
-    ingress_stats: MapHandle,
-    chain_stats: MapHandle,
-    nf_stats: MapHandle,
-    locals: MapHandle,
-    locals_filter: MapHandle,
+xnf_core::pinned_maps! {
+    /// The chain's shared maps, as pinned.
+    pub struct ChainMaps {
+        ports,
+        rules,
+        nfs,
+        tx,
+        ingress_stats,
+        chain_stats,
+        nf_stats,
+        locals,
+        locals_filter,
+    }
 }
 
 impl ChainMaps {
-    pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals, locals_filter] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { ports, rules, nfs, tx, ingress_stats, chain_stats, nf_stats, locals, locals_filter })
-    }
-
     pub fn set_port(&self, ifindex: u32, port: Port) -> Result<()> {
         let raw = match port {
             Port::Ingress { mac, slot } => types::xnf_chain_port { kind: PORT_INGRESS, mac, slot, ..Default::default() },

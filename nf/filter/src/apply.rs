@@ -22,9 +22,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use xnf_core::state::{self, StateLock};
+use xnf_core::state;
 
-use crate::attach::{maps_or_create, LOCK};
+use crate::attach::{lock, maps_or_create};
 use crate::compile::{rule_set, slots_used};
 use crate::prefixes::PrefixList;
 use crate::program::{FilterMaps, MAX_LISTS};
@@ -64,7 +64,7 @@ pub enum Outcome {
 }
 
 pub(crate) fn run_dir() -> Result<PathBuf> {
-    Ok(state::run_dir()?.join("filter"))
+    xnf_core::lifecycle::Lifecycle::<crate::attach::Filter>::run_dir()
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(name: &str) -> Result<Option<T>> {
@@ -131,7 +131,7 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         let list = PrefixList::load(&path).with_context(|| format!("{origin}: [lists]: {name}"))?;
         lists.insert(name.clone(), (path, list));
     }
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     roll_back_if_overdue()?;
     if let Some(s) = pending_seconds()? {
         bail!("a change awaits confirmation ({s} s left): `xnf filter confirm` it, or `xnf filter rollback`, first");
@@ -239,7 +239,7 @@ fn clear_unused_slots(maps: &FilterMaps, live: &Applied) -> Result<()> {
 
 /// Keeps the pending change: the previous rules' lists are let go.
 pub fn confirm() -> Result<()> {
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     roll_back_if_overdue()?;
     if read_json::<Pending>("pending.json")?.is_none() {
         bail!("no change awaits confirmation (`xnf filter status`)");
@@ -254,7 +254,7 @@ pub fn confirm() -> Result<()> {
 /// Switches back to the rules a pending change replaced. Returns false
 /// when no change was pending.
 pub fn rollback() -> Result<bool> {
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     roll_back_locked()
 }
 
@@ -305,7 +305,7 @@ fn roll_back_if_overdue() -> Result<()> {
 pub fn rollback_after(secs: u64) -> Result<bool> {
     let deadline = read_json::<Pending>("pending.json")?.map(|p| p.deadline);
     std::thread::sleep(Duration::from_secs(secs));
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     match read_json::<Pending>("pending.json")? {
         Some(p) if Some(p.deadline) == deadline => roll_back_locked(),
         _ => Ok(false),

@@ -1,100 +1,91 @@
-//! Attaching the filter to interfaces (as their first stage) and detaching
-//! it. The rules and lists live in maps pinned under
+//! The filter on the one lifecycle every network function shares
+//! ([`xnf_core::lifecycle`]): the first stage of interfaces' entry
+//! programs. The rules and lists live in maps pinned under
 //! `/sys/fs/bpf/xnf/<netns>/filter/`, shared by every interface's instance;
 //! they outlive the command and go with the last interface.
 
-use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use xnf_core::entry::{self, Stage};
-use xnf_core::state::{self, StateLock};
+use anyhow::Result;
+use xnf_core::entry::Stage;
+use xnf_core::lifecycle::{Lifecycle, StageNf, Target};
 use xnf_core::xdp::XdpMode;
-use xnf_netns::netlink::{self, Link};
+use xnf_netns::netlink::Link;
 
-use crate::program::{FilterMaps, FilterProgram, MAP_NAMES};
+use crate::program::{Counter, FilterMaps, FilterProgram};
+
+/// The filter as a stage network function.
+pub struct Filter;
+
+impl StageNf for Filter {
+    const NAME: &'static str = "filter";
+    const TITLE: &'static str = "the filter";
+    const COMMAND: &'static str = "xnf filter";
+    const PROG_NAME: &'static str = "xnf_filter";
+    const STAGE: Stage = Stage::Filter;
+    const ETHERNET_WHY: &'static str = "the filter parses Ethernet frames";
+    type Maps = FilterMaps;
+    type Instance = FilterProgram;
+    type Options = ();
+
+    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<FilterProgram> {
+        FilterProgram::load(Some(dir), at.map(|t| t.stages))
+    }
+
+    fn prog(p: &FilterProgram) -> BorrowedFd<'_> {
+        p.prog().as_fd()
+    }
+
+    /// The syn-cookie action's nftables table goes with the filter.
+    fn remove_more() -> Result<()> {
+        crate::synproxy::remove()
+    }
+
+    fn counters(maps: &FilterMaps) -> Result<Vec<(&'static str, u64)>> {
+        let c = maps.counters()?;
+        Ok(Counter::ALL.iter().map(|k| (k.name(), c[*k as usize])).collect())
+    }
+}
+
+type Life = Lifecycle<Filter>;
 
 /// The filter's state lock: attach, detach, apply, confirm and rollback
 /// each hold it (before the entry's lock, never after).
-pub(crate) const LOCK: &str = "filter";
-/// The program's name as the kernel reports it.
-pub(crate) const PROG_NAME: &str = "xnf_filter";
+pub(crate) fn lock() -> Result<xnf_core::state::StateLock> {
+    Life::lock()
+}
 
 /// The filter's pin folder in this network namespace.
 pub fn pin_dir() -> Result<PathBuf> {
-    state::pin_dir("filter")
+    Life::pin_dir()
 }
 
 /// The pinned maps, creating them (by loading an instance) when absent.
 pub(crate) fn maps_or_create() -> Result<FilterMaps> {
-    state::ensure_bpffs()?;
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        FilterProgram::load(Some(&dir), None)?;
-    }
-    FilterMaps::open_pinned(&dir)
+    Life::maps_or_create()
 }
 
 /// The pinned maps, or a message that the filter has no state here.
 pub fn open_maps() -> Result<FilterMaps> {
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        bail!("the filter has no rules and no interfaces in this network namespace (`xnf filter apply FILE`, `xnf filter attach IFACE`)");
-    }
-    FilterMaps::open_pinned(&dir)
-}
-
-/// Whether the filter is `ifindex`'s filter stage.
-pub(crate) fn filter_stage(ifindex: u32) -> Option<u32> {
-    entry::installed(ifindex, Stage::Filter, PROG_NAME)
+    Life::maps()?.ok_or_else(|| {
+        anyhow::anyhow!("the filter has no rules and no interfaces in this network namespace (`xnf filter apply FILE`, `xnf filter attach IFACE`)")
+    })
 }
 
 /// The interfaces of this namespace with the filter attached.
 pub fn attached_links() -> Result<Vec<Link>> {
-    Ok(netlink::links()?.into_iter().filter(|l| filter_stage(l.ifindex).is_some()).collect())
+    Life::attached_links()
 }
 
 /// Attaches the filter in front of whatever else runs on `names`. All or
 /// nothing: on error, interfaces attached by this call are detached again.
 pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let targets = entry::ethernet_links(names, "the filter parses Ethernet frames")?;
-    for l in &targets {
-        if filter_stage(l.ifindex).is_some() {
-            bail!("the filter is already attached to {} (`xnf filter status`)", l.name);
-        }
-    }
-    maps_or_create()?;
-    let dir = pin_dir()?;
-    let load = |stages: &libbpf_rs::MapHandle| FilterProgram::load(Some(&dir), Some(stages));
-    entry::install_each(&targets, mode, Stage::Filter, "the filter", load, |p| p.prog().as_fd(), |_| Ok(()), |_| ())?;
-    Ok(targets.into_iter().map(|l| l.name).collect())
+    Ok(Life::attach(names, mode, &())?.attached)
 }
 
 /// Detaches the filter from `names`; with no interface left, its rules,
 /// lists and counters go too.
 pub fn detach(names: &[String]) -> Result<()> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let todo = entry::holding(names, Stage::Filter, PROG_NAME, |name| format!("the filter is not attached to {name} (`xnf filter status` lists where it is)"))?;
-    for ifindex in todo {
-        entry::remove(ifindex, Stage::Filter)?;
-    }
-    if attached_links()?.is_empty() {
-        remove_state()?;
-    }
-    Ok(())
-}
-
-/// Removes the pinned maps and the run files (rules, pending change).
-fn remove_state() -> Result<()> {
-    crate::synproxy::remove()?;
-    let dir = pin_dir()?;
-    for name in MAP_NAMES {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    state::remove_empty_dirs(&dir);
-    let run = crate::apply::run_dir()?;
-    let _ = std::fs::remove_dir_all(run);
-    Ok(())
+    Life::detach(names)
 }

@@ -5,9 +5,10 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
 
+use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
 
 use crate::skel::filter::{types, FilterSkel, FilterSkelBuilder};
@@ -32,9 +33,6 @@ pub const LIST_MAX: u32 = 1 << 23;
 
 const _: () = assert!(MAX_RULES as usize == crate::rules::MAX_RULES);
 const _: () = assert!(MAX_LISTS as usize == 2 * crate::rules::MAX_LISTS);
-
-/// Names of the maps shared by every filter instance, as pinned.
-pub const MAP_NAMES: [&str; 9] = ["rule_sets", "lists", "stats", "rule_stats", "buckets", "top_sources", "capture_cfg", "capture_state", "capture_ring"];
 
 xnf_core::c_enum! {
     /// The filter's counters (`enum xnf_filter_counter`).
@@ -91,21 +89,7 @@ impl FilterProgram {
         let ro = open.maps.rodata_data.as_deref_mut().context("the filter has no rodata")?;
         ro.have_conntrack = crate::synproxy::conntrack_lookup() as u8;
         if let Some(dir) = pin_dir {
-            let m = &mut open.maps;
-            let maps = [
-                &mut m.rule_sets,
-                &mut m.lists,
-                &mut m.stats,
-                &mut m.rule_stats,
-                &mut m.buckets,
-                &mut m.top_sources,
-                &mut m.capture_cfg,
-                &mut m.capture_state,
-                &mut m.capture_ring,
-            ];
-            for (map, name) in maps.into_iter().zip(MAP_NAMES) {
-                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
-            }
+            pin_maps::<FilterMaps>(open.open_object_mut(), dir)?;
         }
         if let Some(s) = stages {
             xnf_core::entry::reuse_stages(&mut open.maps.xnf_stages, s)?;
@@ -128,28 +112,23 @@ impl FilterProgram {
     }
 
     pub fn maps(&self) -> Result<FilterMaps> {
-        let m = &self.skel.maps;
-        Ok(FilterMaps {
-            rule_sets: MapHandle::try_from(&m.rule_sets)?,
-            lists: MapHandle::try_from(&m.lists)?,
-            stats: MapHandle::try_from(&m.stats)?,
-            rule_stats: MapHandle::try_from(&m.rule_stats)?,
-            top_sources: MapHandle::try_from(&m.top_sources)?,
-            capture_cfg: MapHandle::try_from(&m.capture_cfg)?,
-            capture_ring: MapHandle::try_from(&m.capture_ring)?,
-        })
+        FilterMaps::of_object(self.skel.object())
     }
 }
 
-/// The filter's shared maps.
-pub struct FilterMaps {
-    rule_sets: MapHandle,
-    lists: MapHandle,
-    stats: MapHandle,
-    rule_stats: MapHandle,
-    top_sources: MapHandle,
-    capture_cfg: MapHandle,
-    pub capture_ring: MapHandle,
+xnf_core::pinned_maps! {
+    /// The maps shared by every filter instance, as pinned.
+    pub struct FilterMaps {
+        rule_sets,
+        lists,
+        stats,
+        rule_stats,
+        buckets,
+        top_sources,
+        capture_cfg,
+        capture_state,
+        pub capture_ring,
+    }
 }
 
 /// Whether two rule sets are the same (their bytes are).
@@ -176,12 +155,6 @@ pub fn lpm_key(net: &ipnet::IpNet) -> Vec<u8> {
 }
 
 impl FilterMaps {
-    pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [rule_sets, lists, stats, rule_stats, _buckets, top_sources, capture_cfg, _state, capture_ring] =
-            xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { rule_sets, lists, stats, rule_stats, top_sources, capture_cfg, capture_ring })
-    }
-
     /// Makes `set` the live rule set, in one update.
     pub fn set_rules(&self, set: &RawSet) -> Result<()> {
         xnf_core::maps::swap::replace(&self.rule_sets, std::mem::size_of::<RawSet>() as u32, 1, &[as_bytes(set).to_vec()])

@@ -30,9 +30,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use xnf_core::state::{self, StateLock};
+use xnf_core::state;
 
-use crate::attach::{maps_or_create, write_sources, LOCK};
+use crate::attach::{lock, maps_or_create, write_sources};
 use crate::config::{Config, Mode, Service};
 use crate::maglev::NO_BACKEND;
 use crate::plan::{plan, ServicePlan, Table};
@@ -82,7 +82,7 @@ pub struct Outcome {
 }
 
 pub(crate) fn run_dir() -> Result<PathBuf> {
-    Ok(state::run_dir()?.join("lb"))
+    xnf_core::lifecycle::Lifecycle::<crate::attach::Lb>::run_dir()
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(name: &str) -> Result<Option<T>> {
@@ -115,7 +115,7 @@ pub fn apply_file(path: &Path) -> Result<Outcome> {
 pub fn apply_text(text: &str, origin: &str) -> Result<Outcome> {
     let (config, warnings) = Config::parse(text, origin)?;
     let tables = config.services.iter().map(Table::of).collect::<Result<Vec<_>>>()?;
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     let old = applied()?.map(|a| a.config).unwrap_or_default();
     let plans = plan(&old, &config)?;
     let maps = maps_or_create()?;

@@ -1,111 +1,106 @@
-//! Attaching the lb to interfaces (as their lb stage) and detaching it.
-//! The services, tables and connection table live in maps pinned under
-//! `/sys/fs/bpf/xnf/<netns>/lb/`, shared by every interface's instance;
-//! they outlive the command and go with the last interface.
+//! The lb on the one lifecycle every network function shares
+//! ([`xnf_core::lifecycle`]): the lb stage of interfaces' entry programs,
+//! after the filter and before the forward stage. The services, tables and
+//! connection table live in maps pinned under `/sys/fs/bpf/xnf/<netns>/lb/`,
+//! shared by every interface's instance; they outlive the command and go
+//! with the last interface.
 
 use std::net::IpAddr;
-use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use xnf_core::entry::{self, Stage};
-use xnf_core::state::{self, StateLock};
+use anyhow::Result;
+use xnf_core::entry::Stage;
+use xnf_core::lifecycle::{Lifecycle, StageNf, Target};
 use xnf_core::xdp::XdpMode;
 use xnf_netns::netlink::{self, Link};
 
 use crate::config::Encap;
-use crate::program::{addr_words, LbMaps, LbProgram, RawConfig, MAP_NAMES};
+use crate::program::{addr_words, Counter, LbMaps, LbProgram, RawConfig};
+
+/// The lb as a stage network function.
+pub struct Lb;
+
+impl StageNf for Lb {
+    const NAME: &'static str = "lb";
+    const TITLE: &'static str = "the lb";
+    const COMMAND: &'static str = "xnf lb";
+    const PROG_NAME: &'static str = "xnf_lb";
+    const STAGE: Stage = Stage::Lb;
+    const ETHERNET_WHY: &'static str = "the lb works on Ethernet frames";
+    type Maps = LbMaps;
+    type Instance = LbProgram;
+    type Options = ();
+
+    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<LbProgram> {
+        LbProgram::load(Some(dir), at.map(|t| t.stages))
+    }
+
+    fn prog(p: &LbProgram) -> BorrowedFd<'_> {
+        p.prog().as_fd()
+    }
+
+    /// The data plane may redirect to the port from before its first frame.
+    fn enter(maps: &LbMaps, link: &Link, _: &()) -> Result<()> {
+        maps.add_port(link.ifindex)
+    }
+
+    fn leave(maps: &LbMaps, ifindex: u32) -> Result<()> {
+        maps.remove_port(ifindex)
+    }
+
+    /// The outer sources may be the interfaces' own addresses.
+    fn settle(maps: &LbMaps) -> Result<()> {
+        let encap = crate::apply::applied()?.map(|a| a.config.encap).unwrap_or_default();
+        write_sources(maps, &encap)
+    }
+
+    fn counters(maps: &LbMaps) -> Result<Vec<(&'static str, u64)>> {
+        let c = maps.counters()?;
+        Ok(Counter::ALL.iter().map(|k| (k.name(), c[*k as usize])).collect())
+    }
+}
+
+type Life = Lifecycle<Lb>;
 
 /// The lb's state lock: attach, detach and apply hold it (before the
 /// entry's lock, never after).
-pub(crate) const LOCK: &str = "lb";
-/// The program's name as the kernel reports it.
-pub(crate) const PROG_NAME: &str = "xnf_lb";
+pub(crate) fn lock() -> Result<xnf_core::state::StateLock> {
+    Life::lock()
+}
 
 /// The lb's pin folder in this network namespace.
 pub fn pin_dir() -> Result<PathBuf> {
-    state::pin_dir("lb")
+    Life::pin_dir()
 }
 
 /// The pinned maps, creating them (by loading an instance) when absent.
 pub(crate) fn maps_or_create() -> Result<LbMaps> {
-    state::ensure_bpffs()?;
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        LbProgram::load(Some(&dir), None)?;
-    }
-    LbMaps::open_pinned(&dir)
+    Life::maps_or_create()
 }
 
 /// The pinned maps, or a message that the lb has no state here.
 pub fn open_maps() -> Result<LbMaps> {
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        bail!("the lb has no services and no interfaces in this network namespace (`xnf lb apply FILE`, `xnf lb attach IFACE`)");
-    }
-    LbMaps::open_pinned(&dir)
-}
-
-/// Whether the lb is `ifindex`'s lb stage.
-pub(crate) fn lb_stage(ifindex: u32) -> Option<u32> {
-    entry::installed(ifindex, Stage::Lb, PROG_NAME)
+    Life::maps()?.ok_or_else(|| {
+        anyhow::anyhow!("the lb has no services and no interfaces in this network namespace (`xnf lb apply FILE`, `xnf lb attach IFACE`)")
+    })
 }
 
 /// The interfaces of this namespace with the lb attached.
 pub fn attached_links() -> Result<Vec<Link>> {
-    Ok(netlink::links()?.into_iter().filter(|l| lb_stage(l.ifindex).is_some()).collect())
+    Life::attached_links()
 }
 
-/// Attaches the lb to `names`, after the filter and before the forward
-/// stage. All or nothing: on error, interfaces attached by this call are
-/// detached again.
+/// Attaches the lb to `names`. All or nothing: on error, interfaces
+/// attached by this call are detached again.
 pub fn attach(names: &[String], mode: XdpMode) -> Result<Vec<String>> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let targets = entry::ethernet_links(names, "the lb works on Ethernet frames")?;
-    for l in &targets {
-        if lb_stage(l.ifindex).is_some() {
-            bail!("the lb is already attached to {} (`xnf lb status`)", l.name);
-        }
-    }
-    let maps = maps_or_create()?;
-    let dir = pin_dir()?;
-    let load = |stages: &libbpf_rs::MapHandle| LbProgram::load(Some(&dir), Some(stages));
-    let (add, undo) = (|l: &Link| maps.add_port(l.ifindex), |l: &Link| drop(maps.remove_port(l.ifindex)));
-    entry::install_each(&targets, mode, Stage::Lb, "the lb", load, |p| p.prog().as_fd(), add, undo)?;
-    let encap = crate::apply::applied()?.map(|a| a.config.encap).unwrap_or_default();
-    write_sources(&maps, &encap)?;
-    Ok(targets.into_iter().map(|l| l.name).collect())
+    Ok(Life::attach(names, mode, &())?.attached)
 }
 
 /// Detaches the lb from `names`; with no interface left, its services,
 /// tables and connection table go too.
 pub fn detach(names: &[String]) -> Result<()> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let todo = entry::holding(names, Stage::Lb, PROG_NAME, |name| format!("the lb is not attached to {name} (`xnf lb status` lists where it is)"))?;
-    let maps = open_maps()?;
-    for ifindex in todo {
-        entry::remove(ifindex, Stage::Lb)?;
-        maps.remove_port(ifindex)?;
-    }
-    if attached_links()?.is_empty() {
-        remove_state()?;
-    } else {
-        let encap = crate::apply::applied()?.map(|a| a.config.encap).unwrap_or_default();
-        write_sources(&maps, &encap)?;
-    }
-    Ok(())
-}
-
-/// Removes the pinned maps and the run files.
-fn remove_state() -> Result<()> {
-    let dir = pin_dir()?;
-    for name in MAP_NAMES {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    state::remove_empty_dirs(&dir);
-    let _ = std::fs::remove_dir_all(crate::apply::run_dir()?);
-    Ok(())
+    Life::detach(names)
 }
 
 /// The outer source prefixes the data plane uses: the file's, else the

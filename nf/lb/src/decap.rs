@@ -23,24 +23,19 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 use serde::Serialize;
 use xnf_core::entry::{self, Stage};
+use xnf_core::lifecycle::{pin_maps, AttachReport, Lifecycle, PinnedMaps, StageNf, Target};
 use xnf_core::maps::{delete_if_present, from_bytes, object_storage};
-use xnf_core::state::{self, StateLock};
 use xnf_core::xdp::XdpMode;
 use xnf_netns::netlink::{self, Link};
 
 use crate::skel::decap::{types, DecapSkel, DecapSkelBuilder};
 
-/// decap's state lock: attach, detach and refresh each hold it (before the
-/// entry's lock, never after).
-const LOCK: &str = "lb-decap";
 /// The program's name as the kernel reports it (what the lb slot holds).
 pub const PROG_NAME: &str = "xnf_lb_decap";
-/// Names of the maps shared by every decap instance, as pinned.
-pub const MAP_NAMES: [&str; 2] = ["locals", "stats"];
 
 xnf_core::c_enum! {
     /// decap's counters (`enum xnf_decap_counter`).
@@ -105,10 +100,7 @@ impl DecapProgram {
         let ro = open.maps.rodata_data.as_deref_mut().context("decap has no rodata")?;
         ro.gue_port = gue_port.to_be();
         if let Some(dir) = pin_dir {
-            let m = &mut open.maps;
-            for (map, name) in [&mut m.locals, &mut m.stats].into_iter().zip(MAP_NAMES) {
-                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
-            }
+            pin_maps::<DecapMaps>(open.open_object_mut(), dir)?;
         }
         if let Some(s) = stages {
             entry::reuse_stages(&mut open.maps.xnf_stages, s)?;
@@ -122,8 +114,7 @@ impl DecapProgram {
     }
 
     pub fn maps(&self) -> Result<DecapMaps> {
-        let m = &self.skel.maps;
-        Ok(DecapMaps { locals: MapHandle::try_from(&m.locals)?, stats: MapHandle::try_from(&m.stats)? })
+        DecapMaps::of_object(self.skel.object())
     }
 
     /// The GUE port this instance runs with, as the kernel holds it.
@@ -132,10 +123,9 @@ impl DecapProgram {
     }
 }
 
-/// The maps every decap instance shares.
-pub struct DecapMaps {
-    locals: MapHandle,
-    stats: MapHandle,
+xnf_core::pinned_maps! {
+    /// The maps every decap instance shares, as pinned.
+    pub struct DecapMaps { locals, stats }
 }
 
 /// An address as `locals` keys it (`struct xnf_lb_addr`, as the lb's `vips`).
@@ -164,11 +154,6 @@ pub struct LocalsChange {
 }
 
 impl DecapMaps {
-    pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [locals, stats] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { locals, stats })
-    }
-
     /// The addresses decap strips packets for.
     pub fn locals(&self) -> BTreeSet<IpAddr> {
         self.locals.keys().filter_map(|k| key_addr(&k)).collect()
@@ -247,43 +232,61 @@ fn prog_gue_port(id: u32) -> Result<u16> {
     loaded_gue_port(fd.as_fd())
 }
 
+/// decap as a stage network function: the lb stage of a backend's
+/// interfaces, each instance with its own GUE port (its options: a new
+/// port replaces the instance in one update).
+pub struct Decap;
+
+impl StageNf for Decap {
+    const NAME: &'static str = "lb-decap";
+    const TITLE: &'static str = "decap";
+    const COMMAND: &'static str = "xnf lb decap";
+    const PROG_NAME: &'static str = PROG_NAME;
+    const STAGE: Stage = Stage::Lb;
+    const ETHERNET_WHY: &'static str = "decap parses Ethernet frames (balancers reach backends over Ethernet)";
+    type Maps = DecapMaps;
+    type Instance = DecapProgram;
+    /// The GUE port (0: no GUE).
+    type Options = u16;
+
+    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<DecapProgram> {
+        DecapProgram::load_stage(Some(dir), at.map_or(0, |t| *t.opts), at.map(|t| t.stages))
+    }
+
+    fn prog(p: &DecapProgram) -> BorrowedFd<'_> {
+        p.prog().as_fd()
+    }
+
+    fn options(_: &DecapMaps, ifindex: u32) -> Result<u16> {
+        let id = Life::stage_prog(ifindex).context("decap is not this interface's lb stage")?;
+        prog_gue_port(id)
+    }
+
+    /// The addresses before the interface runs it: no frame meets an empty map.
+    fn enter(maps: &DecapMaps, _: &Link, _: &u16) -> Result<()> {
+        maps.set_locals(&own_addresses()?).map(drop)
+    }
+
+    fn counters(maps: &DecapMaps) -> Result<Vec<(&'static str, u64)>> {
+        let c = maps.counters()?;
+        Ok(DecapCounter::ALL.iter().map(|k| (k.name(), c[*k as usize])).collect())
+    }
+}
+
+type Life = Lifecycle<Decap>;
+
 /// decap's pin folder in this network namespace.
 pub fn pin_dir() -> Result<PathBuf> {
-    state::pin_dir("lb-decap")
-}
-
-/// The pinned maps, creating them (by loading an instance) when absent.
-fn maps_or_create() -> Result<DecapMaps> {
-    state::ensure_bpffs()?;
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        DecapProgram::load(Some(&dir), 0)?;
-    }
-    DecapMaps::open_pinned(&dir)
-}
-
-/// The pinned maps, if decap has state in this network namespace.
-fn pinned_maps() -> Result<Option<DecapMaps>> {
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        return Ok(None);
-    }
-    DecapMaps::open_pinned(&dir).map(Some)
+    Life::pin_dir()
 }
 
 fn open_maps() -> Result<DecapMaps> {
-    pinned_maps()?.context("decap is attached to no interface in this network namespace (`xnf lb decap attach IFACE`)")
-}
-
-/// The id of decap's program if it is `ifindex`'s lb stage.
-fn decap_stage(ifindex: u32) -> Option<u32> {
-    entry::installed(ifindex, Stage::Lb, PROG_NAME)
+    Life::maps()?.context("decap is attached to no interface in this network namespace (`xnf lb decap attach IFACE`)")
 }
 
 /// The interfaces of this namespace with decap attached.
 pub fn attached_links() -> Result<Vec<Link>> {
-    Ok(netlink::links()?.into_iter().filter(|l| decap_stage(l.ifindex).is_some()).collect())
+    Life::attached_links()
 }
 
 /// Every IPv4 and IPv6 address of this network namespace now, as netlink
@@ -297,57 +300,25 @@ fn own_addresses() -> Result<BTreeSet<IpAddr>> {
 /// sent to `gue_port` (0: no GUE), after filling `locals` with every address
 /// of this network namespace. Addresses are read now: one added later is not
 /// decap's until `refresh` (or a detach and attach). All or nothing: on
-/// error, interfaces attached by this call are detached again.
-pub fn attach(names: &[String], mode: XdpMode, gue_port: u16) -> Result<Vec<String>> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let targets = xnf_core::entry::ethernet_links(names, "decap parses Ethernet frames (balancers reach backends over Ethernet)")?;
-    for l in &targets {
-        if decap_stage(l.ifindex).is_some() {
-            bail!("decap is already attached to {} (`xnf lb decap status`); to change its mode or GUE port, detach it first", l.name);
-        }
-    }
-    // Addresses before any interface runs it: no frame meets an empty map.
-    let maps = maps_or_create()?;
-    maps.set_locals(&own_addresses()?)?;
-    let dir = pin_dir()?;
-    let load = |stages: &MapHandle| DecapProgram::load_stage(Some(&dir), gue_port, Some(stages));
-    entry::install_each(&targets, mode, Stage::Lb, "decap", load, |p| p.prog().as_fd(), |_| Ok(()), |_| ()).inspect_err(|_| {
-        if attached_links().is_ok_and(|a| a.is_empty()) {
-            let _ = remove_state();
-        }
-    })?;
-    Ok(targets.into_iter().map(|l| l.name).collect())
+/// error, interfaces attached by this call are detached again. An
+/// interface running decap with another GUE port gets the new one in one
+/// update of its lb stage.
+pub fn attach(names: &[String], mode: XdpMode, gue_port: u16) -> Result<AttachReport> {
+    Life::attach(names, mode, &gue_port)
 }
 
 /// Detaches decap from `names`; with no interface left, its addresses and
 /// counters go too.
 pub fn detach(names: &[String]) -> Result<()> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let todo = entry::holding(names, Stage::Lb, PROG_NAME, |name| format!("decap is not attached to {name} (`xnf lb decap status` lists where it is)"))?;
-    for ifindex in todo {
-        entry::remove(ifindex, Stage::Lb)?;
-    }
-    if attached_links()?.is_empty() {
-        remove_state()?;
-    }
-    Ok(())
+    Life::detach(names)
 }
 
 /// Rewrites `locals` from this network namespace's addresses now: after an
 /// address was added or removed (decap reads them at attach only).
 pub fn refresh() -> Result<LocalsChange> {
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = Life::lock()?;
     let maps = open_maps()?;
     maps.set_locals(&own_addresses()?)
-}
-
-fn remove_state() -> Result<()> {
-    let dir = pin_dir()?;
-    for name in MAP_NAMES {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    state::remove_empty_dirs(&dir);
-    Ok(())
 }
 
 /// decap's counters summed over CPUs (and over interfaces: they share them).
@@ -385,15 +356,11 @@ pub struct DecapStatus {
 /// The interfaces with decap, each instance's GUE port, the local
 /// addresses against this namespace's now, and the counters.
 pub fn status() -> Result<DecapStatus> {
-    let mut interfaces = Vec::new();
-    for l in netlink::links()? {
-        let Some(info) = entry::info(l.ifindex) else { continue };
-        let Some((_, prog_id, _)) = info.stages.iter().find(|(s, _, n)| *s == Stage::Lb && n == PROG_NAME) else { continue };
-        let stages = info.stages.iter().map(|(s, id, name)| format!("{}:{name}#{id}", s.name())).collect();
-        let gue_port = prog_gue_port(*prog_id).ok();
-        interfaces.push(DecapIface { name: l.name, ifindex: l.ifindex, mode: info.mode.name(), prog_id: *prog_id, gue_port, stages });
-    }
-    let (locals, counters) = match pinned_maps()? {
+    let interfaces: Vec<DecapIface> = Life::status()?
+        .into_iter()
+        .map(|a| DecapIface { gue_port: prog_gue_port(a.prog_id).ok(), name: a.name, ifindex: a.ifindex, mode: a.mode.name(), prog_id: a.prog_id, stages: a.stages })
+        .collect();
+    let (locals, counters) = match Life::maps()? {
         Some(m) => (m.locals(), m.counters()?),
         None => (BTreeSet::new(), [0; DecapCounter::ALL.len()]),
     };
@@ -477,8 +444,12 @@ pub fn run(cmd: DecapCommand) -> Result<()> {
     match cmd {
         DecapCommand::Attach { ifaces, mode, gue_port } => {
             let gue = if gue_port == 0 { "no GUE".to_string() } else { format!("GUE on UDP port {gue_port}") };
-            for name in attach(&ifaces, mode, gue_port)? {
+            let report = attach(&ifaces, mode, gue_port)?;
+            for name in &report.attached {
                 println!("attached decap to {name} ({gue})");
+            }
+            for name in &report.replaced {
+                println!("decap on {name} now runs with {gue}");
             }
             let n = open_maps()?.locals().len();
             println!("{n} local addresses (an address added later needs `xnf lb decap refresh`)");

@@ -6,8 +6,9 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
+use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
 
 use crate::skel::lb::{types, LbSkel, LbSkelBuilder};
@@ -30,9 +31,6 @@ const _: () = assert!(MAX_SERVICES as usize == crate::config::MAX_SERVICES);
 const _: () = assert!(TABLE_SLOTS == 2 * MAX_SERVICES);
 const _: () = assert!(MAX_BACKEND_IDS as usize == crate::config::MAX_TOTAL_BACKENDS);
 const _: () = assert!(types::xnf_lb_limits::XNF_LB_NONE.0 == crate::maglev::NO_BACKEND);
-
-/// Names of the maps shared by every lb instance, as pinned.
-pub const MAP_NAMES: [&str; 10] = ["services", "vips", "tables", "backends", "conntrack", "encap_cfg", "stats", "service_stats", "backend_stats", "tx_ports"];
 
 xnf_core::c_enum! {
     /// The lb's counters (`enum xnf_lb_counter`).
@@ -125,22 +123,7 @@ impl LbProgram {
     pub fn load(pin_dir: Option<&Path>, stages: Option<&MapHandle>) -> Result<Self> {
         let mut open = LbSkelBuilder::default().open(object_storage()).context("opening the lb BPF object")?;
         if let Some(dir) = pin_dir {
-            let m = &mut open.maps;
-            let maps = [
-                &mut m.services,
-                &mut m.vips,
-                &mut m.tables,
-                &mut m.backends,
-                &mut m.conntrack,
-                &mut m.encap_cfg,
-                &mut m.stats,
-                &mut m.service_stats,
-                &mut m.backend_stats,
-                &mut m.tx_ports,
-            ];
-            for (map, name) in maps.into_iter().zip(MAP_NAMES) {
-                map.set_pin_path(dir.join(name)).with_context(|| format!("setting pin path for map {name}"))?;
-            }
+            pin_maps::<LbMaps>(open.open_object_mut(), dir)?;
         }
         if let Some(s) = stages {
             xnf_core::entry::reuse_stages(&mut open.maps.xnf_stages, s)?;
@@ -154,45 +137,30 @@ impl LbProgram {
     }
 
     pub fn maps(&self) -> Result<LbMaps> {
-        let m = &self.skel.maps;
-        Ok(LbMaps {
-            services: MapHandle::try_from(&m.services)?,
-            vips: MapHandle::try_from(&m.vips)?,
-            tables: MapHandle::try_from(&m.tables)?,
-            backends: MapHandle::try_from(&m.backends)?,
-            conntrack: MapHandle::try_from(&m.conntrack)?,
-            config: MapHandle::try_from(&m.encap_cfg)?,
-            stats: MapHandle::try_from(&m.stats)?,
-            service_stats: MapHandle::try_from(&m.service_stats)?,
-            backend_stats: MapHandle::try_from(&m.backend_stats)?,
-            tx_ports: MapHandle::try_from(&m.tx_ports)?,
-        })
+        LbMaps::of_object(self.skel.object())
     }
 }
 
-/// The lb's shared maps.
-pub struct LbMaps {
-    services: MapHandle,
-    vips: MapHandle,
-    tables: MapHandle,
-    backends: MapHandle,
-    /// The connection table (tests empty it).
-    pub conntrack: MapHandle,
-    config: MapHandle,
-    stats: MapHandle,
-    service_stats: MapHandle,
-    backend_stats: MapHandle,
-    tx_ports: MapHandle,
+xnf_core::pinned_maps! {
+    /// The maps shared by every lb instance, as pinned.
+    pub struct LbMaps {
+        services,
+        vips,
+        tables,
+        backends,
+        /// The connection table (tests empty it).
+        pub conntrack,
+        encap_cfg,
+        stats,
+        service_stats,
+        backend_stats,
+        tx_ports,
+    }
 }
 
 impl LbMaps {
-    pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [services, vips, tables, backends, conntrack, config, stats, service_stats, backend_stats, tx_ports] = xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { services, vips, tables, backends, conntrack, config, stats, service_stats, backend_stats, tx_ports })
-    }
-
     pub fn set_config(&self, c: &RawConfig) -> Result<()> {
-        self.config.update(&0u32.to_ne_bytes(), as_bytes(c), MapFlags::ANY).context("writing the outer source prefixes")
+        self.encap_cfg.update(&0u32.to_ne_bytes(), as_bytes(c), MapFlags::ANY).context("writing the outer source prefixes")
     }
 
     pub fn set_backend(&self, id: u32, b: &RawBackend) -> Result<()> {

@@ -144,7 +144,7 @@ fn tunnelled_datagrams_reach_vips_on_the_loopback() {
     let p = pair();
     let be_if = p.be_if.clone();
     let attached = p.be.run(move || decap::attach(&[be_if], XdpMode::Native, GUE_PORT)).unwrap().unwrap();
-    assert_eq!(attached, vec![p.be_if.clone()]);
+    assert_eq!((attached.attached, attached.replaced), (vec![p.be_if.clone()], vec![]));
 
     let status = p.be.run(decap::status).unwrap().unwrap();
     assert_eq!(status.interfaces.len(), 1, "{status:?}");
@@ -205,20 +205,48 @@ fn attach_refuses_what_it_cannot_do_and_changes_nothing() {
     let errors = p
         .be
         .run(move || {
+            let one = std::slice::from_ref(&be_if);
             let lo = decap::attach(&["lo".into()], XdpMode::Native, GUE_PORT).unwrap_err();
             let missing = decap::attach(&[be_if.clone(), "xnfnosuchif".into()], XdpMode::Native, GUE_PORT).unwrap_err();
-            let nothing = decap::detach(std::slice::from_ref(&be_if)).unwrap_err();
-            let first = decap::attach(std::slice::from_ref(&be_if), XdpMode::Native, GUE_PORT);
-            let twice = decap::attach(std::slice::from_ref(&be_if), XdpMode::Native, 0).unwrap_err();
+            let nothing = decap::detach(one).unwrap_err();
+            let first = decap::attach(one, XdpMode::Native, GUE_PORT);
+            let twice = decap::attach(one, XdpMode::Native, GUE_PORT).unwrap_err();
+            let mode = decap::attach(one, XdpMode::Skb, 0).unwrap_err();
             let gue = decap::status().unwrap().interfaces.iter().map(|i| i.gue_port).collect::<Vec<_>>();
-            decap::detach(std::slice::from_ref(&be_if)).unwrap();
+            decap::detach(one).unwrap();
             first.unwrap();
-            (format!("{lo:#}"), format!("{missing:#}"), format!("{nothing:#}"), format!("{twice:#}"), gue)
+            (format!("{lo:#}"), format!("{missing:#}"), format!("{nothing:#}"), format!("{twice:#}"), format!("{mode:#}"), gue)
         })
         .unwrap();
     assert!(errors.0.contains("not an Ethernet interface"), "{}", errors.0);
     assert!(errors.1.contains("no interface named \"xnfnosuchif\""), "{}", errors.1);
     assert!(errors.2.contains("not attached to"), "{}", errors.2);
-    assert!(errors.3.contains("already attached"), "{}", errors.3);
-    assert_eq!(errors.4, vec![Some(GUE_PORT)], "the refused second attach changed the GUE port");
+    assert!(errors.3.contains("already attached") && errors.3.contains("with these options"), "{}", errors.3);
+    assert!(errors.4.contains("changing the XDP mode cannot be atomic"), "{}", errors.4);
+    assert_eq!(errors.5, vec![Some(GUE_PORT)], "a refused attach changed the GUE port");
+}
+
+/// Another GUE port is a new instance in the same slot, in one update:
+/// the interface never runs without decap, and the locals stay.
+#[test]
+fn attach_with_another_gue_port_replaces_the_instance_in_place() {
+    let p = pair();
+    let be_if = p.be_if.clone();
+    let (report, before, after) = p
+        .be
+        .run(move || {
+            let one = std::slice::from_ref(&be_if);
+            decap::attach(one, XdpMode::Native, GUE_PORT).unwrap();
+            let before = decap::status().unwrap();
+            let report = decap::attach(one, XdpMode::Native, 0).unwrap();
+            let after = decap::status().unwrap();
+            decap::detach(one).unwrap();
+            (report, before, after)
+        })
+        .unwrap();
+    assert_eq!((report.attached, report.replaced), (vec![], vec![p.be_if.clone()]));
+    let (b, a) = (&before.interfaces[0], &after.interfaces[0]);
+    assert_eq!((b.gue_port, a.gue_port), (Some(GUE_PORT), Some(0)));
+    assert_ne!(b.prog_id, a.prog_id, "the same program still runs");
+    assert_eq!(before.locals, after.locals);
 }

@@ -2,19 +2,21 @@
 //! All state lives in bpffs (see [`xnf_core::state`]), so every command
 //! works from a fresh process.
 
-use std::collections::HashSet;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use xnf_core::entry::{self, Stage};
-use xnf_core::state::{self, StateLock};
-use xnf_core::xdp::{veth_peer_warning, XdpMode};
+use xnf_core::entry::Stage;
+use xnf_core::lifecycle::{Lifecycle, StageNf, Target};
+use xnf_core::sources::Sources;
+use xnf_core::state::StateLock;
+use xnf_core::xdp::{veth_peer_warning, Verdict, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
+pub use xnf_core::lifecycle::AttachReport;
+
 use crate::follow;
-use crate::program::{FibMode, IfaceEntry, RouterConfig, RouterMaps, RouterProgram, MAP_NAMES};
-use xnf_core::sources::Sources;
+use crate::program::{FibMode, IfaceEntry, Reason, RouterConfig, RouterMaps, RouterProgram};
 
 /// `IfaceEntry::flags` bits: how an interface was attached.
 const FLAG_FIB_DIRECT: u16 = 1 << 0;
@@ -53,161 +55,147 @@ impl AttachOptions {
     }
 }
 
-/// The name of the router's state lock: attach, detach and the follower's
-/// resyncs each hold it, so that concurrent ones never pick the same slot.
-pub const LOCK: &str = "router";
+impl Default for AttachOptions {
+    /// What `xnf router attach` does without options.
+    fn default() -> Self {
+        AttachOptions { mode: XdpMode::Native, fib: FibMode::default(), no_bytes: false }
+    }
+}
+
+/// The router as a stage network function: the forward stage of every
+/// interface it routes between. Each interface has a slot in the shared
+/// maps (its MAC, source check, counters), reserved before its instance is
+/// loaded, since the slot is a constant of that instance.
+pub struct Router;
+
+impl StageNf for Router {
+    const NAME: &'static str = "router";
+    const TITLE: &'static str = "the router";
+    const COMMAND: &'static str = "xnf router";
+    const PROG_NAME: &'static str = "xnf_router";
+    const STAGE: Stage = Stage::Forward;
+    const ETHERNET_WHY: &'static str = "the router rewrites Ethernet headers";
+    type Maps = RouterMaps;
+    type Instance = RouterProgram;
+    /// The mode is among them: it is recorded in the slot with the rest.
+    type Options = AttachOptions;
+
+    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<RouterProgram> {
+        // Only the maps are wanted: the lease program makes them without
+        // verifying the router (seconds on a busy machine).
+        let Some(t) = at else { return RouterProgram::load_lease(dir) };
+        let (slot, _) = find_slot(t.maps, t.link.ifindex).context("the router's slot for the interface is gone")?;
+        let cfg = RouterConfig { fib: t.opts.fib, no_bytes: t.opts.no_bytes, slot, generic: t.opts.mode == XdpMode::Skb };
+        RouterProgram::load(cfg, Some(dir))
+    }
+
+    fn prog(p: &RouterProgram) -> BorrowedFd<'_> {
+        p.prog().as_fd()
+    }
+
+    fn options(maps: &RouterMaps, ifindex: u32) -> Result<AttachOptions> {
+        let (_, e) = find_slot(maps, ifindex).context("the interface has no slot in the router's maps")?;
+        Ok(AttachOptions::from_flags(e.flags))
+    }
+
+    fn check(link: &Link) -> Result<()> {
+        if link.mac.is_none() {
+            bail!("{} has no MAC address: the router rewrites Ethernet headers", link.name);
+        }
+        Ok(())
+    }
+
+    /// The slot, the source check and the port are in place before the
+    /// first frame can arrive.
+    fn enter(maps: &RouterMaps, link: &Link, opts: &AttachOptions) -> Result<()> {
+        // A slot left by an attach that failed after `enter` is reused.
+        let slot = match find_slot(maps, link.ifindex) {
+            Some((slot, _)) => slot,
+            None => maps.free_slot()?,
+        };
+        maps.set_iface(slot, iface_entry(maps, link, opts)?)?;
+        maps.add_port(link.ifindex, opts.mode == XdpMode::Skb)
+    }
+
+    /// Same slot, same counters: only the program and the recorded options change.
+    fn replaced(maps: &RouterMaps, link: &Link, opts: &AttachOptions) -> Result<()> {
+        let (slot, _) = find_slot(maps, link.ifindex).context("the router's slot for the interface is gone")?;
+        maps.update_iface(slot, iface_entry(maps, link, opts)?)
+    }
+
+    fn leave(maps: &RouterMaps, ifindex: u32) -> Result<()> {
+        maps.del_port(ifindex)?;
+        if let Some((slot, _)) = find_slot(maps, ifindex) {
+            maps.clear_iface(slot)?;
+        }
+        for v in maps.vlans()? {
+            if v.phys_ifindex == ifindex {
+                maps.del_vlan(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// VLANs, MACs and sources as the kernel has them now.
+    fn settle(maps: &RouterMaps) -> Result<()> {
+        follow::sync(maps).map(drop)
+    }
+
+    fn warnings(targets: &[Link], links: &[Link], _: XdpMode, opts: &AttachOptions) -> Vec<String> {
+        warnings(targets, links, *opts)
+    }
+
+    fn counters(maps: &RouterMaps) -> Result<Vec<(&'static str, u64)>> {
+        let mut total = crate::program::Stats::default();
+        for (slot, _) in maps.ifaces()? {
+            total = total.sum(&maps.stats(slot)?);
+        }
+        let verdicts = Verdict::ALL.iter().map(|v| (v.name(), total.packets(*v)));
+        Ok(verdicts.chain(Reason::ALL.iter().map(|r| (r.name(), total.reason(*r)))).collect())
+    }
+}
+
+type Life = Lifecycle<Router>;
+
+/// The slot entry of `link` attached with `opts`, its source check read now.
+fn iface_entry(maps: &RouterMaps, link: &Link, opts: &AttachOptions) -> Result<IfaceEntry> {
+    let sources = Sources::read()?;
+    maps.set_locals(&sources.locals())?;
+    let rpf = sources.rpf(link.ifindex, &link.name)?;
+    Ok(IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags(), rpf })
+}
+
+/// The router's state lock: attach, detach and the follower's resyncs
+/// each hold it, so that concurrent ones never pick the same slot.
+pub fn lock() -> Result<StateLock> {
+    Life::lock()
+}
 
 /// The router's pin folder in this network namespace.
 pub fn pin_dir() -> Result<PathBuf> {
-    state::pin_dir("router")
+    Life::pin_dir()
 }
 
 /// The router's program in `ifindex`'s forward stage, if it is there.
 fn router_stage(ifindex: u32) -> Option<u32> {
-    entry::installed(ifindex, Stage::Forward, "xnf_router")
+    Life::stage_prog(ifindex)
 }
 
 /// Opens the pinned maps, or says that nothing is attached.
 pub fn open_maps() -> Result<(PathBuf, RouterMaps)> {
-    let dir = pin_dir()?;
-    if !dir.join(MAP_NAMES[0]).exists() {
-        bail!("the router is not attached to any interface in this network namespace (`xnf router attach IFACE`)");
-    }
-    let maps = RouterMaps::open_pinned(&dir)?;
-    Ok((dir, maps))
-}
-
-/// Resolves names to links, rejecting what cannot be routed through.
-fn resolve(names: &[String], links: &[Link]) -> Result<Vec<Link>> {
-    let mut seen = HashSet::new();
-    names
-        .iter()
-        .map(|name| {
-            if !seen.insert(name) {
-                bail!("{name} is named twice");
-            }
-            let link = links
-                .iter()
-                .find(|l| &l.name == name)
-                .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
-            if link.loopback {
-                bail!("{name} is a loopback interface: it cannot forward packets");
-            }
-            if !link.ethernet || link.mac.is_none() {
-                bail!("{name} is not an Ethernet interface: the router rewrites Ethernet headers");
-            }
-            Ok(link.clone())
-        })
-        .collect()
-}
-
-/// What `attach` did, for the caller to print.
-#[derive(Debug, Default)]
-pub struct AttachReport {
-    pub attached: Vec<String>,
-    pub replaced: Vec<String>,
-    pub warnings: Vec<String>,
+    let maps = Life::maps()?.context("the router is not attached to any interface in this network namespace (`xnf router attach IFACE`)")?;
+    Ok((pin_dir()?, maps))
 }
 
 /// Attaches the router to `names`, or replaces the program of those already
 /// attached when the options differ. All or nothing: on error, interfaces
 /// attached by this call are detached again.
 pub fn attach(names: &[String], opts: AttachOptions) -> Result<AttachReport> {
-    state::ensure_bpffs()?;
-    let _lock = StateLock::acquire(LOCK)?;
-    let links = netlink::links()?;
-    let targets = resolve(names, &links)?;
-    let dir = pin_dir()?;
-    let existing = if dir.join(MAP_NAMES[0]).exists() { Some(RouterMaps::open_pinned(&dir)?) } else { None };
-
-    // Refuse before changing anything.
-    for link in &targets {
-        let Some(entry) = existing.as_ref().and_then(|m| find_slot(m, link.ifindex)).map(|(_, e)| e) else {
-            continue;
-        };
-        let old = AttachOptions::from_flags(entry.flags);
-        if old == opts {
-            bail!(
-                "{} is already attached to the router with these options (detach it first, or give other --fib or --no-byte-counters to replace the program)",
-                link.name
-            );
-        }
-        if old.mode != opts.mode {
-            bail!(
-                "{} is attached in {} mode; changing the XDP mode cannot be atomic: `xnf router detach {}` first",
-                link.name,
-                old.mode.name(),
-                link.name
-            );
-        }
-    }
-
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut report = AttachReport::default();
-    for link in &targets {
-        match attach_one(&dir, link, opts) {
-            Ok(Outcome::New) => report.attached.push(link.name.clone()),
-            Ok(Outcome::Replaced) => report.replaced.push(link.name.clone()),
-            Err(e) => {
-                // Undo what this command attached; replaced programs stay.
-                if !report.attached.is_empty() {
-                    let _ = detach(&report.attached);
-                }
-                cleanup_if_unused(&dir);
-                return Err(e);
-            }
-        }
-    }
-
-    let maps = RouterMaps::open_pinned(&dir)?;
-    follow::sync(&maps)?;
-    report.warnings = warnings(&targets, &links, opts);
-    Ok(report)
+    Life::attach(names, opts.mode, &opts)
 }
 
 fn find_slot(maps: &RouterMaps, ifindex: u32) -> Option<(u32, IfaceEntry)> {
     maps.ifaces().ok()?.into_iter().find(|(_, e)| e.ifindex == ifindex)
-}
-
-/// What `attach_one` did.
-enum Outcome {
-    New,
-    Replaced,
-}
-
-fn attach_one(dir: &Path, link: &Link, opts: AttachOptions) -> Result<Outcome> {
-    let pinned = if dir.join(MAP_NAMES[0]).exists() { Some(RouterMaps::open_pinned(dir)?) } else { None };
-    let current = pinned.as_ref().and_then(|m| find_slot(m, link.ifindex));
-    let slot = match (&current, &pinned) {
-        (Some((slot, _)), _) => *slot,
-        (None, Some(m)) => m.free_slot()?,
-        (None, None) => 0,
-    };
-    let cfg = RouterConfig { fib: opts.fib, no_bytes: opts.no_bytes, slot, generic: opts.mode == XdpMode::Skb };
-    let prog = RouterProgram::load(cfg, Some(dir))?;
-    let maps = prog.maps()?;
-    // The source check is in place before the first frame can arrive.
-    let sources = Sources::read()?;
-    maps.set_locals(&sources.locals())?;
-    let rpf = sources.rpf(link.ifindex, &link.name)?;
-    let entry = IfaceEntry { ifindex: link.ifindex, mac: link.mac.unwrap_or_default(), flags: opts.flags(), rpf };
-    let install = |prog: RouterProgram| entry::install(link.ifindex, &link.name, opts.mode, Stage::Forward, |_| Ok(prog), |p| p.prog().as_fd());
-
-    if current.is_some() && router_stage(link.ifindex).is_some() {
-        // Same slot, same counters: only the program changes, in one
-        // update of the forward stage's slot.
-        install(prog)?;
-        maps.update_iface(slot, entry)?;
-        return Ok(Outcome::Replaced);
-    }
-    maps.set_iface(slot, entry)?;
-    maps.add_port(link.ifindex, opts.mode == XdpMode::Skb)?;
-    if let Err(e) = install(prog) {
-        maps.del_port(link.ifindex)?;
-        maps.clear_iface(slot)?;
-        return Err(e);
-    }
-    Ok(Outcome::New)
 }
 
 fn forwarding_enabled(family: &str, ifname: &str) -> Option<bool> {
@@ -236,59 +224,23 @@ fn warnings(targets: &[Link], links: &[Link], opts: AttachOptions) -> Vec<String
 
 /// Detaches the router from `names`; with nothing left, removes all its state.
 pub fn detach(names: &[String]) -> Result<()> {
-    let _lock = StateLock::acquire(LOCK)?;
-    let (dir, maps) = open_maps()?;
-    let links = netlink::links()?;
-    let mut todo = Vec::new();
-    for name in names {
-        let link = links
-            .iter()
-            .find(|l| &l.name == name)
-            .with_context(|| format!("no interface named {name:?} in this network namespace"))?;
-        let (slot, _) = find_slot(&maps, link.ifindex)
-            .filter(|_| router_stage(link.ifindex).is_some())
-            .with_context(|| format!("{name} is not attached to the router (`xnf router status` lists what is)"))?;
-        todo.push((slot, link.ifindex));
-    }
-    for (slot, ifindex) in todo {
-        forget(&maps, slot, ifindex)?;
-    }
-    cleanup_if_unused(&dir);
-    Ok(())
+    Life::detach(names)
 }
 
-/// Removes one interface from the router: link, devmap entry, slot, VLANs.
-pub(crate) fn forget(maps: &RouterMaps, slot: u32, ifindex: u32) -> Result<()> {
-    // Ours, or stale pins of an interface that went away.
-    if router_stage(ifindex).is_some() || entry::info(ifindex).is_none() {
-        entry::remove(ifindex, Stage::Forward)?;
-    }
-    maps.del_port(ifindex)?;
-    maps.clear_iface(slot)?;
-    for v in maps.vlans()? {
-        if v.phys_ifindex == ifindex {
-            maps.del_vlan(v)?;
-        }
-    }
-    Ok(())
+/// Removes an interface that went away (its device is gone, and with it
+/// the kernel's link): its slot, port and VLANs. The caller holds the lock.
+pub(crate) fn forget(maps: &RouterMaps, ifindex: u32) -> Result<()> {
+    Life::forget_locked(maps, ifindex)
 }
 
-/// With no interface attached, unpins the maps and removes the folder.
-pub(crate) fn cleanup_if_unused(dir: &Path) -> bool {
-    let in_use = RouterMaps::open_pinned(dir).ok().map(|m| m.ifaces().map(|v| !v.is_empty()).unwrap_or(true));
-    if in_use == Some(true) {
-        return false;
+/// With no interface in the maps, removes the router's state. The caller
+/// holds the lock.
+pub(crate) fn cleanup_if_unused(maps: &RouterMaps) -> Result<bool> {
+    if !maps.ifaces()?.is_empty() {
+        return Ok(false);
     }
-    for name in MAP_NAMES {
-        let _ = std::fs::remove_file(dir.join(name));
-    }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    state::remove_empty_dirs(dir);
-    true
+    Life::remove_state()?;
+    Ok(true)
 }
 
 /// An attached interface as `status` reports it.
@@ -347,25 +299,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    fn link(name: &str, ifindex: u32) -> Link {
-        Link { name: name.into(), ifindex, ethernet: true, mac: Some([2, 0, 0, 0, 0, 1]), ..Default::default() }
-    }
-
-    #[test]
-    fn resolve_rejects_what_cannot_route() {
-        let mut lo = link("lo", 1);
-        lo.loopback = true;
-        lo.ethernet = false;
-        let links = vec![lo, link("eth0", 2)];
-        assert!(resolve(&["eth0".into()], &links).is_ok());
-        let err = |n: &[&str]| {
-            let names: Vec<String> = n.iter().map(|s| s.to_string()).collect();
-            resolve(&names, &links).unwrap_err().to_string()
-        };
-        assert!(err(&["lo"]).contains("loopback"));
-        assert!(err(&["nope"]).contains("no interface named"));
-        assert!(err(&["eth0", "eth0"]).contains("twice"));
     }
 }

@@ -11,10 +11,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use xnf_core::state::{self, StateLock};
+use xnf_core::state;
 use xnf_netns::netlink::{self, group, Batch, Events, Link, Shape};
 
-use crate::attach::LOCK;
+use crate::attach::lock;
 use crate::{cache, neigh};
 use crate::program::{IfaceEntry, RouterMaps, Rpf, VlanEntry};
 use xnf_core::sources::Sources;
@@ -64,7 +64,7 @@ pub fn sync(maps: &RouterMaps) -> Result<SyncReport> {
         match links.iter().find(|l| l.ifindex == entry.ifindex) {
             None => {
                 // The device is gone (and with it the kernel's link): drop our state.
-                crate::attach::forget(maps, slot, entry.ifindex)?;
+                crate::attach::forget(maps, entry.ifindex)?;
                 report.ifaces_gone.push(entry.ifindex);
             }
             Some(link) => {
@@ -107,8 +107,8 @@ pub fn run() -> Result<()> {
     }
     eprintln!("xnf router follow: following link, address, route, rule, neighbour and setting events for {}", dir.display());
     let keepers = {
-        let _lock = StateLock::acquire(LOCK)?;
-        if !dir.join(crate::program::MAP_NAMES[0]).exists() {
+        let _lock = lock()?;
+        if xnf_core::lifecycle::Lifecycle::<crate::attach::Router>::maps()?.is_none() {
             eprintln!("xnf router follow: router detached, exiting");
             return Ok(());
         }
@@ -152,7 +152,7 @@ fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbour
         // Each resync under the router's lock: an attach or detach in
         // between must not see half of it, nor it half of theirs. Once a
         // second regardless, so a detach by another process ends us promptly.
-        let _lock = StateLock::acquire(LOCK)?;
+        let _lock = lock()?;
         let Ok(maps) = RouterMaps::open_pinned(dir) else {
             eprintln!("xnf router follow: router detached, exiting");
             return Ok(());
@@ -169,7 +169,7 @@ fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbour
         if !report.is_empty() {
             eprintln!("xnf router follow: {report:?}");
         }
-        if crate::attach::cleanup_if_unused(dir) {
+        if crate::attach::cleanup_if_unused(&maps)? {
             eprintln!("xnf router follow: no interface left, exiting");
             return Ok(());
         }
@@ -199,7 +199,7 @@ fn say_shape(now: &Shape, before: Option<&Shape>) {
 
 /// Makes this process the namespace's follower, unless another live one is.
 fn register() -> Result<bool> {
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     let me = std::process::id() as i32;
     if running_pid().is_some_and(|pid| pid != me) {
         return Ok(false);
@@ -224,7 +224,7 @@ pub fn running_pid() -> Option<i32> {
 /// The child inherits this process's network namespace.
 pub fn spawn() -> Result<Option<i32>> {
     // Under the lock, so that two attaches at once start one follower.
-    let _lock = StateLock::acquire(LOCK)?;
+    let _lock = lock()?;
     if running_pid().is_some() {
         return Ok(None);
     }

@@ -5,9 +5,10 @@ use xnf_core::features::{explain, Feature};
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
+use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
 pub use xnf_core::fwd::Reason;
 use xnf_core::xdp::Verdict;
@@ -21,23 +22,6 @@ pub const MAX_IFACES: u32 = types::xnf_router_limits::XNF_ROUTER_MAX_IFACES.0;
 
 /// `BPF_FIB_LOOKUP_DIRECT`: skip policy rules, look up the main table only.
 const BPF_FIB_LOOKUP_DIRECT: u32 = 1;
-
-/// Names of the maps shared by every router instance, as pinned.
-pub const MAP_NAMES: [&str; 13] = [
-    "tx_ports",
-    "tx_ports_all",
-    "skb_ports",
-    "ifaces",
-    "stats",
-    "vlan_ingress",
-    "vlan_egress",
-    "locals",
-    "locals_filter",
-    "fib_ctl",
-    "fib_kgen",
-    "fib_cache",
-    "neigh_use",
-];
 
 /// How an instance looks routes up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -116,28 +100,7 @@ impl RouterProgram {
         let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")? as u32;
         open.maps.fib_cache.set_max_entries(CACHE_SLOTS * cpus).context("sizing the route cache")?;
         if let Some(dir) = pin_dir {
-            let m = &mut open.maps;
-            for (map, name) in [
-                &mut m.tx_ports,
-                &mut m.tx_ports_all,
-                &mut m.skb_ports,
-                &mut m.ifaces,
-                &mut m.stats,
-                &mut m.vlan_ingress,
-                &mut m.vlan_egress,
-                &mut m.locals,
-                &mut m.locals_filter,
-                &mut m.fib_ctl,
-                &mut m.fib_kgen,
-                &mut m.fib_cache,
-                &mut m.neigh_use,
-            ]
-            .into_iter()
-            .zip(MAP_NAMES)
-            {
-                map.set_pin_path(dir.join(name))
-                    .with_context(|| format!("setting pin path for map {name}"))?;
-            }
+            pin_maps::<RouterMaps>(open.open_object_mut(), dir)?;
         }
         let skel = open
             .load()
@@ -180,40 +143,27 @@ impl RouterProgram {
 
     /// Handles on the instance's maps (the shared ones when pinned).
     pub fn maps(&self) -> Result<RouterMaps> {
-        let m = &self.skel.maps;
-        Ok(RouterMaps {
-            tx_ports: MapHandle::try_from(&m.tx_ports)?,
-            tx_ports_all: MapHandle::try_from(&m.tx_ports_all)?,
-            skb_ports: MapHandle::try_from(&m.skb_ports)?,
-            ifaces: MapHandle::try_from(&m.ifaces)?,
-            stats: MapHandle::try_from(&m.stats)?,
-            vlan_ingress: MapHandle::try_from(&m.vlan_ingress)?,
-            vlan_egress: MapHandle::try_from(&m.vlan_egress)?,
-            locals: MapHandle::try_from(&m.locals)?,
-            locals_filter: MapHandle::try_from(&m.locals_filter)?,
-            fib_ctl: MapHandle::try_from(&m.fib_ctl)?,
-            fib_kgen: MapHandle::try_from(&m.fib_kgen)?,
-            fib_cache: MapHandle::try_from(&m.fib_cache)?,
-            neigh_use: MapHandle::try_from(&m.neigh_use)?,
-        })
+        RouterMaps::of_object(self.skel.object())
     }
 }
 
-/// The router's shared maps.
-pub struct RouterMaps {
-    tx_ports: MapHandle,
-    tx_ports_all: MapHandle,
-    skb_ports: MapHandle,
-    ifaces: MapHandle,
-    stats: MapHandle,
-    vlan_ingress: MapHandle,
-    vlan_egress: MapHandle,
-    locals: MapHandle,
-    locals_filter: MapHandle,
-    fib_ctl: MapHandle,
-    fib_kgen: MapHandle,
-    fib_cache: MapHandle,
-    neigh_use: MapHandle,
+xnf_core::pinned_maps! {
+    /// The maps shared by every router instance, as pinned.
+    pub struct RouterMaps {
+        tx_ports,
+        tx_ports_all,
+        skb_ports,
+        ifaces,
+        stats,
+        vlan_ingress,
+        vlan_egress,
+        locals,
+        locals_filter,
+        fib_ctl,
+        fib_kgen,
+        fib_cache,
+        neigh_use,
+    }
 }
 
 /// An attached interface as the `ifaces` map holds it.
@@ -309,6 +259,24 @@ impl Stats {
         d
     }
 
+    /// The counts of both.
+    pub fn sum(&self, other: &Stats) -> Stats {
+        let mut s = self.clone();
+        for (a, b) in s.packets.iter_mut().zip(other.packets) {
+            *a += b;
+        }
+        for (a, b) in s.bytes.iter_mut().zip(other.bytes) {
+            *a += b;
+        }
+        for (a, b) in s.reasons.iter_mut().zip(other.reasons) {
+            *a += b;
+        }
+        for (a, b) in s.cache.iter_mut().zip(other.cache) {
+            *a += b;
+        }
+        s
+    }
+
     /// Counts divided by `secs`, rounded.
     pub fn per_second(&self, secs: f64) -> Stats {
         let mut r = self.clone();
@@ -337,13 +305,6 @@ impl Stats {
 }
 
 impl RouterMaps {
-    /// Opens the maps pinned in `dir`.
-    pub fn open_pinned(dir: &Path) -> Result<Self> {
-        let [tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache, neigh_use] =
-            xnf_core::maps::open_pinned(dir, MAP_NAMES)?;
-        Ok(Self { tx_ports, tx_ports_all, skb_ports, ifaces, stats, vlan_ingress, vlan_egress, locals, locals_filter, fib_ctl, fib_kgen, fib_cache, neigh_use })
-    }
-
     /// Makes `ifindex` a redirect target: for every instance when it is
     /// attached in driver mode, for instances in skb mode only when it is
     /// attached in skb mode itself (see tx_ports in router.bpf.c).
