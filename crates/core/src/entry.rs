@@ -218,6 +218,16 @@ pub fn remove(ifindex: u32, stage: Stage) -> Result<()> {
     Ok(())
 }
 
+/// Empties `stage` on `ifindex` when `prog_name` holds it there, or when
+/// the interface's entry is gone with its device (its ifindex may come
+/// back as another interface, whose stages are not ours to touch).
+pub fn remove_if_held_or_gone(ifindex: u32, stage: Stage, prog_name: &str) -> Result<()> {
+    if installed(ifindex, stage, prog_name).is_some() || info(ifindex).is_none() {
+        remove(ifindex, stage)?;
+    }
+    Ok(())
+}
+
 fn prog_id(stages: &MapHandle, stage: Stage) -> Option<u32> {
     // A PROG_ARRAY read from user space gives the program's id.
     let v = stages.lookup(&stage.slot().to_ne_bytes(), MapFlags::ANY).ok()??;

@@ -104,6 +104,7 @@ macro_rules! pinned_maps {
         }
         impl $name {
             /// Opens the maps pinned in `dir`.
+            #[allow(dead_code)]
             pub fn open_pinned(dir: &::std::path::Path) -> ::anyhow::Result<Self> {
                 <Self as $crate::lifecycle::PinnedMaps>::open_pinned(dir)
             }
@@ -400,9 +401,7 @@ impl<N: StageNf> Lifecycle<N> {
     /// the device): its stage pins and its entries. Holds no lock: for a
     /// caller that holds it.
     pub fn forget_locked(maps: &N::Maps, ifindex: u32) -> Result<()> {
-        if Self::stage_prog(ifindex).is_some() || entry::info(ifindex).is_none() {
-            entry::remove(ifindex, N::STAGE)?;
-        }
+        entry::remove_if_held_or_gone(ifindex, N::STAGE, N::PROG_NAME)?;
         N::leave(maps, ifindex)
     }
 

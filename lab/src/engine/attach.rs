@@ -130,10 +130,10 @@ impl NfGuard {
         let names = ifaces.to_vec();
         ns.run(move || xnf_router::attach(&names, opts))?.with_context(|| format!("attaching the router in {}", ns.name()))?;
         let mut guard = NfGuard { ns: ns.path(), ifaces: ifaces.to_vec(), what: "router", detach: xnf_router::detach, follower: None };
-        guard.follower = ns.run(xnf_router::follow::spawn)??;
+        guard.follower = ns.run(xnf_router::spawn_follower)??;
         if opts.fib == FibMode::Cache {
             let t0 = std::time::Instant::now();
-            while !ns.run(|| xnf_router::attach::open_maps().and_then(|(_, m)| m.cache_ctl()).is_ok_and(|c| c.lease_until > 0))? {
+            while !ns.run(|| xnf_router::open_maps().and_then(|(_, m)| m.cache_ctl()).is_ok_and(|c| c.lease_until > 0))? {
                 anyhow::ensure!(t0.elapsed().as_secs() < 60, "the router's follower in {} took no lease on the route cache in 60 s (see its log)", ns.name());
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }

@@ -451,14 +451,13 @@ impl Set<'_> {
             Forwarder::Kernel(_) => kernel,
             Forwarder::Router(_) => self.dut.run(|| -> Result<u64> {
                 use xnf_core::xdp::Verdict;
-                let (_, maps) = xnf_router::attach::open_maps()?;
+                let (_, maps) = xnf_router::open_maps()?;
                 maps.ifaces()?.iter().map(|(slot, _)| maps.stats(*slot).map(|s| s.packets(Verdict::Redirect) + s.packets(Verdict::Tx))).sum()
             })??,
             Forwarder::Chain(..) => self.dut.run(|| -> Result<u64> {
-                let reg = xnf_chain::registry::Locked::open()?.reg;
                 // A chain's exit counters are its last NF's: the NF both
                 // chains share counts both directions, so one chain says all.
-                Ok(xnf_chain::report::snapshot(&reg)?.chains.iter().find(|c| c.name == chain::CHAIN).map_or(0, |c| c.routed))
+                Ok(xnf_chain::counters()?.chains.iter().find(|c| c.name == chain::CHAIN).map_or(0, |c| c.routed))
             })??,
         };
         Ok((own, kernel))

@@ -7,53 +7,19 @@
 //! command repair what an interrupted one left.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use xnf_core::sources::Sources;
 use xnf_core::state;
-use xnf_core::entry::Stage;
-use xnf_core::lifecycle::{Lifecycle, StageNf, Target};
-use xnf_core::xdp::{open_pinned, pin_fd, veth_peer_warning, XdpLink, XdpMode};
+use xnf_core::lifecycle::Lifecycle;
+use xnf_core::xdp::{veth_peer_warning, XdpLink, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
 use crate::model::{successors, Function};
 use crate::ns;
-use crate::program::{ChainMaps, ChainProgram, NfEntry, Port, Rpf, Rule, MAX_INGRESS, MAX_NFS, MAX_RULES, PROG_PIN};
+use crate::program::{Chain, ChainMaps, NfEntry, Plan, Port, Rpf, Rule, MAX_INGRESS, MAX_NFS, MAX_RULES};
 use crate::registry::{Nf, Registry};
-
-/// The chain as a stage network function: one program, pinned with its
-/// maps, is the forward stage of every port; which ports, and their
-/// entries, [`sync`] derives from the registry.
-pub struct Chain;
-
-impl StageNf for Chain {
-    const NAME: &'static str = "chain";
-    const TITLE: &'static str = "the chain";
-    const COMMAND: &'static str = "xnf chain";
-    const PROG_NAME: &'static str = "xnf_chain";
-    const STAGE: Stage = Stage::Forward;
-    const ETHERNET_WHY: &'static str = "the chain steers Ethernet frames";
-    type Maps = ChainMaps;
-    /// The pinned program, shared by every port.
-    type Instance = OwnedFd;
-    type Options = ();
-
-    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<OwnedFd> {
-        let pin = dir.join(PROG_PIN);
-        if at.is_some() && pin.exists() {
-            return open_pinned(&pin);
-        }
-        let prog = ChainProgram::load(Some(dir))?;
-        pin_fd(prog.prog().as_fd(), &pin)?;
-        open_pinned(&pin)
-    }
-
-    fn prog(p: &OwnedFd) -> BorrowedFd<'_> {
-        p.as_fd()
-    }
-}
 
 type Life = Lifecycle<Chain>;
 
@@ -69,16 +35,6 @@ fn function_pin(dir: &Path, nf: &str) -> PathBuf {
 /// True if the NF's host end still exists (it vanishes with the NF's namespace).
 pub fn present(nf: &Nf, links: &[Link]) -> bool {
     links.iter().any(|l| l.ifindex == nf.host_ifindex && l.name == nf.host_ifname)
-}
-
-/// What the tables must hold.
-#[derive(Debug, Default, PartialEq)]
-pub struct Plan {
-    pub ports: BTreeMap<u32, Port>,
-    pub tx: BTreeSet<u32>,
-    pub nfs: BTreeMap<u32, NfEntry>,
-    pub rules: Vec<Rule>,
-    pub warnings: Vec<String>,
 }
 
 /// Derives the tables from the registry, the interfaces that exist and

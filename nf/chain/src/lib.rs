@@ -6,16 +6,20 @@
 //! the data plane with it ([`dataplane::sync`]); a failure undoes the
 //! registry change and reconciles again, so nothing is left half-built.
 
-pub mod apply;
+mod apply;
 pub mod cli;
 pub mod cni;
-pub mod dataplane;
+mod dataplane;
 pub mod model;
 pub mod podman;
-pub mod ns;
+mod ns;
 pub mod program;
-pub mod registry;
-pub mod report;
+mod registry;
+mod report;
+
+pub use apply::ChainFile;
+pub use ns::xps_per_cpu;
+pub use report::{ChainStats, HopStats, Snapshot};
 
 use anyhow::{bail, ensure, Context, Result};
 
@@ -261,4 +265,15 @@ mod skel {
     pub mod chain {
         include!(concat!(env!("OUT_DIR"), "/chain.skel.rs"));
     }
+}
+
+/// Every chain's and NF's counters now (what `xnf chain stats` shows).
+pub fn counters() -> Result<Snapshot> {
+    report::snapshot(&Locked::open()?.reg)
+}
+
+/// The host end of NF `name` as the registry has it (a runtime's CNI
+/// plugin may have named it, not [`host_ifname`]); None without that NF.
+pub fn nf_host_port(name: &str) -> Result<Option<String>> {
+    Ok(Locked::open()?.reg.nfs.get(name).map(|nf| nf.host_ifname.clone()))
 }

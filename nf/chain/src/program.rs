@@ -4,7 +4,13 @@
 //! registry; the packet tests fill them directly.
 
 use xnf_core::features::{explain, Feature};
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+
+use xnf_core::entry::Stage;
+use xnf_core::lifecycle::{StageNf, Target};
+use xnf_core::xdp::{open_pinned, pin_fd};
 
 use anyhow::{ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -357,3 +363,47 @@ impl ChainMaps {
         xnf_core::sources::write_locals(&self.locals, &self.locals_filter, want)
     }
 }
+
+/// What the tables must hold, as the control plane derives it from the
+/// registry (`dataplane::plan`).
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    pub ports: BTreeMap<u32, Port>,
+    pub tx: BTreeSet<u32>,
+    pub nfs: BTreeMap<u32, NfEntry>,
+    pub rules: Vec<Rule>,
+    pub warnings: Vec<String>,
+}
+
+/// The chain as a stage network function: one program, pinned with its
+/// maps, is the forward stage of every port; which ports, and their
+/// entries, [`sync`] derives from the registry.
+pub struct Chain;
+
+impl StageNf for Chain {
+    const NAME: &'static str = "chain";
+    const TITLE: &'static str = "the chain";
+    const COMMAND: &'static str = "xnf chain";
+    const PROG_NAME: &'static str = "xnf_chain";
+    const STAGE: Stage = Stage::Forward;
+    const ETHERNET_WHY: &'static str = "the chain steers Ethernet frames";
+    type Maps = ChainMaps;
+    /// The pinned program, shared by every port.
+    type Instance = OwnedFd;
+    type Options = ();
+
+    fn load(dir: &Path, at: Option<&Target<'_, Self>>) -> Result<OwnedFd> {
+        let pin = dir.join(PROG_PIN);
+        if at.is_some() && pin.exists() {
+            return open_pinned(&pin);
+        }
+        let prog = ChainProgram::load(Some(dir))?;
+        pin_fd(prog.prog().as_fd(), &pin)?;
+        open_pinned(&pin)
+    }
+
+    fn prog(p: &OwnedFd) -> BorrowedFd<'_> {
+        p.as_fd()
+    }
+}
+

@@ -77,7 +77,7 @@ pub struct Locked {
 
 impl Locked {
     pub fn open() -> Result<Locked> {
-        let lock = xnf_core::lifecycle::Lifecycle::<crate::dataplane::Chain>::lock()?;
+        let lock = xnf_core::lifecycle::Lifecycle::<crate::program::Chain>::lock()?;
         let path = state::run_dir()?.join("chain.json");
         let reg = match std::fs::read_to_string(&path) {
             Ok(s) => serde_json::from_str(&s).with_context(|| format!("{} is corrupt; remove it and recreate the chains", path.display()))?,

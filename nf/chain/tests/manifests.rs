@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use xnf_chain::apply::ChainFile;
+use xnf_chain::ChainFile;
 use xnf_chain::cni::{derive_name, parse_conf};
 
 fn dir() -> PathBuf {

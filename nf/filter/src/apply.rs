@@ -63,8 +63,8 @@ pub enum Outcome {
     Applied { rules: usize, lists_loaded: Vec<String> },
 }
 
-pub(crate) fn run_dir() -> Result<PathBuf> {
-    xnf_core::lifecycle::Lifecycle::<crate::attach::Filter>::run_dir()
+fn run_dir() -> Result<PathBuf> {
+    crate::attach::run_dir()
 }
 
 fn read_json<T: for<'de> Deserialize<'de>>(name: &str) -> Result<Option<T>> {

@@ -5,7 +5,7 @@
 //! they outlive the command and go with the last interface.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Result;
 use xnf_core::entry::Stage;
@@ -56,9 +56,9 @@ pub(crate) fn lock() -> Result<xnf_core::state::StateLock> {
     Life::lock()
 }
 
-/// The filter's pin folder in this network namespace.
-pub fn pin_dir() -> Result<PathBuf> {
-    Life::pin_dir()
+/// The filter's run files (rules applied, pending change).
+pub(crate) fn run_dir() -> Result<std::path::PathBuf> {
+    Life::run_dir()
 }
 
 /// The pinned maps, creating them (by loading an instance) when absent.

@@ -1,25 +1,33 @@
 //! xnf filter: a DDoS filter and firewall in XDP (the XDP paper §5.1).
 //!
-//! - [`rules`]: the rule file (TOML), checked whole before anything changes;
-//! - [`prefixes`]: prefix lists in the format of public blocklists;
+//! The public API is what this file exports: [`attach`], [`detach`],
+//! [`apply_file`], [`confirm`], [`rollback`], the [`Filter`] type the one
+//! lifecycle ([`xnf_core::lifecycle`]) drives, [`cli`] for the binary, and
+//! the rule model and data plane ([`rules`], [`prefixes`], [`compile`],
+//! [`program`]) for tests and the lab. Inside, modules import downwards
+//! only (checked by a test):
+//!
+//! - [`rules`], [`prefixes`]: the rule file (TOML), checked whole before
+//!   anything changes, and prefix lists in the format of public blocklists;
 //! - [`program`]: the BPF program (`filter.bpf.c`) and its shared maps;
 //! - [`compile`]: a checked rule file as the data plane's tables;
-//! - [`attach`]: the filter as the first stage of interfaces' entry programs;
-//! - [`apply`]: converging to a rule file, confirm or roll back;
-//! - [`synproxy`]: the kernel's half of the syn-cookie action (nftables);
-//! - [`report`], [`capture`]: status, counters, top sources, pcap of drops;
-//! - [`cli`]: the `xnf filter` commands.
+//! - `synproxy`: the kernel's half of the syn-cookie action (nftables);
+//! - `attach`: the filter on the lifecycle, the first stage of interfaces'
+//!   entry programs, and the home of its run files;
+//! - `apply`: converging to a rule file, confirm or roll back;
+//! - `report`, `capture`, [`cli`]: status, counters, top sources, pcap of
+//!   drops, and the `xnf filter` commands.
 
-pub mod apply;
-pub mod attach;
-pub mod capture;
+mod apply;
+mod attach;
+mod capture;
 pub mod cli;
 pub mod compile;
 pub mod prefixes;
 pub mod program;
-pub mod report;
+mod report;
 pub mod rules;
-pub mod synproxy;
+mod synproxy;
 
 mod skel {
     //! Generated skeleton.
@@ -30,4 +38,7 @@ mod skel {
 }
 
 pub use apply::{apply_file, apply_text, confirm, rollback, Outcome};
-pub use attach::{attach, detach};
+pub use attach::{attach, detach, Filter};
+/// The kernel's half of the syn-cookie action alone (nftables SYNPROXY),
+/// as the lab's `nft-synproxy` variant runs it.
+pub use synproxy::{converge as synproxy_converge, remove as synproxy_remove};

@@ -87,7 +87,7 @@ impl FilterProgram {
         let mut open = FilterSkelBuilder::default().open(object_storage()).context("opening the filter BPF object")?;
         // Conntrack's lookup for syn-cookie rules, where the kernel has it.
         let ro = open.maps.rodata_data.as_deref_mut().context("the filter has no rodata")?;
-        ro.have_conntrack = crate::synproxy::conntrack_lookup() as u8;
+        ro.have_conntrack = conntrack_lookup() as u8;
         if let Some(dir) = pin_dir {
             pin_maps::<FilterMaps>(open.open_object_mut(), dir)?;
         }
@@ -129,6 +129,13 @@ xnf_core::pinned_maps! {
         capture_state,
         pub capture_ring,
     }
+}
+
+/// Whether the kernel offers conntrack's lookup to XDP now (built in, or
+/// its module loaded): a filter loaded then checks segments of syn-cookie
+/// rules against known connections (syncookie.h).
+pub fn conntrack_lookup() -> bool {
+    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf_xdp_ct_lookup")))
 }
 
 /// Whether two rule sets are the same (their bytes are).

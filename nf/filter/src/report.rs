@@ -64,7 +64,7 @@ pub fn status(json: bool) -> Result<()> {
         lists: a.as_ref().map(|a| a.lists.iter().map(|(n, l)| (n.clone(), l.entries)).collect()).unwrap_or_default(),
         pending_rollback_s: pending_seconds()?,
         syncookie_helpers: Feature::SyncookieHelpers.probe().is_ok(),
-        conntrack_lookup: crate::synproxy::conntrack_lookup(),
+        conntrack_lookup: crate::program::conntrack_lookup(),
         synproxy_table: crate::synproxy::present(),
     };
     if json {

@@ -40,7 +40,10 @@ use crate::rules::{Action, Addr, Rule, RuleSet};
 pub const TABLE: &str = "xnf_filter_synproxy";
 const LOOSE: &str = "/proc/sys/net/netfilter/nf_conntrack_tcp_loose";
 /// The run file holding nf_conntrack_tcp_loose from before the table.
-const SAVED: &str = "synproxy-loose";
+/// The setting's value before, kept in the namespace's run folder (not the
+/// filter's, which goes with the filter's state: the setting is put back
+/// after that).
+const SAVED: &str = "filter-synproxy-loose";
 
 /// Whether `rs` has syn-cookie rules (and so needs the table).
 pub fn wanted(rs: &RuleSet) -> bool {
@@ -118,13 +121,6 @@ fn nft(script: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether the kernel offers conntrack's lookup to XDP now (built in, or
-/// its module loaded): a filter loaded then checks segments of syn-cookie
-/// rules against known connections (syncookie.h).
-pub fn conntrack_lookup() -> bool {
-    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf_xdp_ct_lookup")))
-}
-
 /// Whether the table is there (false too when nft is not installed).
 pub fn present() -> bool {
     Command::new("nft").args(["list", "table", "inet", TABLE]).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
@@ -133,7 +129,7 @@ pub fn present() -> bool {
 /// Makes the kernel's side what `rs` needs: the table and the setting with
 /// syn-cookie rules, neither without.
 pub fn converge(rs: &RuleSet) -> Result<()> {
-    let saved = crate::apply::run_dir()?.join(SAVED);
+    let saved = xnf_core::state::run_dir()?.join(SAVED);
     if wanted(rs) {
         nft(&script(rs))?;
         // The table's ct expressions have started conntrack in this
@@ -151,7 +147,7 @@ pub fn converge(rs: &RuleSet) -> Result<()> {
 
 /// Removes the kernel's side (nothing to do when it is not there).
 pub fn remove() -> Result<()> {
-    let saved = crate::apply::run_dir()?.join(SAVED);
+    let saved = xnf_core::state::run_dir()?.join(SAVED);
     if present() {
         nft(&format!("delete table inet {TABLE}\n"))?;
     }

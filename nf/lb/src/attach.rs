@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Result;
 use xnf_core::entry::Stage;
@@ -15,7 +15,12 @@ use xnf_core::lifecycle::{Lifecycle, StageNf, Target};
 use xnf_core::xdp::XdpMode;
 use xnf_netns::netlink::{self, Link};
 
-use crate::config::Encap;
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use xnf_core::state;
+
+use crate::config::{Config, Encap};
+use crate::tables::file_sources;
 use crate::program::{addr_words, Counter, LbMaps, LbProgram, RawConfig};
 
 /// The lb as a stage network function.
@@ -51,7 +56,7 @@ impl StageNf for Lb {
 
     /// The outer sources may be the interfaces' own addresses.
     fn settle(maps: &LbMaps) -> Result<()> {
-        let encap = crate::apply::applied()?.map(|a| a.config.encap).unwrap_or_default();
+        let encap = applied()?.map(|a| a.config.encap).unwrap_or_default();
         write_sources(maps, &encap)
     }
 
@@ -63,15 +68,53 @@ impl StageNf for Lb {
 
 type Life = Lifecycle<Lb>;
 
+/// What is live.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AppliedFile {
+    pub origin: String,
+    pub text: String,
+}
+
+/// The live file, checked again (it was when applied).
+pub struct Applied {
+    pub origin: String,
+    pub text: String,
+    pub config: Config,
+}
+
+/// The lb's run files (`applied.json`, `ids.json`).
+pub(crate) fn run_dir() -> Result<std::path::PathBuf> {
+    Life::run_dir()
+}
+
+/// The live file, if one was applied.
+pub fn applied() -> Result<Option<Applied>> {
+    let Some(a) = state::read_json::<AppliedFile>(&run_dir()?, "applied.json")? else { return Ok(None) };
+    let (config, _) = Config::parse(&a.text, &a.origin).context("the applied service file no longer checks (was xnf upgraded?)")?;
+    Ok(Some(Applied { origin: a.origin, text: a.text, config }))
+}
+
+/// The ids handed out so far.
+pub(crate) fn ids() -> Result<crate::tables::Ids> {
+    Ok(state::read_json(&run_dir()?, "ids.json")?.unwrap_or_default())
+}
+
 /// The lb's state lock: attach, detach and apply hold it (before the
 /// entry's lock, never after).
 pub(crate) fn lock() -> Result<xnf_core::state::StateLock> {
     Life::lock()
 }
 
-/// The lb's pin folder in this network namespace.
-pub fn pin_dir() -> Result<PathBuf> {
-    Life::pin_dir()
+/// An lb instance on this namespace's pinned maps, in no interface's
+/// stage: for running frames through the live tables with
+/// `BPF_PROG_TEST_RUN` (what the lab's disruption experiment does).
+pub fn pinned_program() -> Result<LbProgram> {
+    LbProgram::load(Some(&Life::pin_dir()?), None)
+}
+
+/// The lb's counters, summed over CPUs and interfaces.
+pub fn counters() -> Result<crate::program::Counters> {
+    open_maps()?.counters()
 }
 
 /// The pinned maps, creating them (by loading an instance) when absent.
@@ -108,33 +151,20 @@ pub fn detach(names: &[String]) -> Result<()> {
 /// spreading over receive queues, but packets that backends can answer
 /// ICMP errors to).
 pub(crate) fn sources(encap: &Encap) -> Result<RawConfig> {
-    let mut c = RawConfig::default();
+    let mut c = file_sources(encap);
     let links: Vec<u32> = attached_links()?.iter().map(|l| l.ifindex).collect();
     let addrs = netlink::addresses()?;
     let own = |v6: bool| -> Option<IpAddr> {
         links.iter().find_map(|i| addrs.iter().find(|x| x.ifindex == *i && x.addr.is_ipv6() == v6 && !is_link_local(&x.addr)).map(|x| x.addr))
     };
-    match encap.source_v4 {
-        Some(n) => {
-            c.src4 = addr_words(IpAddr::V4(n.network())).0[0];
-            c.host4 = u32::from_be_bytes(n.hostmask().octets()).to_be();
-        }
-        None => {
-            if let Some(a) = own(false) {
-                c.src4 = addr_words(a).0[0];
-            }
+    if encap.source_v4.is_none() {
+        if let Some(a) = own(false) {
+            c.src4 = addr_words(a).0[0];
         }
     }
-    match encap.source_v6 {
-        Some(n) => {
-            c.src6 = addr_words(IpAddr::V6(n.network())).0;
-            let host = n.hostmask().octets();
-            c.host6 = u32::from_be_bytes([host[12], host[13], host[14], host[15]]).to_be();
-        }
-        None => {
-            if let Some(a) = own(true) {
-                c.src6 = addr_words(a).0;
-            }
+    if encap.source_v6.is_none() {
+        if let Some(a) = own(true) {
+            c.src6 = addr_words(a).0;
         }
     }
     Ok(c)

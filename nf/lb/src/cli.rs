@@ -95,7 +95,7 @@ pub fn run(cmd: LbCmd) -> Result<()> {
             let new = load(&file)?;
             let old = match &from {
                 Some(p) => load(p)?,
-                None => crate::apply::applied().ok().flatten().map(|a| a.config).unwrap_or_default(),
+                None => crate::attach::applied().ok().flatten().map(|a| a.config).unwrap_or_default(),
             };
             let plans = plan(&old, &new)?;
             if json {

@@ -1,5 +1,10 @@
-//! xnf lb: a Layer-4 load balancer in XDP (the XDP paper §5.3, issue 15) — its
-//! control plane's pure part, without BPF or netlink.
+//! xnf lb: a Layer-4 load balancer in XDP (the XDP paper §5.3, issue 15).
+//!
+//! The public API is what this file exports: [`attach`], [`detach`],
+//! [`apply_file`], [`applied`], [`counters`], the [`Lb`] and [`Decap`]
+//! types the one lifecycle ([`xnf_core::lifecycle`]) drives, [`cli`] for
+//! the binary, and the model and data plane for tests and the lab. Inside,
+//! modules import downwards only (checked by a test):
 //!
 //! - [`config`]: the service file (TOML) that `xnf lb apply FILE` converges
 //!   to: virtual IPs with protocol and port, backends and weights,
@@ -10,13 +15,23 @@
 //! - [`plan`]: what a new file does before it is applied (`xnf lb plan`):
 //!   the share of the hash space that moves, the collateral that moves
 //!   although its backend stays, and each backend's share against its
-//!   weight.
+//!   weight;
+//! - [`program`], [`flow`]: the BPF program (`lb.bpf.c`), its shared maps
+//!   and the flow keys it hashes;
+//! - [`tables`]: a checked file written into an instance's maps (ids,
+//!   records, VIPs, tables);
+//! - `attach`: the lb on the lifecycle, and the home of its run files;
+//! - `apply`: converging the pinned maps to a file;
+//! - [`decap`]: the backends' half, a network function of its own;
+//! - `report`, [`cli`]: status and counters, and the `xnf lb` commands.
 //!
 //! The data plane sends a flow without a connection-table entry to the
 //! backend in entry `hash(flow) % table_size` of its service's table.
 
-pub mod apply;
-pub mod attach;
+mod apply;
+#[cfg(test)]
+mod apply_tests;
+mod attach;
 pub mod cli;
 pub mod config;
 pub mod decap;
@@ -24,7 +39,8 @@ pub mod flow;
 pub mod maglev;
 pub mod plan;
 pub mod program;
-pub mod report;
+mod report;
+pub mod tables;
 
 mod skel {
     //! Generated skeletons.
@@ -38,7 +54,9 @@ mod skel {
 }
 
 pub use apply::{apply_file, apply_text};
-pub use attach::{attach, detach};
+pub use attach::{applied, Applied};
+pub use attach::{attach, counters, detach, pinned_program, Lb};
+pub use decap::Decap;
 pub use config::{Backend, Config, HashFields, Mode, Proto, Service};
 pub use maglev::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, NO_BACKEND};
 pub use plan::{disruption, plan, rehashed, Balance, Change, Disruption, ServicePlan, Share, Table};

@@ -8,7 +8,8 @@ use anyhow::Result;
 use serde::Serialize;
 use xnf_core::entry;
 
-use crate::apply::{applied, ids, Ids};
+use crate::attach::{applied, ids};
+use crate::tables::Ids;
 use crate::attach::{attached_links, open_maps, sources};
 use crate::config::Config;
 use crate::program::{BackendCounters, Counter, Counters, LbMaps, ServiceCounters, CT_ENTRIES};

@@ -15,8 +15,8 @@ use xnf_netns::netlink::{self, Link};
 
 pub use xnf_core::lifecycle::AttachReport;
 
-use crate::follow;
-use crate::program::{FibMode, IfaceEntry, Reason, RouterConfig, RouterMaps, RouterProgram};
+use crate::tables;
+use crate::program::{FibMode, IfaceEntry, Reason, RouterConfig, RouterMaps, RouterProgram, PROG_NAME};
 
 /// `IfaceEntry::flags` bits: how an interface was attached.
 const FLAG_FIB_DIRECT: u16 = 1 << 0;
@@ -72,7 +72,7 @@ impl StageNf for Router {
     const NAME: &'static str = "router";
     const TITLE: &'static str = "the router";
     const COMMAND: &'static str = "xnf router";
-    const PROG_NAME: &'static str = "xnf_router";
+    const PROG_NAME: &'static str = PROG_NAME;
     const STAGE: Stage = Stage::Forward;
     const ETHERNET_WHY: &'static str = "the router rewrites Ethernet headers";
     type Maps = RouterMaps;
@@ -124,21 +124,12 @@ impl StageNf for Router {
     }
 
     fn leave(maps: &RouterMaps, ifindex: u32) -> Result<()> {
-        maps.del_port(ifindex)?;
-        if let Some((slot, _)) = find_slot(maps, ifindex) {
-            maps.clear_iface(slot)?;
-        }
-        for v in maps.vlans()? {
-            if v.phys_ifindex == ifindex {
-                maps.del_vlan(v)?;
-            }
-        }
-        Ok(())
+        maps.forget_iface(ifindex)
     }
 
     /// VLANs, MACs and sources as the kernel has them now.
     fn settle(maps: &RouterMaps) -> Result<()> {
-        follow::sync(maps).map(drop)
+        tables::sync(maps).map(drop)
     }
 
     fn warnings(targets: &[Link], links: &[Link], _: XdpMode, opts: &AttachOptions) -> Vec<String> {
@@ -225,12 +216,6 @@ fn warnings(targets: &[Link], links: &[Link], opts: AttachOptions) -> Vec<String
 /// Detaches the router from `names`; with nothing left, removes all its state.
 pub fn detach(names: &[String]) -> Result<()> {
     Life::detach(names)
-}
-
-/// Removes an interface that went away (its device is gone, and with it
-/// the kernel's link): its slot, port and VLANs. The caller holds the lock.
-pub(crate) fn forget(maps: &RouterMaps, ifindex: u32) -> Result<()> {
-    Life::forget_locked(maps, ifindex)
 }
 
 /// With no interface in the maps, removes the router's state. The caller

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::Result;
 use xnf_netns::netlink::{Batch, Events, FibShape, Shape};
 
-use crate::program::{RouterMaps, RouterProgram, ASIDE_V4, ASIDE_V6};
+use crate::program::{aside_bits, RouterMaps, RouterProgram, ASIDE_V4, ASIDE_V6};
 
 /// How often the lease is renewed; it lasts 256 jiffies (1.024 s at
 /// HZ=250, 0.256 s at HZ=1000), so a few renewals may be late.
@@ -25,11 +25,6 @@ pub struct Keeper {
     maps: RouterMaps,
     shape: FibShape,
     gen: u32,
-}
-
-/// The step-aside bits for a shape.
-pub fn aside_bits(shape: &Shape) -> u32 {
-    (if shape.v4.is_some() { ASIDE_V4 } else { 0 }) | (if shape.v6.is_some() { ASIDE_V6 } else { 0 })
 }
 
 impl Keeper {

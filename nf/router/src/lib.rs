@@ -1,22 +1,31 @@
 //! xnf router: IPv4/IPv6 forwarding at the XDP hook on the kernel's FIB.
 //!
+//! The public API is what this file exports: [`attach`], [`detach`],
+//! [`attached`], the [`Router`] type the one lifecycle
+//! ([`xnf_core::lifecycle`]) drives, [`spawn_follower`], [`cli`] for the
+//! binary and [`program`] (the data plane, for packet tests and the lab).
+//! Inside, modules import downwards only (checked by a test):
+//!
 //! - [`program`]: the BPF program (`router.bpf.c`) and the maps its
 //!   instances share;
-//! - [`attach`]: attaching it to interfaces and detaching it, all or nothing;
-//! - [`follow`]: keeping the VLAN, MAC and source tables in step with the kernel;
-//! - [`cache`]: keeping the route cache exact (the follower's half);
-//! - [`report`]: `status` and `stats` for people and programs;
-//! - [`cli`]: the `xnf router` commands.
+//! - `tables`: the VLAN, MAC and source tables in step with the kernel;
+//! - `attach`: the router on the lifecycle (slots, options, replacement);
+//! - `cache`, `neigh`: the route cache kept exact and the neighbours it
+//!   sends to confirmed (the follower's halves);
+//! - `follow`: the follower, which runs them;
+//! - `report`, [`cli`]: `status` and `stats`, and the `xnf router` commands.
 
-pub mod attach;
-pub mod cache;
+mod attach;
+mod cache;
 pub mod cli;
-pub mod follow;
-pub mod neigh;
+mod follow;
+mod neigh;
 pub mod program;
-pub mod report;
+mod report;
+mod tables;
 
-pub use attach::{attach, attached, detach, AttachOptions, AttachReport, Attached};
+pub use attach::{attach, attached, detach, lock, open_maps, pin_dir, AttachOptions, AttachReport, Attached, Router};
+pub use follow::spawn as spawn_follower;
 
 mod skel {
     //! Generated skeleton.

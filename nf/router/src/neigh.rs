@@ -14,12 +14,7 @@ use anyhow::{Context, Result};
 use xnf_core::maps::MappedArray;
 use xnf_netns::netlink::{self, Batch, Neighbour};
 
-use crate::program::{CacheCtl, RouterMaps};
-
-/// Slots of the table.
-pub const SLOTS: u32 = crate::skel::router::types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOTS.0;
-const SLOT_BITS: u32 = crate::skel::router::types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOT_BITS.0;
-const _: () = assert!(1 << SLOT_BITS == SLOTS);
+use crate::program::{neigh_use_slot, CacheCtl, RouterMaps};
 
 /// How often the epoch moves on (and stamped STALE neighbours are handed
 /// to the kernel): the kernel itself waits `delay_first_probe_time` (5 s
@@ -29,16 +24,6 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// How often the STALE entries are read again whole, whatever the
 /// notifications said: a notification older than the first dump, or lost.
 const RESEED: Duration = Duration::from_secs(10);
-
-/// A neighbour's slot (0..SLOTS): `xnf_neigh_use_slot` in neigh_use.h.
-pub fn neigh_use_slot(ifindex: u32, mac: [u8; 6]) -> u32 {
-    const M: [u64; 4] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x27d4_eb2f_1656_67c5];
-    let w = |i: usize| u16::from_ne_bytes([mac[i], mac[i + 1]]) as u64;
-    let words = [ifindex as u64, w(0), w(2), w(4)];
-    let h = words.iter().zip(M).fold(0u64, |h, (x, m)| h.wrapping_add(x.wrapping_mul(m)));
-    let h = (h ^ (h >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    (h >> (64 - SLOT_BITS)) as u32
-}
 
 impl RouterMaps {
     /// The epoch frames stamp their neighbour's slot with (in `fib_ctl`).
@@ -189,7 +174,7 @@ mod tests {
         for ifindex in 1..=8u32 {
             for last in 0..=255u8 {
                 let s = neigh_use_slot(ifindex, [0x02, 0, 0, 0, 0x10, last]);
-                assert!(s < SLOTS, "slot {s}");
+                assert!(s < crate::program::NEIGH_SLOTS, "slot {s}");
                 seen.insert(s);
             }
         }

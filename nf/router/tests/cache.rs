@@ -188,7 +188,7 @@ fn a_follower_that_slept_through_a_detach_and_an_attach_follows_the_new_router()
     // stopped holding it (the detach and attach below take it).
     r.dut()
         .run(|| {
-            let _lock = xnf_router::attach::lock().unwrap();
+            let _lock = xnf_router::lock().unwrap();
             // SAFETY: kill on the follower's pid, read just above.
             assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
         })

@@ -98,7 +98,6 @@ pub(super) fn start(pm: &Podman, n: u32, cni: bool) -> Result<Containers<'_>> {
 /// NF i's end in dut (1..=n) as the registry has it: the veth `ptp` made.
 pub(super) fn host_ports(dut: &Netns, n: u32) -> Result<Vec<String>> {
     dut.run(move || -> Result<Vec<String>> {
-        let reg = xnf_chain::registry::Locked::open()?.reg;
-        (1..=n).map(|i| reg.nfs.get(&nf_name(i)).map(|nf| nf.host_ifname.clone()).with_context(|| format!("the runtime's ADD made no NF {}", nf_name(i)))).collect()
+        (1..=n).map(|i| xnf_chain::nf_host_port(&nf_name(i))?.with_context(|| format!("the runtime's ADD made no NF {}", nf_name(i)))).collect()
     })?
 }

@@ -50,8 +50,7 @@ pub(super) fn read_dut(dut: &Netns, chain: bool) -> Result<Reading> {
     let forwarded = dut.snmp()?.value("Ip", "ForwDatagrams")?;
     let chain = if chain {
         dut.run(|| -> Result<Option<ChainCounts>> {
-            let reg = xnf_chain::registry::Locked::open()?.reg;
-            Ok(xnf_chain::report::snapshot(&reg)?.chains.iter().find(|c| c.name == CHAIN).map(|c| ChainCounts {
+            Ok(xnf_chain::counters()?.chains.iter().find(|c| c.name == CHAIN).map(|c| ChainCounts {
                 matched: c.matched,
                 routed: c.routed,
                 to_kernel: c.to_kernel.values().sum(),

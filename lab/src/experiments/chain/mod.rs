@@ -337,7 +337,7 @@ impl Drop for LinuxChain<'_> {
 /// XPS by CPU on `dev` in `ns`.
 fn xps(ns: &Netns, dev: &str) -> Result<()> {
     let d = dev.to_string();
-    xnf_chain::ns::run_in(&ns.path(), move || xnf_chain::ns::xps_per_cpu(&d)).with_context(|| format!("XPS on {dev} in {}", ns.name()))
+    xnf_netns::run_in(&ns.path(), move || xnf_chain::xps_per_cpu(&d))?.with_context(|| format!("XPS on {dev} in {}", ns.name()))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -96,7 +96,7 @@ impl<'a> Setup<'a> {
                 ensure!(flood.syn, "nft-synproxy answers SYNs: use it with --flood syn");
                 s._pass = Some(LabAttachment::pass(dut, dev)?);
                 let rules = xnf_filter::rules::RuleSet::parse(&flood.xnf_rules(), "xnf lab filter's SYNPROXY rule")?;
-                dut.run(move || xnf_filter::synproxy::converge(&rules))?.context("installing the SYNPROXY table in dut")?;
+                dut.run(move || xnf_filter::synproxy_converge(&rules))?.context("installing the SYNPROXY table in dut")?;
                 s.synproxy = Some(dut);
             }
             Variant::XdpFilter => {
@@ -128,7 +128,7 @@ impl<'a> Setup<'a> {
 impl Drop for Setup<'_> {
     fn drop(&mut self) {
         if let Some(ns) = self.synproxy {
-            match ns.run(xnf_filter::synproxy::remove) {
+            match ns.run(xnf_filter::synproxy_remove) {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) | Err(e) => eprintln!("xnf lab: removing the SYNPROXY table: {e:#}"),
             }

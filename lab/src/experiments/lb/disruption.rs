@@ -215,12 +215,12 @@ pub fn run(a: &DisruptionArgs, table_size: u32, lines: &mut dyn FnMut(&str)) -> 
     let index: HashMap<IpAddr, usize> = all.iter().enumerate().map(|(i, b)| (*b, i)).collect();
     let steps = dut.run(|| -> Result<[(Vec<usize>, [u64; 4]); 3]> {
         pin_to_current_cpu()?;
-        let prog = LbProgram::load(Some(&xnf_lb::attach::pin_dir()?), None)?;
+        let prog = xnf_lb::pinned_program()?;
         let ifindex = xnf_netns::netlink::link_by_name(&din)?.ifindex;
         let step = |syn: bool| -> Result<(Vec<usize>, [u64; 4])> {
-            let c0 = xnf_lb::attach::open_maps()?.counters()?;
+            let c0 = xnf_lb::counters()?;
             let picked = (0..flows).map(|i| decide(&prog, ifindex, gen_mac, din_mac, &flow(i), syn, &index)).collect::<Result<Vec<_>>>()?;
-            let c1 = xnf_lb::attach::open_maps()?.counters()?;
+            let c1 = xnf_lb::counters()?;
             let ct = [Counter::CtHit, Counter::CtMiss, Counter::CtSyn, Counter::CtStale].map(|k| c1[k as usize] - c0[k as usize]);
             Ok((picked, ct))
         };
@@ -278,7 +278,7 @@ fn decide(prog: &LbProgram, ifindex: u32, src: MacAddr, dst: MacAddr, f: &Flow, 
     let verdict = res.return_value;
     // XDP_TX (3) or XDP_REDIRECT (4): sent to a backend in XDP.
     if verdict != 3 && verdict != 4 {
-        let c = xnf_lb::attach::open_maps()?.counters()?;
+        let c = xnf_lb::counters()?;
         bail!("the lb returned XDP verdict {verdict} for {}:{} -> {}:{} instead of sending it to a backend ({})", f.src, f.sport, f.dst, f.dport, setup::passed_reasons(&c));
     }
     ensure!(len >= 34 && out[12..14] == [0x08, 0x00] && out[23] == 4, "the lb's output for {}:{} is no IPv4-in-IPv4 packet", f.src, f.sport);

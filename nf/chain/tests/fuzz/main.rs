@@ -16,7 +16,7 @@ use std::net::IpAddr;
 
 use fixture::{dst, Fixture, DOWN_SRC4, NFA_MAC, NFB_MAC, NFC_MAC, NFD_MAC, NFE_MAC, NFG_MAC, OTHER4, SRC4, SRC6};
 use model::{diff, Model, Seen};
-use xnf_chain::dataplane::Plan;
+use xnf_chain::program::Plan;
 use xnf_chain::program::{ChainMaps, ChainProgram, CounterReader, Counters, IngressReason, NfEntry, Port, Reason, Rule, MAX_RULES};
 use xnf_core::class::Class;
 use xnf_core::sources::Sources;

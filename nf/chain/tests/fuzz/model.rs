@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use xnf_chain::dataplane::Plan;
+use xnf_chain::program::Plan;
 use xnf_chain::program::{Counters, IngressReason, Port, Reason};
 use xnf_testrun::forward::{forwarded, Kernel, Lookup};
 use xnf_testrun::kernel::{class_match, view, ClassMatch, L2, L3};

@@ -27,7 +27,7 @@ use std::net::IpAddr;
 use fastrand::Rng;
 use libbpf_rs::MapCore;
 use model::{l4_offset, Model};
-use xnf_lb::apply::{allocate, converge, Ids};
+use xnf_lb::tables::{allocate, converge, file_sources, Ids};
 use xnf_lb::program::{raw_flow, BackendCounters, Counter, Counters, LbMaps, LbProgram, ServiceCounters, CT_ENTRIES};
 use xnf_lb::{Config, Table};
 use xnf_netns::{ifname, veth, Netns};
@@ -412,7 +412,7 @@ impl Run {
         let (config, _) = Config::parse(&text, "fuzz").unwrap_or_else(|e| panic!("the fuzzer wrote a bad service file: {e:#}\n{text}"));
         let tables: Vec<Table> = config.services.iter().map(|s| Table::of(s).expect("a table")).collect();
         self.ids = allocate(&self.ids, &config).expect("ids");
-        converge(&self.maps, &config, &tables, &self.ids).expect("the apply converges");
+        converge(&self.maps, &config, &tables, &self.ids, &file_sources(&config.encap)).expect("the apply converges");
         self.model.set_config(&config, &self.ids);
         for s in self.ids.services.values() {
             self.service_ids.insert(s.id);

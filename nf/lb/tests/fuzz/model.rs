@@ -23,7 +23,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use xnf_lb::apply::Ids;
+use xnf_lb::tables::Ids;
 use xnf_lb::config::Encap;
 use xnf_lb::flow::Flow;
 use xnf_lb::program::{BackendCounters, Counter, ServiceCounters};

@@ -24,7 +24,7 @@ use std::net::IpAddr;
 
 use fixture::{dst, Fixture, Ingress, POLICY_SRC4, SRC4, SRC6, VLAN200_SRC4};
 use model::Model;
-use xnf_router::cache::aside_bits;
+use xnf_router::program::aside_bits;
 use xnf_router::program::{cache_slot_of, CacheOutcome, FibMode, Reason, RouterMaps, RouterProgram, Stats, ASIDE_V4, ASIDE_V6};
 use xnf_testrun::frames::{frame, World};
 use xnf_testrun::fuzz::{Fuzz, DEFAULT_FRAMES};

@@ -5,9 +5,9 @@
 //! the file is replaced even when the service record looks right.
 //! (That every frame then takes the backend the file says: the fuzzer.)
 
-use xnf_lb::apply::{allocate, converge, service_key, Ids};
-use xnf_lb::program::{LbMaps, LbProgram, RawService};
-use xnf_lb::{Config, Table};
+use crate::tables::{allocate, converge, file_sources, service_key, Ids};
+use crate::program::{LbMaps, LbProgram, RawService};
+use crate::{Config, Table};
 
 fn file(web_weight: u16) -> String {
     let mut t = String::from("[encap]\nsource_v4 = \"198.18.200.0/24\"\nsource_v6 = \"2001:db8:200::/64\"\n");
@@ -36,7 +36,7 @@ impl Lb {
         let (config, _) = Config::parse(text, "t.toml").unwrap();
         let tables: Vec<Table> = config.services.iter().map(|s| Table::of(s).unwrap()).collect();
         self.ids = allocate(&self.ids, &config).unwrap();
-        converge(&self.maps, &config, &tables, &self.ids).unwrap();
+        converge(&self.maps, &config, &tables, &self.ids, &file_sources(&config.encap)).unwrap();
         config.services.iter().map(|s| (s.name.clone(), self.maps.service(&service_key(s)).unwrap().expect("a service record"))).collect()
     }
 
