@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all build demo demo-containers peers test test-host test-kernels fuzz clippy clean
+.PHONY: all build demo demo-containers peers test test-host test-kernels fmt fmt-check fuzz clippy clean
 
 all: build
 
@@ -39,11 +39,20 @@ demo-containers: deps-containers build
 ## test-kernels KERNEL=6.1` (one guest kernel), or scripts/kernels.sh test
 ## 6.1 router-vlan.
 test: deps-test peers
-	@host=0; guest=0; \
+	@fmt=0; host=0; guest=0; \
+	$(MAKE) --no-print-directory fmt-check || fmt=$$?; \
 	$(MAKE) --no-print-directory test-host || host=$$?; \
 	$(MAKE) --no-print-directory test-kernels || guest=$$?; \
-	echo "make test: host part $$([ $$host = 0 ] && echo passed || echo FAILED), kernel matrix $$([ $$guest = 0 ] && echo passed || echo FAILED)"; \
-	[ $$host = 0 ] && [ $$guest = 0 ]
+	ok() { [ $$1 = 0 ] && echo passed || echo FAILED; }; \
+	echo "make test: format $$(ok $$fmt), host part $$(ok $$host), kernel matrix $$(ok $$guest)"; \
+	[ $$fmt = 0 ] && [ $$host = 0 ] && [ $$guest = 0 ]
+
+# The tree is formatted by rustfmt with rustfmt.toml; `make fmt` formats it.
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	@$(CARGO) fmt --all -- --check >/dev/null 2>&1 || { echo "rustfmt: these files are not formatted (run make fmt):" >&2; $(CARGO) fmt --all -- --check -l >&2; exit 1; }
 
 # --no-fail-fast: cargo runs every test binary even after one fails, and
 # names every failed one at the end.

@@ -65,6 +65,13 @@ if ! command -v cargo >/dev/null 2>&1; then
 	fi
 fi
 
+# The tests check the tree's formatting: rustfmt, a rustup component the
+# default profile has and the minimal one does not.
+if [ "$group" = test ] && ! cargo fmt --version >/dev/null 2>&1; then
+	echo "xnf: adding rustfmt to the Rust toolchain (make test checks the formatting)"
+	rustup component add rustfmt
+fi
+
 # bpffs: where xnf pins its links and maps so they outlive the process.
 if [ "$(stat -f -c %T /sys/fs/bpf 2>/dev/null)" != "bpf_fs" ]; then
 	mkdir -p /sys/fs/bpf

@@ -5,8 +5,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use xnf_lab::programs::actions::{Action, ActionsProgram};
-use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_packet::{MacAddr, PacketBuilder};
+use xnf_testrun::{run_xdp, Verdict, XdpContext};
 
 const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);

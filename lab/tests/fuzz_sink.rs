@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 
 use xnf_lab::programs::sink::{CaptureReader, Captured, SinkCounter, SinkCounts, SinkOptions, SinkProgram, SIZE_SLOTS, SNAP_LEN};
 use xnf_testrun::frames::{frame, hex, World};
-use xnf_testrun::kernel::{view, Frag, Ports, L2, L3};
 use xnf_testrun::fuzz::{Fuzz, DEFAULT_FRAMES};
+use xnf_testrun::kernel::{view, Frag, Ports, L2, L3};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
 
 const NO_DEV: XdpContext = XdpContext { ingress_ifindex: 0, rx_queue_index: 0 };
@@ -110,7 +110,9 @@ impl Sink {
         if got == want {
             return Ok(());
         }
-        let show = |v: &[Captured]| v.iter().map(|c| format!("{} B on CPU {}: {}", c.len, c.cpu, hex(&c.data[..c.data.len().min(32)]))).collect::<Vec<_>>().join("\n      ");
+        let show = |v: &[Captured]| {
+            v.iter().map(|c| format!("{} B on CPU {}: {}", c.len, c.cpu, hex(&c.data[..c.data.len().min(32)]))).collect::<Vec<_>>().join("\n      ")
+        };
         Err(format!("the ring held {} record(s):\n      {}\n    the model says {}:\n      {}", got.len(), show(&got), want.len(), show(&want)))
     }
 }
@@ -156,7 +158,14 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
             for s in sinks.iter_mut() {
                 if let Err(e) = s.read_ring() {
                     let from = i.saturating_sub(RING_BLOCK);
-                    return (input, Err(format!("{} before this frame (the records of frames {from} on: XNF_FUZZ_FIRST={from} XNF_FUZZ_FRAMES={}): {e}", s.name, i - from + 1)));
+                    return (
+                        input,
+                        Err(format!(
+                            "{} before this frame (the records of frames {from} on: XNF_FUZZ_FIRST={from} XNF_FUZZ_FRAMES={}): {e}",
+                            s.name,
+                            i - from + 1
+                        )),
+                    );
                 }
             }
         }
@@ -193,7 +202,12 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
         }
         let now = s.counter.per_cpu().unwrap();
         for (c, (after, before)) in now.iter().zip(&s.last).enumerate() {
-            let delta = SinkCounts { packets: after.packets - before.packets, bytes: after.bytes - before.bytes, capture_lost: after.capture_lost - before.capture_lost, reflected: after.reflected - before.reflected };
+            let delta = SinkCounts {
+                packets: after.packets - before.packets,
+                bytes: after.bytes - before.bytes,
+                capture_lost: after.capture_lost - before.capture_lost,
+                reflected: after.reflected - before.reflected,
+            };
             let want = match (c as u32 == cpu, echo.is_some()) {
                 (true, false) => SinkCounts { packets: 1, bytes: input.len() as u64, capture_lost: lost_here, reflected: 0 },
                 (true, true) => SinkCounts { reflected: 1, ..SinkCounts::default() },
@@ -217,7 +231,8 @@ fn the_sink_counts_sizes_and_captures_every_frame_as_the_model_says() {
         if i % HISTOGRAM_EVERY == HISTOGRAM_EVERY - 1 || fuzz.frames <= 64 {
             match s.counter.sizes() {
                 Ok(h) if h != s.sizes => {
-                    let diff: Vec<_> = (0..SIZE_SLOTS).filter(|k| h.get(k) != s.sizes.get(k)).map(|k| format!("{k}: {:?} (model {:?})", h.get(&k), s.sizes.get(&k))).collect();
+                    let diff: Vec<_> =
+                        (0..SIZE_SLOTS).filter(|k| h.get(k) != s.sizes.get(k)).map(|k| format!("{k}: {:?} (model {:?})", h.get(&k), s.sizes.get(&k))).collect();
                     problems.push(format!("the histogram differs since frame {} at {}", i + 1 - HISTOGRAM_EVERY.min(i + 1), diff.join(", ")));
                 }
                 Ok(_) => {}

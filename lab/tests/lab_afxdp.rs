@@ -2,9 +2,7 @@
 //! before anything is built; a short run measures every variant, the loss
 //! locations add up, the ratios are there, and nothing is left behind.
 
-
 use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
-
 
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {

@@ -6,7 +6,6 @@
 
 use xnf_testrun::cli::{assert_lab_refuses, interrupt_lab_when, lab, lab_namespace, namespaces_of, rx_packets};
 
-
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
     // (arguments, what the message must say, exit status: 2 = usage, 1 = refused)
@@ -106,7 +105,20 @@ fn no_podman_left(pid: u32) {
 #[test]
 fn nfs_in_podman_containers_carry_the_chain_like_plain_namespaces() {
     let json = std::env::temp_dir().join(format!("xnf-lab-chain-podman-{}.json", std::process::id()));
-    let args = ["--variants", "xnf-linux-nf,xnf-podman,xnf-podman-cni", "--length", "2", "--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()];
+    let args = [
+        "--variants",
+        "xnf-linux-nf,xnf-podman,xnf-podman-cni",
+        "--length",
+        "2",
+        "--runs",
+        "1",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.5",
+        "--json",
+        json.to_str().unwrap(),
+    ];
     let (out, pid) = lab("chain", &args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));

@@ -130,7 +130,10 @@ fn check_own_counter(r: &Value, variant: &str) {
     let (lab, lab_rate) = (num(&i["dropped_in_dut"]), num(&i["drops_per_s"]));
     assert!(lab > 0.0 && own_rate > 0.0, "{variant}: no drops counted: {i}");
     let own_secs = own / own_rate;
-    assert!(own >= lab * 0.9 && own <= lab_rate * own_secs * 1.1, "{variant}: its counter says {own:.0} dropped in {own_secs:.2} s, the interfaces {lab:.0} at {lab_rate:.0}/s: {i}");
+    assert!(
+        own >= lab * 0.9 && own <= lab_rate * own_secs * 1.1,
+        "{variant}: its counter says {own:.0} dropped in {own_secs:.2} s, the interfaces {lab:.0} at {lab_rate:.0}/s: {i}"
+    );
 }
 
 /// Under a SYN flood, what the lab counts as handled came back to gen as

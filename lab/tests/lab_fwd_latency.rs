@@ -32,7 +32,22 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
 fn a_short_run_probes_through_every_variant_and_load() {
     let json = std::env::temp_dir().join(format!("xnf-lab-fwd-latency-{}.json", std::process::id()));
     let html = json.with_extension("html");
-    let args = ["--runs", "1", "--seconds", "0.3", "--warmup", "0.1", "--trial-seconds", "0.3", "--load", "0,50%", "--probe-rate", "1000", "--json", json.to_str().unwrap()];
+    let args = [
+        "--runs",
+        "1",
+        "--seconds",
+        "0.3",
+        "--warmup",
+        "0.1",
+        "--trial-seconds",
+        "0.3",
+        "--load",
+        "0,50%",
+        "--probe-rate",
+        "1000",
+        "--json",
+        json.to_str().unwrap(),
+    ];
     let (out, pid) = lab("fwd-latency", &args);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));

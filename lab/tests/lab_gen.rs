@@ -4,7 +4,6 @@
 
 use xnf_testrun::cli::{assert_lab_refuses, interrupt_lab_when, lab, lab_namespace, namespaces_of, rx_packets};
 
-
 #[test]
 fn bad_input_is_refused_with_one_line_and_a_failing_status() {
     // (arguments, what the message must say, exit status: 2 = usage, 1 = refused)
@@ -42,7 +41,10 @@ fn bad_input_is_refused_with_one_line_and_a_failing_status() {
 #[test]
 fn sends_verifies_and_writes_json() {
     let json = std::env::temp_dir().join(format!("xnf-gen-{}.json", std::process::id()));
-    let (out, pid) = lab("gen", &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--profile", "counts", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab(
+        "gen",
+        &["--size", "imix", "--count", "9960", "--flows", "3", "--cpus", "0,1", "--verify", "--profile", "counts", "--json", json.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("verified: every frame arrived"));
@@ -69,7 +71,10 @@ fn sends_verifies_and_writes_json() {
 #[test]
 fn through_an_xnf_dut_every_frame_arrives() {
     let json = std::env::temp_dir().join(format!("xnf-gen-dut-{}.json", std::process::id()));
-    let (out, pid) = lab("gen", &["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify", "--json", json.to_str().unwrap()]);
+    let (out, pid) = lab(
+        "gen",
+        &["--through-dut", "xnf", "--ipv6", "--tcp", "--size", "200", "--count", "20000", "--dsts", "50", "--verify", "--json", json.to_str().unwrap()],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(json).unwrap();

@@ -8,7 +8,6 @@ use std::process::Command;
 
 use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
 
-
 #[test]
 fn bad_options_are_refused_with_one_line_naming_the_flag() {
     assert_lab_refuses(
@@ -31,7 +30,8 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
     let dir = std::env::temp_dir();
     let json = dir.join(format!("xnf-lab-latency-{}.json", std::process::id()));
     let html = json.with_extension("html");
-    let (out, pid) = lab("latency", &["--repeats", "1", "--count", "60", "--batch", "1", "--saturation", "20000", "--profile", "counts", "--json", json.to_str().unwrap()]);
+    let (out, pid) =
+        lab("latency", &["--repeats", "1", "--count", "60", "--batch", "1", "--saturation", "20000", "--profile", "counts", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(namespaces_of(pid).is_empty(), "left: {:?}", namespaces_of(pid));
@@ -51,7 +51,11 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
         assert!(lost <= 3, "{}: {lost} of 60 probes lost", x["label"]);
         let s = &x["summary"];
         let f = |k: &str| s[k].as_f64().unwrap();
-        assert!(f("min") > 0.0 && f("min") <= f("q1") && f("q1") <= f("median") && f("median") <= f("q3") && f("q3") <= f("p99") && f("p99") <= f("max"), "{}: {s}", x["label"]);
+        assert!(
+            f("min") > 0.0 && f("min") <= f("q1") && f("q1") <= f("median") && f("median") <= f("q3") && f("q3") <= f("p99") && f("p99") <= f("max"),
+            "{}: {s}",
+            x["label"]
+        );
         assert_eq!(x["config"]["zero_copy"], false, "veth has copy mode only");
     }
     // --profile: each method's best configuration once more, profiled.

@@ -53,7 +53,11 @@ fn every_variant_delivers_to_every_backend_and_a_removal_moves_only_the_removed_
         let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
         assert!(received > 0, "{v}: nothing delivered: {s}");
         let l = &s["loss"];
-        assert_eq!(l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap(), sent - received, "{v}: the loss locations do not add up: {s}");
+        assert_eq!(
+            l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap(),
+            sent - received,
+            "{v}: the loss locations do not add up: {s}"
+        );
         assert_eq!(s["point"]["backends"], 3, "{s}");
         let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap_or_else(|| panic!("no per-backend counts of {v}"));
         let packets: Vec<u64> = b["packets"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();

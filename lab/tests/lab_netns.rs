@@ -199,7 +199,9 @@ fn prog_stats_time_each_variants_programs_in_the_profiled_twin() {
         let per_packet = p["xdp_ns_per_packet"].as_f64().unwrap();
         assert!(per_packet > 0.0 && (per_packet - ns as f64 / p["packets"].as_f64().unwrap()).abs() < 1e-6, "{variant}: {p}");
     }
-    let entry = |variant: &str| profiles.iter().find(|p| p["variant"] == variant).unwrap()["profile"]["xdp_programs"].as_array().unwrap().iter().any(|x| x["name"] == "xnf_entry");
+    let entry = |variant: &str| {
+        profiles.iter().find(|p| p["variant"] == variant).unwrap()["profile"]["xdp_programs"].as_array().unwrap().iter().any(|x| x["name"] == "xnf_entry")
+    };
     assert!(entry("xnf") && !entry("dut-drop"), "xnf runs behind its entry program, dut-drop does not");
 }
 

@@ -13,7 +13,9 @@ use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of, xnf_bin, TempFile
 /// once the peer is gone).
 fn detach_recording(record: &str) -> String {
     let xnf = xnf_bin().display().to_string();
-    format!("{xnf} router detach {{in}} {{out}} && echo {{ns}} >> {record} && ip -o link show dev {{in}} >> {record} && ip -o link show dev {{out}} >> {record}")
+    format!(
+        "{xnf} router detach {{in}} {{out}} && echo {{ns}} >> {record} && ip -o link show dev {{in}} >> {record} && ip -o link show dev {{out}} >> {record}"
+    )
 }
 
 /// What `record` says: dut's namespace name, then one line per interface
@@ -42,7 +44,8 @@ fn a_peer_is_measured_compared_and_detached() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rate = r["summary"].as_array().unwrap().iter().find(|s| s["variant"] == "xnf-cli").map(|s| s["median_mpps"].as_f64().unwrap());
     assert!(rate.is_some_and(|m| m > 0.0), "the peer's rate: {rate:?}");
-    let ratios: Vec<(&str, &str)> = r["ratios"].as_array().unwrap().iter().map(|q| (q["numerator"].as_str().unwrap(), q["denominator"].as_str().unwrap())).collect();
+    let ratios: Vec<(&str, &str)> =
+        r["ratios"].as_array().unwrap().iter().map(|q| (q["numerator"].as_str().unwrap(), q["denominator"].as_str().unwrap())).collect();
     assert_eq!(ratios, [("xnf", "kernel"), ("xnf", "xnf-cli")]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("xnf / xnf-cli = "), "no ratio row printed");
     check_detached(&record);

@@ -22,7 +22,14 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--variants", "tcp"][..], "--variants", 2),
         ],
     );
-    assert_lab_refuses("router", &[(&["--flame", "/tmp/x"][..], "--flame needs --profile", 1), (&["--profile", "all"][..], "--profile", 2), (&["--prog-stats"][..], "--prog-stats needs --profile", 1)]);
+    assert_lab_refuses(
+        "router",
+        &[
+            (&["--flame", "/tmp/x"][..], "--flame needs --profile", 1),
+            (&["--profile", "all"][..], "--profile", 2),
+            (&["--prog-stats"][..], "--prog-stats needs --profile", 1),
+        ],
+    );
 }
 
 #[test]
@@ -30,8 +37,22 @@ fn a_short_run_profiles_the_kernel_path_and_the_xdp_drop_side_by_side() {
     let json = std::env::temp_dir().join(format!("xnf-lab-stack-{}.json", std::process::id()));
     let flames = std::env::temp_dir().join(format!("xnf-lab-stack-flames-{}", std::process::id()));
     let args = [
-        "--runs", "1", "--seconds", "1", "--warmup", "0.5", "--trial-seconds", "1", "--load-rates", "50000",
-        "--variants", "no-socket,xdp-drop", "--json", json.to_str().unwrap(), "--flame", flames.to_str().unwrap(),
+        "--runs",
+        "1",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.5",
+        "--trial-seconds",
+        "1",
+        "--load-rates",
+        "50000",
+        "--variants",
+        "no-socket,xdp-drop",
+        "--json",
+        json.to_str().unwrap(),
+        "--flame",
+        flames.to_str().unwrap(),
     ];
     let (out, pid) = lab("stack", &args);
     let stdout = String::from_utf8_lossy(&out.stdout);

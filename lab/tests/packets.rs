@@ -4,10 +4,10 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use xnf_lab::programs::gen::{imix_sequence, GenConfig, GenProgram, AMS_IX_IMIX};
-use xnf_pass::PassProgram;
 use xnf_lab::programs::sink::{SinkOptions, SinkProgram};
-use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_packet::{parse, MacAddr, PacketBuilder, TcpFlags};
+use xnf_pass::PassProgram;
+use xnf_testrun::{run_xdp, Verdict, XdpContext};
 
 const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -206,7 +206,8 @@ fn gen_sends_every_protocol_size_and_flow_exactly_as_built() {
     let srcs4: Vec<IpAddr> = ["198.18.0.1", "198.18.0.255", "198.19.255.254"].iter().map(|s| s.parse().unwrap()).collect();
     let dsts4: Vec<IpAddr> = ["198.18.1.2", "198.19.0.0", "198.18.200.7", "198.19.255.255", "198.18.1.3"].iter().map(|s| s.parse().unwrap()).collect();
     let srcs6: Vec<IpAddr> = ["2001:db8::1", "2001:db8::ffff", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"].iter().map(|s| s.parse().unwrap()).collect();
-    let dsts6: Vec<IpAddr> = ["2001:db8:1::2", "2001:db8:1::1:0", "2001:db8:abcd::7", "2001:db8::", "2001:db8:1::3"].iter().map(|s| s.parse().unwrap()).collect();
+    let dsts6: Vec<IpAddr> =
+        ["2001:db8:1::2", "2001:db8:1::1:0", "2001:db8:abcd::7", "2001:db8::", "2001:db8:1::3"].iter().map(|s| s.parse().unwrap()).collect();
     let (sports, dports, base_sport, base_dport) = (3u32, 2u32, 65533u16, 7u16);
     // Untagged, and with one 802.1Q tag: every offset 4 bytes further.
     for (vid, ipv6) in [None, Some(100)].into_iter().flat_map(|v| [(v, false), (v, true)]) {
@@ -216,7 +217,9 @@ fn gen_sends_every_protocol_size_and_flow_exactly_as_built() {
             let hdr_len = |p, ipv6| hdr_len(p, ipv6, vid);
             let min = hdr_len(proto, ipv6).max(60);
             let imix = imix_sequence(min);
-            for (sizes, runs) in [(vec![min as u16], 40), (vec![124], 40), (vec![1514], 40), (vec![min as u16, 1514, 124, 1514], 40), (imix.clone(), imix.len() + 10)] {
+            for (sizes, runs) in
+                [(vec![min as u16], 40), (vec![124], 40), (vec![1514], 40), (vec![min as u16, 1514, 124, 1514], 40), (imix.clone(), imix.len() + 10)]
+            {
                 let largest = *sizes.iter().max().unwrap() as usize;
                 // The template's addresses are not the first of the lists: the program must use the lists.
                 let (t_src, t_dst) = if ipv6 { v6() } else { v4() };
@@ -264,7 +267,15 @@ fn gen_checksums_hold_for_thousands_of_flows() {
                 IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) + ((i as u128) << 40) + i as u128 * 65521)),
             })
             .collect();
-        let cfg = GenConfig { template: frame(Proto::Udp, s, d, 1024, 9, 1514), ipv6, flows: 13, base_sport: 1024, dst_addrs: dsts, sizes: imix_sequence(62), ..Default::default() };
+        let cfg = GenConfig {
+            template: frame(Proto::Udp, s, d, 1024, 9, 1514),
+            ipv6,
+            flows: 13,
+            base_sport: 1024,
+            dst_addrs: dsts,
+            sizes: imix_sequence(62),
+            ..Default::default()
+        };
         let g = GenProgram::load(&cfg).unwrap();
         let input = vec![0u8; 1514];
         for k in 0..13 * 257 + 5 {
@@ -322,9 +333,18 @@ fn gen_refuses_what_it_cannot_send() {
         (GenConfig { dst_addrs: vec![v6().1], ..ok.clone() }, "is not IPv4"),
         (GenConfig { template: payload, ..ok.clone() }, "payload must be zeros"),
         (GenConfig { template: PacketBuilder::ethernet(A, B).ip(v4().0, v4().1).icmpv4_echo(1, 1).frame_len(60).build(), ..ok.clone() }, "UDP or TCP only"),
-        (GenConfig { template: PacketBuilder::ethernet(A, B).qinq(5).vlan(6).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() }, "one 802.1Q tag"),
-        (GenConfig { template: PacketBuilder::ethernet(A, B).vlan(5).vlan(6).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() }, "one 802.1Q tag"),
-        (GenConfig { template: tagged_frame(Some(5), Proto::Udp, v6().0, v6().1, 1024, 9, 100), ipv6: true, sizes: vec![65], ..ok.clone() }, "shorter than the headers"),
+        (
+            GenConfig { template: PacketBuilder::ethernet(A, B).qinq(5).vlan(6).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() },
+            "one 802.1Q tag",
+        ),
+        (
+            GenConfig { template: PacketBuilder::ethernet(A, B).vlan(5).vlan(6).ip(v4().0, v4().1).udp(1024, 9).frame_len(60).build(), ..ok.clone() },
+            "one 802.1Q tag",
+        ),
+        (
+            GenConfig { template: tagged_frame(Some(5), Proto::Udp, v6().0, v6().1, 1024, 9, 100), ipv6: true, sizes: vec![65], ..ok.clone() },
+            "shorter than the headers",
+        ),
     ];
     for (cfg, want) in cases {
         let err = format!("{:#}", GenProgram::load(&cfg).err().unwrap_or_else(|| panic!("accepted: {want}")));

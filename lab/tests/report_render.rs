@@ -143,7 +143,15 @@ fn chromium(dir: &Path, args: &[&str]) -> Vec<u8> {
     assert!(Path::new(CHROMIUM).exists(), "{CHROMIUM} not found: install chromium (make deps does)");
     let profile = dir.join(format!("profile-{}", args.len()));
     let mut cmd = Command::new(CHROMIUM);
-    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking", "--no-first-run", "--hide-scrollbars"]);
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--hide-scrollbars",
+    ]);
     cmd.arg(format!("--user-data-dir={}", profile.display())).args(args);
     run_with_timeout(&mut cmd, Duration::from_secs(90))
 }

@@ -67,7 +67,10 @@ pub fn parse_cpus(s: &str, ncpu: usize) -> Result<Vec<usize>> {
     let mut v = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (a.parse().with_context(|| format!("--cpus {s}: `{part}` is not a CPU or range"))?, b.parse().with_context(|| format!("--cpus {s}: `{part}` is not a CPU or range"))?);
+        let (a, b): (usize, usize) = (
+            a.parse().with_context(|| format!("--cpus {s}: `{part}` is not a CPU or range"))?,
+            b.parse().with_context(|| format!("--cpus {s}: `{part}` is not a CPU or range"))?,
+        );
         ensure!(a <= b, "--cpus {s}: range {part} runs backwards");
         v.extend(a..=b);
     }
@@ -112,7 +115,11 @@ pub fn run(a: ProfileArgs) -> Result<()> {
         None => Vec::new(),
     };
     let netns = a.netns.as_ref().map(|n| Ok::<_, anyhow::Error>((n.clone(), netns_inode(n)?))).transpose()?;
-    let o = Options { watch: Watch { cpus, netns, in_flight: a.in_flight, counts_only: a.counts_only, follow_every: a.follow_every, device_slots: 0 }, stack_hz: a.stack.then_some(a.frequency), prog_stats: a.prog_stats };
+    let o = Options {
+        watch: Watch { cpus, netns, in_flight: a.in_flight, counts_only: a.counts_only, follow_every: a.follow_every, device_slots: 0 },
+        stack_hz: a.stack.then_some(a.frequency),
+        prog_stats: a.prog_stats,
+    };
     let session = Session::start(&o)?;
     eprintln!("xnf profile: watching for {} s (Ctrl-C to stop early)", a.seconds);
     if wait(a.seconds)? {
@@ -147,6 +154,9 @@ mod tests {
 
     #[test]
     fn an_unknown_namespace_is_one_line() {
-        assert_eq!(netns_inode("xnf-no-such-ns").unwrap_err().to_string(), "--netns xnf-no-such-ns: no such network namespace (`ip netns list` shows the names)");
+        assert_eq!(
+            netns_inode("xnf-no-such-ns").unwrap_err().to_string(),
+            "--netns xnf-no-such-ns: no such network namespace (`ip netns list` shows the names)"
+        );
     }
 }

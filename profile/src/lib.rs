@@ -53,7 +53,9 @@ pub struct Session {
 
 /// The CPUs of this machine (online, from /proc/stat's count).
 pub fn cpu_count() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).max(nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(1) as usize)
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .max(nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN).ok().flatten().unwrap_or(1) as usize)
 }
 
 impl Session {

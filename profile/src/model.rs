@@ -23,9 +23,20 @@ pub const OUTCOMES: [&str; 4] = ["forwarded", "delivered", "dropped", "consumed"
 
 /// Boundary and counted events, in the order of `enum prof_event`.
 pub const EVENTS: [&str; 14] = [
-    "irq:softirq_entry", "net:napi_gro_receive_entry", "net:napi_gro_receive_exit", "net:netif_receive_skb", "fib:fib_table_lookup",
-    "net:net_dev_queue", "net:net_dev_xmit", "sock:sk_data_ready", "skb:kfree_skb/consume_skb", "irq:softirq_exit", "net:netif_rx",
-    "napi:napi_poll", "skb:skb_copy_datagram_iovec", "sched:sched_switch",
+    "irq:softirq_entry",
+    "net:napi_gro_receive_entry",
+    "net:napi_gro_receive_exit",
+    "net:netif_receive_skb",
+    "fib:fib_table_lookup",
+    "net:net_dev_queue",
+    "net:net_dev_xmit",
+    "sock:sk_data_ready",
+    "skb:kfree_skb/consume_skb",
+    "irq:softirq_exit",
+    "net:netif_rx",
+    "napi:napi_poll",
+    "skb:skb_copy_datagram_iovec",
+    "sched:sched_switch",
 ];
 
 /// A log2 histogram of nanoseconds: bucket i holds [2^i, 2^(i+1)).

@@ -130,7 +130,13 @@ impl Stacks {
         let total = self.samples.max(1) as f64;
         let mut v: Vec<TopFunction> = own
             .into_iter()
-            .map(|(name, (a, b))| TopFunction { name: name.to_string(), self_samples: a, total_samples: b, self_pct: 100.0 * a as f64 / total, total_pct: 100.0 * b as f64 / total })
+            .map(|(name, (a, b))| TopFunction {
+                name: name.to_string(),
+                self_samples: a,
+                total_samples: b,
+                self_pct: 100.0 * a as f64 / total,
+                total_pct: 100.0 * b as f64 / total,
+            })
             .collect();
         v.sort_by(|a, b| b.self_samples.cmp(&a.self_samples).then(b.total_samples.cmp(&a.total_samples)).then(a.name.cmp(&b.name)));
         v.truncate(n);
@@ -209,7 +215,10 @@ fn cpu_clock(cpu: usize, frequency: u64) -> Result<OwnedFd> {
         let max_rate = sysctl("kernel.perf_event_max_sample_rate");
         match e.raw_os_error() {
             Some(libc::EACCES) | Some(libc::EPERM) => {
-                bail!("perf events on CPU {cpu} refused ({e}; kernel.perf_event_paranoid = {}): run as root (CAP_PERFMON)", sysctl("kernel.perf_event_paranoid"))
+                bail!(
+                    "perf events on CPU {cpu} refused ({e}; kernel.perf_event_paranoid = {}): run as root (CAP_PERFMON)",
+                    sysctl("kernel.perf_event_paranoid")
+                )
             }
             Some(libc::EINVAL) if max_rate.parse::<u64>().is_ok_and(|m| frequency > m) => {
                 bail!("{frequency} Hz is above kernel.perf_event_max_sample_rate ({max_rate}): sample less often, or raise it with sysctl")
@@ -293,12 +302,21 @@ impl Sampler {
             let kernel_from = frames.len();
             match r.kernel {
                 None => frames.push(LOST_KERNEL.into()),
-                Some(ips) => frames.extend(lookup_addresses(ips).rev().map(|ip| kernel.as_ref().and_then(|s| s.resolve(ip)).map_or_else(|| format!("{ip:#x}"), str::to_string))),
+                Some(ips) => frames.extend(
+                    lookup_addresses(ips).rev().map(|ip| kernel.as_ref().and_then(|s| s.resolve(ip)).map_or_else(|| format!("{ip:#x}"), str::to_string)),
+                ),
             }
             *stacks.entry((r.cpu as usize, frames, kernel_from)).or_default() += count;
             samples += count;
         }
-        let lost_word = |i: u32| -> Result<u64> { Ok(m.sample_lost.lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?.unwrap_or_default().iter().map(|b| u64::from_ne_bytes(b[..8].try_into().expect("8 bytes"))).sum()) };
+        let lost_word = |i: u32| -> Result<u64> {
+            Ok(m.sample_lost
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)?
+                .unwrap_or_default()
+                .iter()
+                .map(|b| u64::from_ne_bytes(b[..8].try_into().expect("8 bytes")))
+                .sum())
+        };
         let lost = SampleLost { ring_full: lost_word(0)?, kernel_stacks: lost_word(1)?, user_stacks: lost_word(2)? };
         let mut stacks: Vec<Stack> = stacks.into_iter().map(|((cpu, frames, kernel_from), count)| Stack { cpu, frames, kernel_from, count }).collect();
         stacks.sort_by(|a, b| b.count.cmp(&a.count).then(a.frames.cmp(&b.frames)));
@@ -359,7 +377,13 @@ impl Sample {
             let n = usize::try_from(bytes as i32).ok()? / 8;
             Some(r[at..at + 8 * n.min(DEPTH)].chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
         };
-        Some(Sample { pid: word(0), cpu: word(4), comm: r[8..24].try_into().expect("16 bytes"), kernel: ips(word(24), 32), user: ips(word(28), 32 + 8 * DEPTH) })
+        Some(Sample {
+            pid: word(0),
+            cpu: word(4),
+            comm: r[8..24].try_into().expect("16 bytes"),
+            kernel: ips(word(24), 32),
+            user: ips(word(28), 32 + 8 * DEPTH),
+        })
     }
 }
 

@@ -70,8 +70,19 @@ pub struct Watch {
 /// per packet (or more), and the softirq's entry and exit, whose runs and
 /// time the kernel counts itself (/proc/softirqs, /proc/stat).
 const NOT_COUNTING: [&str; 13] = [
-    "prof_gro_entry", "prof_gro_exit", "prof_netif_rx", "prof_receive", "prof_fib", "prof_fib6", "prof_queue", "prof_xmit", "prof_socket", "prof_copy", "prof_consume",
-    "prof_softirq_entry", "prof_softirq_exit",
+    "prof_gro_entry",
+    "prof_gro_exit",
+    "prof_netif_rx",
+    "prof_receive",
+    "prof_fib",
+    "prof_fib6",
+    "prof_queue",
+    "prof_xmit",
+    "prof_socket",
+    "prof_copy",
+    "prof_consume",
+    "prof_softirq_entry",
+    "prof_softirq_exit",
 ];
 
 /// The kernel's own softirq accounting at the start, for counting only.
@@ -176,7 +187,16 @@ impl Tracer {
         } else {
             for (cpu, s) in soft.iter().enumerate().filter(|(c, _)| want(*c)) {
                 let stage_ns = stage_rows.iter().map(|r| r.get(cpu).map_or(0, |v| v[0])).collect();
-                p.per_cpu.push(Cpu { cpu, softirqs: s[0], softirq_ns: s[1], stage_ns, tx_softirqs: s[34], tx_softirq_ns: s[35], switches: s[36], ksoftirqd_ns: s[37] });
+                p.per_cpu.push(Cpu {
+                    cpu,
+                    softirqs: s[0],
+                    softirq_ns: s[1],
+                    stage_ns,
+                    tx_softirqs: s[34],
+                    tx_softirq_ns: s[35],
+                    switches: s[36],
+                    ksoftirqd_ns: s[37],
+                });
                 p.softirqs += s[0];
                 p.softirq_ns += s[1];
                 p.softirq_hist.add(&Hist { buckets: s[2..34].to_vec() });
@@ -200,7 +220,15 @@ impl Tracer {
             .map(|(i, e)| Ok((e.to_string(), sum_percpu(&percpu(&m.events, &(i as u32).to_ne_bytes())?, cpus)[0])))
             .collect::<Result<_>>()?;
         let lost: Vec<u64> = (0..5u32).map(|i| Ok(sum_percpu(&percpu(&m.lost, &i.to_ne_bytes())?, cpus)[0])).collect::<Result<_>>()?;
-        p.lost = Lost { packets: lost[0], restarted: lost[1], devices: lost[2], drops: lost[3], wakeups: lost[4], in_flight: m.inflight.keys().count() as u64, stacks: 0 };
+        p.lost = Lost {
+            packets: lost[0],
+            restarted: lost[1],
+            devices: lost[2],
+            drops: lost[3],
+            wakeups: lost[4],
+            in_flight: m.inflight.keys().count() as u64,
+            stacks: 0,
+        };
         // Devices (direct-mapped slots and the hash, merged by address) and drops.
         let mut copies: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
         for slot in 0..PROF_DEV_SLOTS {
@@ -266,7 +294,16 @@ impl Tracer {
             let ns = (t.softirq as f64 * 1e9 / procstat::clk_tck()) as u64;
             let s = soft.get(cpu).cloned().unwrap_or_default();
             let word = |i: usize| s.get(i).copied().unwrap_or(0);
-            let c = Cpu { cpu, softirqs: runs(&now.rx, &k.rx), softirq_ns: ns, stage_ns: vec![0; STAGES.len()], tx_softirqs: runs(&now.tx, &k.tx), tx_softirq_ns: 0, switches: word(36), ksoftirqd_ns: word(37) };
+            let c = Cpu {
+                cpu,
+                softirqs: runs(&now.rx, &k.rx),
+                softirq_ns: ns,
+                stage_ns: vec![0; STAGES.len()],
+                tx_softirqs: runs(&now.tx, &k.tx),
+                tx_softirq_ns: 0,
+                switches: word(36),
+                ksoftirqd_ns: word(37),
+            };
             p.softirqs += c.softirqs;
             p.softirq_ns += c.softirq_ns;
             p.per_cpu.push(c);

@@ -258,7 +258,11 @@ ffffffffc0000000 t veth_poll\t[veth]\n\
     fn a_stripped_library_gets_its_local_functions_from_the_debug_file() {
         use object::Object;
         let maps = parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
-        let libc = maps.iter().filter_map(|m| m.path.clone()).find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))).expect("libc mapped");
+        let libc = maps
+            .iter()
+            .filter_map(|m| m.path.clone())
+            .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libc.so")))
+            .expect("libc mapped");
         let data = std::fs::read(&libc).unwrap();
         let file = object::File::parse(&*data).unwrap();
         assert!(file.symbol_table().is_none(), "{} is not stripped: this test wants a stripped libc", libc.display());

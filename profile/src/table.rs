@@ -58,7 +58,16 @@ fn stages(s: &mut String, p: &Profile, polled: u64, cpu_ns: f64) {
     let _ = writeln!(s, "\n{:<4} {:>9} {:>9} {}  {:>8} {:>9} {:>10}", "cpu", "softirqs", "ms", stage_heads(), "NET_TX", "switches", "ksoftirqd");
     for c in &p.per_cpu {
         let stages: String = c.stage_ns.iter().map(|&n| format!(" {:>7.1}", ms(n))).collect();
-        let _ = writeln!(s, "{:<4} {:>9} {:>9.1}{stages}  {:>8} {:>9} {:>8.1}ms", c.cpu, c.softirqs, ms(c.softirq_ns), c.tx_softirqs, c.switches, ms(c.ksoftirqd_ns));
+        let _ = writeln!(
+            s,
+            "{:<4} {:>9} {:>9.1}{stages}  {:>8} {:>9} {:>8.1}ms",
+            c.cpu,
+            c.softirqs,
+            ms(c.softirq_ns),
+            c.tx_softirqs,
+            c.switches,
+            ms(c.ksoftirqd_ns)
+        );
     }
     let followed = if p.follow_every > 1 { format!(" (1 in {} followed)", p.follow_every) } else { String::new() };
     let _ = writeln!(s, "\npackets from netif_receive_skb to their end{followed}:");
@@ -86,7 +95,8 @@ pub fn render(p: &Profile) -> String {
         );
         let _ = writeln!(s, "\n{:<4} {:>9} {:>9}  {:>8} {:>9} {:>10}", "cpu", "softirqs", "ms", "NET_TX", "switches", "ksoftirqd");
         for c in &p.per_cpu {
-            let _ = writeln!(s, "{:<4} {:>9} {:>9.1}  {:>8} {:>9} {:>8.1}ms", c.cpu, c.softirqs, ms(c.softirq_ns), c.tx_softirqs, c.switches, ms(c.ksoftirqd_ns));
+            let _ =
+                writeln!(s, "{:<4} {:>9} {:>9.1}  {:>8} {:>9} {:>8.1}ms", c.cpu, c.softirqs, ms(c.softirq_ns), c.tx_softirqs, c.switches, ms(c.ksoftirqd_ns));
         }
     } else {
         stages(&mut s, p, polled, cpu_ns);
@@ -108,7 +118,15 @@ pub fn render(p: &Profile) -> String {
     if let Some(all) = &p.stacks {
         let _ = writeln!(s, "\n{}", stacks_line(all));
         let st = all.busy();
-        let _ = writeln!(s, "top functions ({} samples at {} Hz; {} idle left out):\n  {:>7} {:>7}  function", st.samples, st.frequency, all.samples - st.samples, "self %", "total %");
+        let _ = writeln!(
+            s,
+            "top functions ({} samples at {} Hz; {} idle left out):\n  {:>7} {:>7}  function",
+            st.samples,
+            st.frequency,
+            all.samples - st.samples,
+            "self %",
+            "total %"
+        );
         for f in st.top(15) {
             let _ = writeln!(s, "  {:>6.1}% {:>6.1}%  {}", f.self_pct, f.total_pct, f.name);
         }
@@ -195,7 +213,11 @@ fn devices(s: &mut String, p: &Profile) {
     let _ = writeln!(
         s,
         "  * frames polled that went to no traced place: {}",
-        if p.counts_only { "XDP_DROP or XDP_PASS (counting only: frames into the stack are not counted)" } else { "XDP_DROP (there is no tracepoint per XDP verdict)" }
+        if p.counts_only {
+            "XDP_DROP or XDP_PASS (counting only: frames into the stack are not counted)"
+        } else {
+            "XDP_DROP (there is no tracepoint per XDP verdict)"
+        }
     );
 }
 
@@ -213,7 +235,11 @@ mod tests {
     fn lost_stack_samples_are_said_even_when_none() {
         let mut st = Stacks { frequency: 999, samples: 990, ..Default::default() };
         let p = Profile { seconds: 1.0, cpus: vec![0], stacks: Some(st.clone()), ..Default::default() };
-        assert!(render(&p).contains("stacks: 990 samples, 0 lost (0.0 %): 0 not recorded (ring buffer full), 0 kernel and 0 user stacks not copied"), "{}", render(&p));
+        assert!(
+            render(&p).contains("stacks: 990 samples, 0 lost (0.0 %): 0 not recorded (ring buffer full), 0 kernel and 0 user stacks not copied"),
+            "{}",
+            render(&p)
+        );
         st.lost = crate::sample::SampleLost { ring_full: 10, kernel_stacks: 2, user_stacks: 3 };
         assert_eq!(stacks_line(&st), "stacks: 1000 samples, 15 lost (1.5 %): 10 not recorded (ring buffer full), 2 kernel and 3 user stacks not copied");
     }

@@ -82,7 +82,12 @@ fn a_pinned_busy_thread_is_found_in_kernel_and_user_frames() {
     // function must appear by name, and the leaves be names, not addresses.
     let spin = count(&|s| s.frames[1..s.kernel_from].iter().any(|f| f.contains("xnf_profile_test_spin")));
     assert!(spin * 10 > n, "xnf_profile_test_spin in the user frames of {spin} of {n} samples:\n{}", st.folded());
-    let named = count(&|s| s.kernel_from > 1 && { let f = &s.frames[s.kernel_from - 1]; f.chars().any(char::is_alphabetic) && !f.contains("+0x") && !f.starts_with('[') });
+    let named = count(&|s| {
+        s.kernel_from > 1 && {
+            let f = &s.frames[s.kernel_from - 1];
+            f.chars().any(char::is_alphabetic) && !f.contains("+0x") && !f.starts_with('[')
+        }
+    });
     assert!(named * 10 > n * 9, "user leaves named in {named} of {n} samples:\n{}", st.folded());
 
     let top = st.top(5);
@@ -150,7 +155,12 @@ fn under_load_with_many_distinct_stacks_at_most_one_percent_is_lost() {
     }
     let expected = 999.0 * st.seconds * cpus.len() as f64;
     let taken = st.taken() as f64;
-    assert!(taken > 0.7 * expected && taken < 1.15 * expected, "{taken} samples taken in {:.2} s on {} CPUs at 999 Hz, about {expected:.0} expected", st.seconds, cpus.len());
+    assert!(
+        taken > 0.7 * expected && taken < 1.15 * expected,
+        "{taken} samples taken in {:.2} s on {} CPUs at 999 Hz, about {expected:.0} expected",
+        st.seconds,
+        cpus.len()
+    );
     assert_eq!(st.samples, st.stacks.iter().map(|s| s.count).sum::<u64>());
     let walking = st.stacks.iter().filter(|s| s.frames[0].starts_with("xnf-prof-walk")).count();
     assert!(walking >= 300, "the walkers' samples hold {walking} distinct stacks: not the load this test needs\n{}", st.folded());

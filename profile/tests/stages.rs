@@ -68,9 +68,8 @@ fn xdp_program(verdict: i32) -> OwnedFd {
     let name = c"xnf_test_xdp";
     let license = c"GPL";
     // SAFETY: 2 valid instructions, NUL-terminated strings, no options.
-    let fd = unsafe {
-        libbpf_sys::bpf_prog_load(libbpf_sys::BPF_PROG_TYPE_XDP, name.as_ptr(), license.as_ptr(), insns.as_ptr().cast(), 2, std::ptr::null_mut())
-    };
+    let fd =
+        unsafe { libbpf_sys::bpf_prog_load(libbpf_sys::BPF_PROG_TYPE_XDP, name.as_ptr(), license.as_ptr(), insns.as_ptr().cast(), 2, std::ptr::null_mut()) };
     assert!(fd >= 0, "loading a test XDP program: {}", std::io::Error::from_raw_os_error(-fd));
     // SAFETY: a new descriptor we own.
     unsafe { OwnedFd::from_raw_fd(fd) }

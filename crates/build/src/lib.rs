@@ -56,9 +56,5 @@ fn build(src: &Path, skel: &Path, includes: &[&Path], multiarch: &str) {
     println!("cargo:rerun-if-changed={}", src.display());
     let mut args: Vec<String> = includes.iter().map(|i| format!("-I{}", i.display())).collect();
     args.extend([format!("-I/usr/include/{multiarch}"), "-Wall".into(), "-Werror".into()]);
-    SkeletonBuilder::new()
-        .source(src)
-        .clang_args(args)
-        .build_and_generate(skel)
-        .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
+    SkeletonBuilder::new().source(src).clang_args(args).build_and_generate(skel).unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
 }

@@ -71,9 +71,7 @@ fn link_pin(dir: &Path, mode: XdpMode) -> PathBuf {
 /// The mode of the entry attached to the interface whose pins are in `dir`,
 /// when its link is still attached to `ifindex`.
 fn live_mode(dir: &Path, ifindex: u32) -> Option<XdpMode> {
-    [XdpMode::Native, XdpMode::Skb].into_iter().find(|&m| {
-        XdpLink::open(&link_pin(dir, m)).and_then(|l| l.info()).is_ok_and(|(i, _)| i == ifindex)
-    })
+    [XdpMode::Native, XdpMode::Skb].into_iter().find(|&m| XdpLink::open(&link_pin(dir, m)).and_then(|l| l.info()).is_ok_and(|(i, _)| i == ifindex))
 }
 
 /// Pins left by an interface that went away (its ifindex may be reused).
@@ -189,9 +187,7 @@ fn fill(stages: &MapHandle, stage: Stage, prog: BorrowedFd<'_>, ifname: &str) ->
             bail!("{ifname}'s {} stage runs {held}; one network function per stage: detach it first", stage.name());
         }
     }
-    stages
-        .update(&stage.slot().to_ne_bytes(), &raw.to_ne_bytes(), MapFlags::ANY)
-        .with_context(|| format!("installing the {} stage", stage.name()))
+    stages.update(&stage.slot().to_ne_bytes(), &raw.to_ne_bytes(), MapFlags::ANY).with_context(|| format!("installing the {} stage", stage.name()))
 }
 
 /// Empties `stage`'s slot on `ifindex`; with no stage left, detaches the
@@ -251,10 +247,7 @@ pub fn info(ifindex: u32) -> Option<EntryInfo> {
     let mode = live_mode(&dir, ifindex)?;
     let (_, entry_prog_id) = XdpLink::open(&link_pin(&dir, mode)).and_then(|l| l.info()).ok()?;
     let stages = MapHandle::from_pinned_path(dir.join("stages")).ok()?;
-    let present = Stage::ALL
-        .iter()
-        .filter_map(|&s| prog_id(&stages, s).map(|id| (s, id, prog_name(id).unwrap_or_default())))
-        .collect();
+    let present = Stage::ALL.iter().filter_map(|&s| prog_id(&stages, s).map(|id| (s, id, prog_name(id).unwrap_or_default()))).collect();
     Some(EntryInfo { ifindex, mode, entry_prog_id, stages: present })
 }
 
@@ -292,10 +285,7 @@ fn fd_prog_name(fd: BorrowedFd<'_>) -> Option<String> {
 /// "filter + router"-style summary of the stages in `dir`, for messages.
 fn describe(dir: &Path) -> Result<String> {
     let stages = MapHandle::from_pinned_path(dir.join("stages")).context("opening the stage array")?;
-    let names: Vec<String> = Stage::ALL
-        .iter()
-        .filter_map(|&s| prog_id(&stages, s).map(|id| prog_name(id).unwrap_or_else(|| s.name().into())))
-        .collect();
+    let names: Vec<String> = Stage::ALL.iter().filter_map(|&s| prog_id(&stages, s).map(|id| prog_name(id).unwrap_or_else(|| s.name().into()))).collect();
     Ok(if names.is_empty() { "no stages".into() } else { names.join(" + ") })
 }
 
@@ -312,10 +302,7 @@ pub fn ethernet_links(names: &[String], why: &str) -> Result<Vec<xnf_netns::netl
     let links = xnf_netns::netlink::links()?;
     let mut out: Vec<xnf_netns::netlink::Link> = Vec::new();
     for name in names {
-        let link = links
-            .iter()
-            .find(|l| &l.name == name)
-            .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
+        let link = links.iter().find(|l| &l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))?;
         if out.iter().any(|l| &l.name == name) {
             bail!("{name} is named twice");
         }

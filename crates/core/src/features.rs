@@ -104,8 +104,9 @@ impl Feature {
             Feature::DevmapHash => map_type(libbpf_sys::BPF_MAP_TYPE_DEVMAP_HASH),
             Feature::Xskmap => map_type(libbpf_sys::BPF_MAP_TYPE_XSKMAP),
             Feature::LiveFrames => live_frames(),
-            Feature::SyncookieHelpers => helper(libbpf_sys::BPF_FUNC_tcp_raw_gen_syncookie_ipv4)
-                .and_then(|()| helper(libbpf_sys::BPF_FUNC_tcp_raw_gen_syncookie_ipv6)),
+            Feature::SyncookieHelpers => {
+                helper(libbpf_sys::BPF_FUNC_tcp_raw_gen_syncookie_ipv4).and_then(|()| helper(libbpf_sys::BPF_FUNC_tcp_raw_gen_syncookie_ipv6))
+            }
             Feature::Tracepoints => tracepoints(),
             Feature::Kprobes => kprobes(),
             Feature::Vlan => module("8021q", Some("/proc/net/vlan")),
@@ -202,9 +203,7 @@ pub fn command(json: bool, require: &[String]) -> Result<()> {
 
 /// `uname -r`.
 pub fn kernel_release() -> String {
-    nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_else(|_| "?".into())
+    nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_else(|_| "?".into())
 }
 
 fn errno_text(rc: i32) -> String {
@@ -265,25 +264,12 @@ fn btf_enum_has(name: &str, value: &str) -> Result<(), String> {
 
 /// Loads `r0 = XDP_DROP; exit`: the smallest XDP program, for probes.
 pub fn drop_program() -> io::Result<OwnedFd> {
-    let insn = |code: u8, imm: i32| libbpf_sys::bpf_insn {
-        code,
-        _bitfield_align_1: [],
-        _bitfield_1: libbpf_sys::bpf_insn::new_bitfield_1(0, 0),
-        off: 0,
-        imm,
-    };
+    let insn = |code: u8, imm: i32| libbpf_sys::bpf_insn { code, _bitfield_align_1: [], _bitfield_1: libbpf_sys::bpf_insn::new_bitfield_1(0, 0), off: 0, imm };
     let insns = [insn(0xb7, 1 /* mov64 r0, XDP_DROP */), insn(0x95, 0 /* exit */)];
     let license = c"Dual MIT/GPL";
     // SAFETY: valid instructions, license and NULL opts.
     let fd = unsafe {
-        libbpf_sys::bpf_prog_load(
-            libbpf_sys::BPF_PROG_TYPE_XDP,
-            std::ptr::null(),
-            license.as_ptr(),
-            insns.as_ptr(),
-            insns.len() as _,
-            std::ptr::null_mut(),
-        )
+        libbpf_sys::bpf_prog_load(libbpf_sys::BPF_PROG_TYPE_XDP, std::ptr::null(), license.as_ptr(), insns.as_ptr(), insns.len() as _, std::ptr::null_mut())
     };
     if fd < 0 {
         return Err(io::Error::from_raw_os_error(-fd));
@@ -299,7 +285,7 @@ fn live_frames() -> Result<(), String> {
     let prog = drop_program().map_err(|e| format!("loading a two-instruction XDP program failed: {e}"))?;
     let mut frame = [0u8; 64];
     frame[12] = 0x08; // an IPv4 ethertype, so nothing treats it as odd
-    // SAFETY: zeroed opts with sz set is the documented libbpf idiom.
+                      // SAFETY: zeroed opts with sz set is the documented libbpf idiom.
     let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
     opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
     opts.data_in = frame.as_ptr().cast();
@@ -359,9 +345,7 @@ fn module(name: &str, marker: Option<&str>) -> Result<(), String> {
         return Ok(());
     }
     let dir = format!("/lib/modules/{}", kernel_release());
-    let listed = |file: &str, pat: &str| {
-        std::fs::read_to_string(format!("{dir}/{file}")).is_ok_and(|t| t.lines().any(|l| l.contains(pat)))
-    };
+    let listed = |file: &str, pat: &str| std::fs::read_to_string(format!("{dir}/{file}")).is_ok_and(|t| t.lines().any(|l| l.contains(pat)));
     let ko = format!("/{name}.ko");
     if listed("modules.builtin", &ko) || listed("modules.dep", &ko) {
         return Ok(());

@@ -7,11 +7,11 @@
 
 pub mod abi;
 pub mod cenum;
+pub mod class;
 pub mod entry;
 pub mod features;
-pub mod lifecycle;
-pub mod class;
 pub mod fwd;
+pub mod lifecycle;
 pub mod maps;
 pub mod procstat;
 pub mod runtime;

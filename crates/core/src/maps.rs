@@ -167,8 +167,7 @@ pub mod swap {
     pub fn replace(outer: &impl MapCore, value_size: u32, max_entries: u32, entries: &[Vec<u8>]) -> Result<()> {
         anyhow::ensure!(entries.len() <= max_entries as usize, "{} entries: the table holds {max_entries}", entries.len());
         let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
-        let inner = MapHandle::create(MapType::Array, Some("xnf_table"), 4, value_size, max_entries, &opts)
-            .context("creating a table for the data plane")?;
+        let inner = MapHandle::create(MapType::Array, Some("xnf_table"), 4, value_size, max_entries, &opts).context("creating a table for the data plane")?;
         for (i, v) in entries.iter().enumerate() {
             inner.update(&(i as u32).to_ne_bytes(), v, MapFlags::ANY).context("filling a table")?;
         }

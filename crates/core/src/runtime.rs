@@ -25,7 +25,6 @@ pub fn kernel_at_least(major: u32, minor: u32) -> bool {
     (it.next().unwrap_or(0), it.next().unwrap_or(0)) >= (major, minor)
 }
 
-
 /// The period of a `--watch [SECS]` option.
 pub fn watch_period(watch: Option<f64>) -> Result<Option<std::time::Duration>> {
     match watch {

@@ -141,12 +141,9 @@ mod tests {
 
     #[test]
     fn locals_hold_addresses_and_the_broadcast_addresses_of_their_subnets() {
-        let s = Sources {
-            addrs: vec![addr(2, "198.18.0.2/24", Some("198.18.0.255")), addr(3, "198.18.1.1/31", None), addr(4, "198.18.2.1/32", None)],
-            all_rpf: 0,
-        };
-        let want: BTreeSet<Ipv4Addr> =
-            ["198.18.0.2", "198.18.0.255", "198.18.1.1", "198.18.2.1"].iter().map(|a| a.parse().unwrap()).collect();
+        let s =
+            Sources { addrs: vec![addr(2, "198.18.0.2/24", Some("198.18.0.255")), addr(3, "198.18.1.1/31", None), addr(4, "198.18.2.1/32", None)], all_rpf: 0 };
+        let want: BTreeSet<Ipv4Addr> = ["198.18.0.2", "198.18.0.255", "198.18.1.1", "198.18.2.1"].iter().map(|a| a.parse().unwrap()).collect();
         assert_eq!(s.locals(), want);
     }
 }

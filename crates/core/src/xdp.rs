@@ -106,16 +106,12 @@ impl XdpLink {
         opts.sz = std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _;
         opts.flags = mode.flags();
         // SAFETY: valid fd and opts.
-        let fd = unsafe {
-            libbpf_sys::bpf_link_create(prog.as_fd().as_raw_fd(), ifindex as i32, libbpf_sys::BPF_XDP, &opts)
-        };
+        let fd = unsafe { libbpf_sys::bpf_link_create(prog.as_fd().as_raw_fd(), ifindex as i32, libbpf_sys::BPF_XDP, &opts) };
         if fd < 0 {
             let err = io::Error::from_raw_os_error(-fd);
             crate::features::Feature::XdpLink.require()?;
             let why = match (-fd, mode) {
-                (libc::EOPNOTSUPP, XdpMode::Native) => format!(
-                    "the driver of {ifname} has no native XDP support; use --mode skb (slower)"
-                ),
+                (libc::EOPNOTSUPP, XdpMode::Native) => format!("the driver of {ifname} has no native XDP support; use --mode skb (slower)"),
                 (libc::EEXIST | libc::EBUSY, _) => format!(
                     "{ifname} already has an XDP program that xnf does not manage; remove it first \
                      (`ip link set dev {ifname} xdp off`)"

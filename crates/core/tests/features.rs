@@ -55,9 +55,7 @@ fn used(f: Feature, ns: &Netns, dev: &str) -> bool {
         Feature::Kprobes => {
             let root = tracefs().expect("tracefs");
             let events = format!("{root}/kprobe_events");
-            let write = |s: &str| {
-                std::fs::OpenOptions::new().append(true).open(&events).and_then(|mut f| f.write_all(s.as_bytes())).is_ok()
-            };
+            let write = |s: &str| std::fs::OpenOptions::new().append(true).open(&events).and_then(|mut f| f.write_all(s.as_bytes())).is_ok();
             let made = write("p:xnf_feature_probe netif_receive_skb\n");
             if made {
                 assert!(write("-:xnf_feature_probe\n"), "removing the test kprobe");

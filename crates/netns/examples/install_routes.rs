@@ -16,9 +16,7 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use xnf_netns::{
-    BatchConfig, Family, LineConfig, LineTopology, Netns, RouteReport, RouteSet, XNF_RTPROT,
-};
+use xnf_netns::{BatchConfig, Family, LineConfig, LineTopology, Netns, RouteReport, RouteSet, XNF_RTPROT};
 
 const USAGE: &str = "\
 usage: install_routes [--v4 N] [--v6 N] [--ip-batch N] [--sweep N] [--seed S]   (as root)
@@ -41,25 +39,15 @@ struct Args {
 }
 
 fn parse() -> Result<Args> {
-    let mut a = Args {
-        v4: 1_000_000,
-        v6: 0,
-        ip_batch: 0,
-        sweep: 0,
-        seed: 1,
-    };
+    let mut a = Args { v4: 1_000_000, v6: 0, ip_batch: 0, sweep: 0, seed: 1 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "--help" || flag == "-h" {
             println!("{USAGE}");
             std::process::exit(0);
         }
-        let value: u64 = it
-            .next()
-            .with_context(|| format!("{flag} needs a number"))?
-            .replace('_', "")
-            .parse()
-            .with_context(|| format!("{flag} needs a number"))?;
+        let value: u64 =
+            it.next().with_context(|| format!("{flag} needs a number"))?.replace('_', "").parse().with_context(|| format!("{flag} needs a number"))?;
         match flag.as_str() {
             "--v4" => a.v4 = value as usize,
             "--v6" => a.v6 = value as usize,
@@ -75,24 +63,13 @@ fn parse() -> Result<Args> {
 /// Kernel memory that routes take (slab + per-CPU), in MiB.
 fn kernel_mib() -> f64 {
     let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let kib = |key: &str| {
-        info.lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+    let kib =
+        |key: &str| info.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok()).unwrap_or(0.0);
     (kib("Slab:") + kib("Percpu:")) / 1024.0
 }
 
 fn show(what: &str, r: &RouteReport) {
-    println!(
-        "  {what:<8} {:>9} routes in {:>7.3} s = {:>9.0} routes/s ({} sends)",
-        r.routes,
-        r.seconds,
-        r.rate(),
-        r.sends
-    );
+    println!("  {what:<8} {:>9} routes in {:>7.3} s = {:>9.0} routes/s ({} sends)", r.routes, r.seconds, r.rate(), r.sends);
 }
 
 fn full_cycle(dut: &Netns, set: &RouteSet, gateway: IpAddr, dev: &str) -> Result<()> {
@@ -104,11 +81,7 @@ fn full_cycle(dut: &Netns, set: &RouteSet, gateway: IpAddr, dev: &str) -> Result
     show("install", &add);
     let t = Instant::now();
     let count = dut.route_count(family, Some(XNF_RTPROT))?;
-    println!(
-        "  dump     {count:>9} routes in {:>7.3} s; kernel memory (slab + per-CPU) +{:.0} MiB",
-        t.elapsed().as_secs_f64(),
-        kernel_mib() - mem
-    );
+    println!("  dump     {count:>9} routes in {:>7.3} s; kernel memory (slab + per-CPU) +{:.0} MiB", t.elapsed().as_secs_f64(), kernel_mib() - mem);
     if count != set.len() {
         bail!("dump found {count} routes, installed {}", set.len());
     }
@@ -132,18 +105,9 @@ fn ip_batch_compare(dut: &Netns, set: &RouteSet, gateway: IpAddr, dev: &str) -> 
     println!("ip -batch vs netlink, {} IPv4 routes:", set.len());
     let n = set.len() as f64;
     let mut best_ip = (f64::MAX, f64::MAX);
-    for (order, prefixes) in [
-        ("address", set.prefixes().to_vec()),
-        ("shuffled", shuffled(set.prefixes())),
-    ] {
-        let adds: Vec<String> = prefixes
-            .iter()
-            .map(|p| format!("route add {p} via {gateway} dev {dev} proto {XNF_RTPROT}"))
-            .collect();
-        let dels: Vec<String> = prefixes
-            .iter()
-            .map(|p| format!("route del {p} proto {XNF_RTPROT}"))
-            .collect();
+    for (order, prefixes) in [("address", set.prefixes().to_vec()), ("shuffled", shuffled(set.prefixes()))] {
+        let adds: Vec<String> = prefixes.iter().map(|p| format!("route add {p} via {gateway} dev {dev} proto {XNF_RTPROT}")).collect();
+        let dels: Vec<String> = prefixes.iter().map(|p| format!("route del {p} proto {XNF_RTPROT}")).collect();
         let t = Instant::now();
         dut.ip_batch(&adds)?;
         let ip_add = t.elapsed().as_secs_f64();
@@ -154,53 +118,28 @@ fn ip_batch_compare(dut: &Netns, set: &RouteSet, gateway: IpAddr, dev: &str) -> 
         let t = Instant::now();
         dut.ip_batch(&dels)?;
         let ip_del = t.elapsed().as_secs_f64();
-        println!(
-            "  ip -batch, {order:<8} order: install {ip_add:>7.3} s ({:>8.0}/s), remove {ip_del:>7.3} s ({:>8.0}/s)",
-            n / ip_add,
-            n / ip_del
-        );
+        println!("  ip -batch, {order:<8} order: install {ip_add:>7.3} s ({:>8.0}/s), remove {ip_del:>7.3} s ({:>8.0}/s)", n / ip_add, n / ip_del);
         best_ip = (best_ip.0.min(ip_add), best_ip.1.min(ip_del));
     }
     let add = dut.install_routes(set, gateway, dev)?;
     let del = dut.remove_routes(set)?;
-    println!(
-        "  netlink batches:          install {:>7.3} s ({:>8.0}/s), remove {:>7.3} s ({:>8.0}/s)",
-        add.seconds,
-        add.rate(),
-        del.seconds,
-        del.rate(),
-    );
-    println!(
-        "  netlink vs the better ip -batch: {:.1}x faster to install, {:.1}x to remove",
-        best_ip.0 / add.seconds,
-        best_ip.1 / del.seconds
-    );
+    println!("  netlink batches:          install {:>7.3} s ({:>8.0}/s), remove {:>7.3} s ({:>8.0}/s)", add.seconds, add.rate(), del.seconds, del.rate(),);
+    println!("  netlink vs the better ip -batch: {:.1}x faster to install, {:.1}x to remove", best_ip.0 / add.seconds, best_ip.1 / del.seconds);
     Ok(())
 }
 
 fn sweep(dut: &Netns, set: &RouteSet, gateway: IpAddr, dev: &str) -> Result<()> {
-    println!(
-        "batching sweep, {} IPv4 routes (install, best of 3):",
-        set.len()
-    );
+    println!("batching sweep, {} IPv4 routes (install, best of 3):", set.len());
     for ack_every in [false, true] {
         for kib in [4, 16, 64, 256, 1024] {
-            let config = BatchConfig {
-                send_bytes: kib << 10,
-                ack_every,
-            };
+            let config = BatchConfig { send_bytes: kib << 10, ack_every };
             let mut best = f64::MAX;
             for _ in 0..3 {
                 let r = dut.install_routes_with(set, gateway, dev, config)?;
                 best = best.min(r.seconds);
                 dut.remove_routes(set)?;
             }
-            println!(
-                "  {:>5} KiB per send, ack {:<10} {best:>7.3} s ({:>8.0}/s)",
-                kib,
-                if ack_every { "every" } else { "last only" },
-                set.len() as f64 / best
-            );
+            println!("  {:>5} KiB per send, ack {:<10} {best:>7.3} s ({:>8.0}/s)", kib, if ack_every { "every" } else { "last only" }, set.len() as f64 / best);
         }
     }
     Ok(())
@@ -212,18 +151,9 @@ fn main() -> Result<()> {
     let dut = t.dut();
     let (gw4, gw6): (IpAddr, IpAddr) = (t.sink_v4.into(), t.sink_v6.into());
     let dev = t.dut_sink_if.clone();
-    println!(
-        "kernel {}, {} CPUs",
-        std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
+    println!("kernel {}, {} CPUs", std::fs::read_to_string("/proc/sys/kernel/osrelease")?.trim(), std::thread::available_parallelism().map_or(0, |n| n.get()));
     if args.sweep > 0 {
-        sweep(
-            dut,
-            &RouteSet::synthetic_v4(args.sweep, args.seed)?,
-            gw4,
-            &dev,
-        )?;
+        sweep(dut, &RouteSet::synthetic_v4(args.sweep, args.seed)?, gw4, &dev)?;
     }
     if args.ip_batch > 0 {
         let set = RouteSet::synthetic_v4(args.ip_batch, args.seed)?;
@@ -238,10 +168,7 @@ fn main() -> Result<()> {
             Family::V4 => RouteSet::synthetic_v4(n, args.seed)?,
             Family::V6 => RouteSet::synthetic_v6(n, args.seed)?,
         };
-        println!(
-            "generated {n} {family} prefixes in {:.2} s",
-            t0.elapsed().as_secs_f64()
-        );
+        println!("generated {n} {family} prefixes in {:.2} s", t0.elapsed().as_secs_f64());
         let gw = if family == Family::V4 { gw4 } else { gw6 };
         full_cycle(dut, &set, gw, &dev)?;
     }

@@ -30,9 +30,7 @@ pub fn check_test_addr(addr: &str) -> Result<IpAddr> {
         Some((ip, len)) => (ip, Some(len)),
         None => (addr, None),
     };
-    let ip: IpAddr = ip.parse().with_context(|| {
-        format!("`{addr}` is not an IP address or prefix (expected e.g. 198.18.0.1/24 or 2001:db8::1/64)")
-    })?;
+    let ip: IpAddr = ip.parse().with_context(|| format!("`{addr}` is not an IP address or prefix (expected e.g. 198.18.0.1/24 or 2001:db8::1/64)"))?;
     if !is_test_ip(ip) {
         bail!(
             "{addr} is not a test address: xnf only uses 198.18.0.0/15 and 2001:db8::/32 \
@@ -41,10 +39,7 @@ pub fn check_test_addr(addr: &str) -> Result<IpAddr> {
     }
     if let Some(len) = len {
         let (max, min) = if ip.is_ipv4() { (32, 15) } else { (128, 32) };
-        let len: u8 =
-            len.parse().ok().filter(|l| *l <= max).with_context(|| {
-                format!("{addr}: prefix length must be a number from 0 to {max}")
-            })?;
+        let len: u8 = len.parse().ok().filter(|l| *l <= max).with_context(|| format!("{addr}: prefix length must be a number from 0 to {max}"))?;
         if len < min {
             bail!(
                 "{addr} is wider than the test ranges (198.18.0.0/15, 2001:db8::/32): \
@@ -60,13 +55,7 @@ pub use xnf_packet::MacAddr as Mac;
 
 /// Checks a Linux interface name: 1 to 15 bytes, no `/`, `:` or whitespace.
 pub(crate) fn check_ifname(name: &str) -> Result<()> {
-    let bad = name.is_empty()
-        || name.len() > 15
-        || name == "."
-        || name == ".."
-        || name
-            .chars()
-            .any(|c| c == '/' || c == ':' || c.is_whitespace());
+    let bad = name.is_empty() || name.len() > 15 || name == "." || name == ".." || name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace());
     if bad {
         bail!("`{name}` is not a valid interface name (1-15 bytes, no '/', ':' or spaces)");
     }
@@ -79,13 +68,7 @@ mod tests {
 
     #[test]
     fn test_ranges() {
-        for good in [
-            "198.18.0.1",
-            "198.19.255.1",
-            "2001:db8::1",
-            "198.18.0.0/15",
-            "2001:db8:1::/64",
-        ] {
+        for good in ["198.18.0.1", "198.19.255.1", "2001:db8::1", "198.18.0.0/15", "2001:db8:1::/64"] {
             assert!(check_test_addr(good).is_ok(), "{good} should be accepted");
         }
         for bad in [

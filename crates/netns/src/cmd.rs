@@ -24,20 +24,10 @@ pub(crate) fn describe(cmd: &Command) -> String {
 /// for batches, the input that was fed.
 pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> Result<Output> {
     let line = describe(cmd);
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .env("LC_ALL", "C");
-    let mut child = cmd.spawn().with_context(|| {
-        format!(
-            "could not start `{line}`: is {} installed and in PATH? (iproute2 provides `ip`)",
-            cmd.get_program().to_string_lossy()
-        )
-    })?;
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped()).env("LC_ALL", "C");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("could not start `{line}`: is {} installed and in PATH? (iproute2 provides `ip`)", cmd.get_program().to_string_lossy()))?;
     // Feed stdin from a helper thread so a chatty child can never deadlock
     // against a full stdout pipe.
     let feeder = match (stdin, child.stdin.take()) {
@@ -47,9 +37,7 @@ pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> Result<Output> {
         }
         _ => None,
     };
-    let out = child
-        .wait_with_output()
-        .with_context(|| format!("waiting for `{line}`"))?;
+    let out = child.wait_with_output().with_context(|| format!("waiting for `{line}`"))?;
     let fed = feeder.map(|t| t.join().unwrap_or(Ok(())));
     if out.status.success() {
         if let Some(Err(e)) = fed {
@@ -59,11 +47,7 @@ pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> Result<Output> {
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let said = if stderr.trim().is_empty() {
-        stdout.trim()
-    } else {
-        stderr.trim()
-    };
+    let said = if stderr.trim().is_empty() { stdout.trim() } else { stderr.trim() };
     let hint = if said.contains("Operation not permitted") || said.contains("Permission denied") {
         "\nhint: xnf-netns needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)"
     } else {
@@ -78,8 +62,5 @@ pub(crate) fn run(cmd: &mut Command, stdin: Option<&str>) -> Result<Output> {
 
 /// `text` with 1-based line numbers, matching `ip -batch`'s "Command failed -:N".
 fn numbered(text: &str) -> String {
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| format!("{:>4}: {l}\n", i + 1))
-        .collect()
+    text.lines().enumerate().map(|(i, l)| format!("{:>4}: {l}\n", i + 1)).collect()
 }

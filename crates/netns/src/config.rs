@@ -86,8 +86,7 @@ fn route_dst(dst: &IpNet) -> String {
 
 /// The ifindex of `dev` in this thread's namespace.
 fn ifindex(dev: &str, ns: &str) -> Result<u32> {
-    nix::net::if_::if_nametoindex(dev)
-        .map_err(|_| anyhow!("no interface {dev} there (see `ip -n {ns} link`)"))
+    nix::net::if_::if_nametoindex(dev).map_err(|_| anyhow!("no interface {dev} there (see `ip -n {ns} link`)"))
 }
 
 impl Op {
@@ -95,9 +94,7 @@ impl Op {
     fn apply(&self, rtnl: &mut Rtnl, ns: &str) -> Result<()> {
         let (msg, flags): (RouteNetlinkMessage, u16) = match self {
             Op::Link { dev, change } => (netlink::set_link_message(ifindex(dev, ns)?, *change), 0),
-            Op::AddrAdd { dev, net } => {
-                (netlink::addr_message(ifindex(dev, ns)?, *net), NLM_F_CREATE | NLM_F_EXCL)
-            }
+            Op::AddrAdd { dev, net } => (netlink::addr_message(ifindex(dev, ns)?, *net), NLM_F_CREATE | NLM_F_EXCL),
             Op::Route { replace, dst, via, dev } => {
                 let oif = dev.as_deref().map(|d| ifindex(d, ns)).transpose()?;
                 let msg = netlink::route_message(*dst, *via, oif, netlink::RTPROT_BOOT);
@@ -116,11 +113,7 @@ impl Op {
 
 impl<'a> Batch<'a> {
     pub(crate) fn new(ns: &'a Netns) -> Batch<'a> {
-        Batch {
-            ns,
-            ops: Vec::new(),
-            lines: Vec::new(),
-        }
+        Batch { ns, ops: Vec::new(), lines: Vec::new() }
     }
 
     /// The commands so far, as the `ip` commands (without the leading
@@ -139,8 +132,7 @@ impl<'a> Batch<'a> {
         self.ns.run(|| -> Result<()> {
             let mut rtnl = Rtnl::open()?;
             for (op, line) in self.ops.iter().zip(&self.lines) {
-                op.apply(&mut rtnl, ns)
-                    .map_err(|e| anyhow!("`{line}` in namespace {ns} failed: {e:#}"))?;
+                op.apply(&mut rtnl, ns).map_err(|e| anyhow!("`{line}` in namespace {ns} failed: {e:#}"))?;
             }
             Ok(())
         })?
@@ -276,15 +268,9 @@ mod tests {
 
     #[test]
     fn route_lines() {
-        assert_eq!(
-            line(false, "198.18.1.0/24", Some("198.18.0.2"), None).unwrap(),
-            "route add 198.18.1.0/24 via 198.18.0.2"
-        );
+        assert_eq!(line(false, "198.18.1.0/24", Some("198.18.0.2"), None).unwrap(), "route add 198.18.1.0/24 via 198.18.0.2");
         assert_eq!(line(true, "::/0", None, Some("xnf0a")).unwrap(), "route replace ::/0 dev xnf0a");
-        assert_eq!(
-            line(false, "default", Some("2001:db8::1"), None).unwrap(),
-            "route add ::/0 via 2001:db8::1"
-        );
+        assert_eq!(line(false, "default", Some("2001:db8::1"), None).unwrap(), "route add ::/0 via 2001:db8::1");
         assert_eq!(line(false, "default", None, Some("xnf0a")).unwrap(), "route add default dev xnf0a");
         assert_eq!(line(false, "198.18.1.1", None, Some("xnf0a")).unwrap(), "route add 198.18.1.1/32 dev xnf0a");
         assert!(line(false, "10.0.0.0/8", None, Some("xnf0a")).is_err());
@@ -300,18 +286,12 @@ mod tests {
     fn other_lines() {
         let ns_less = |op: Op| op.to_string();
         let mac: Mac = "02:00:00:00:00:0a".parse().unwrap();
-        assert_eq!(
-            ns_less(Op::AddrAdd { dev: "xnf1a".into(), net: test_net("2001:db8::1/64").unwrap() }),
-            "addr add 2001:db8::1/64 dev xnf1a nodad"
-        );
+        assert_eq!(ns_less(Op::AddrAdd { dev: "xnf1a".into(), net: test_net("2001:db8::1/64").unwrap() }), "addr add 2001:db8::1/64 dev xnf1a nodad");
         assert_eq!(
             ns_less(Op::Neigh { ip: "198.18.0.2".parse().unwrap(), mac: Some(mac), dev: "xnf1a".into() }),
             "neigh replace 198.18.0.2 lladdr 02:00:00:00:00:0a dev xnf1a nud permanent"
         );
-        assert_eq!(
-            ns_less(Op::Link { dev: "xnf1a".into(), change: LinkChange::Mac(mac.0) }),
-            "link set dev xnf1a address 02:00:00:00:00:0a"
-        );
+        assert_eq!(ns_less(Op::Link { dev: "xnf1a".into(), change: LinkChange::Mac(mac.0) }), "link set dev xnf1a address 02:00:00:00:00:0a");
         assert_eq!(test_net("198.18.0.1").unwrap().to_string(), "198.18.0.1/32");
         assert!(test_net("198.18.0.1/x").is_err());
         assert!(check_plain_addr("198.18.0.1/32").is_err());

@@ -50,10 +50,10 @@ pub use config::Batch;
 pub use ethtool::Offload;
 pub use netlink::{BatchConfig, KernelError};
 pub use netns::{cleanup_all, cleanup_stale, live_namespaces, run_in, Netns, NETNS_DIR, NS_PREFIX};
-pub use routes::{
-    lookup_targets, Family, InstalledRoutes, RouteReport, RouteSet, IPV4_LENGTH_MIX, IPV6_LENGTH_MIX,
-    MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT, V6_SHIFT, XNF_RTPROT,
-};
 pub use packet::{packet_socket, send_frame};
+pub use routes::{
+    lookup_targets, Family, InstalledRoutes, RouteReport, RouteSet, IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN,
+    V4_SLICE_SHIFT, V6_SHIFT, XNF_RTPROT,
+};
 pub use stats::{LinkStats, Snmp};
 pub use topology::{ifname, veth, LineConfig, LineTopology, Topology, VethPair};

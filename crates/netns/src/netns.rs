@@ -88,23 +88,12 @@ impl Netns {
     /// `role` (e.g. "dut") ends the name; characters other than ASCII letters,
     /// digits, `-` and `_` become `_`, and it is cut to 32 characters.
     pub fn new(role: &str) -> Result<Netns> {
-        let role: String = role
-            .chars()
-            .take(32)
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let role: String = role.chars().take(32).map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
         let n = NEXT_NS.fetch_add(1, Ordering::Relaxed);
         let name = format!("{NS_PREFIX}{}-{n}-{role}", std::process::id());
         {
             let _serial = lock(&ADD_LOCK);
-            cmd::run(Command::new("ip").args(["netns", "add", &name]), None)
-                .context("creating a network namespace (needs root and iproute2)")?;
+            cmd::run(Command::new("ip").args(["netns", "add", &name]), None).context("creating a network namespace (needs root and iproute2)")?;
         }
         lock(&LIVE).insert(name.clone());
         // From here on the guard owns the namespace, even if `lo` fails.
@@ -170,7 +159,9 @@ impl Netns {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         self.run(move || loop {
             match bind() {
-                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
                 other => return other,
             }
         })?
@@ -189,9 +180,7 @@ impl Netns {
     /// Runs `args` (program and arguments) inside the namespace via
     /// `ip netns exec` and returns its output; fails on a non-zero exit.
     pub fn exec(&self, args: &[&str]) -> Result<Output> {
-        let (program, rest) = args
-            .split_first()
-            .context("Netns::exec needs a program to run")?;
+        let (program, rest) = args.split_first().context("Netns::exec needs a program to run")?;
         cmd::run(self.command(program).args(rest), None)
     }
 
@@ -220,10 +209,7 @@ impl Netns {
             input.push_str(line.as_ref());
             input.push('\n');
         }
-        cmd::run(
-            Command::new("ip").args(["-n", &self.name, "-batch", "-"]),
-            Some(&input),
-        )?;
+        cmd::run(Command::new("ip").args(["-n", &self.name, "-batch", "-"]), Some(&input))?;
         Ok(())
     }
 
@@ -241,25 +227,13 @@ impl Netns {
         if !path.starts_with("/proc/sys/net/") {
             bail!("sysctl {key} is not under net.: only per-namespace net.* sysctls may be set from the harness");
         }
-        self.run(|| std::fs::write(&path, value))?.with_context(|| {
-            format!(
-                "setting sysctl {key}={value} in {} (does the key exist?)",
-                self.name
-            )
-        })
+        self.run(|| std::fs::write(&path, value))?.with_context(|| format!("setting sysctl {key}={value} in {} (does the key exist?)", self.name))
     }
 
     /// Reads a sysctl of this namespace (key as for [`Netns::sysctl_set`]), trimmed.
     pub fn sysctl_get(&self, key: &str) -> Result<String> {
         let path = sysctl_path(key)?;
-        let value = self
-            .run(|| std::fs::read_to_string(&path))?
-            .with_context(|| {
-                format!(
-                    "reading sysctl {key} in {} (does the key exist?)",
-                    self.name
-                )
-            })?;
+        let value = self.run(|| std::fs::read_to_string(&path))?.with_context(|| format!("reading sysctl {key} in {} (does the key exist?)", self.name))?;
         Ok(value.trim().to_owned())
     }
 
@@ -300,40 +274,32 @@ impl Netns {
     /// Packet and byte counters of interface `dev` (from /proc/net/dev).
     pub fn link_stats(&self, dev: &str) -> Result<LinkStats> {
         let text = read_again(&self.counter_files()?.dev).context("reading /proc/net/dev")?;
-        parse_dev(&text, dev)
-            .with_context(|| format!("no interface {dev} in namespace {}", self.name))
+        parse_dev(&text, dev).with_context(|| format!("no interface {dev} in namespace {}", self.name))
     }
 
     /// The ifindex of `dev` inside this namespace.
     pub fn ifindex(&self, dev: &str) -> Result<u32> {
         check_ifname(dev)?;
-        self.run(|| nix::net::if_::if_nametoindex(dev))?
-            .with_context(|| format!("no interface {dev} in namespace {}", self.name))
+        self.run(|| nix::net::if_::if_nametoindex(dev))?.with_context(|| format!("no interface {dev} in namespace {}", self.name))
     }
 
     /// The MAC address of `dev`.
     pub fn mac(&self, dev: &str) -> Result<Mac> {
         check_ifname(dev)?;
-        let link = self
-            .run(|| netlink::link_by_name(dev))?
-            .with_context(|| format!("reading the MAC of {dev} in {}", self.name))?;
-        let mac = link.mac.with_context(|| {
-            format!("{dev} in {} has no Ethernet address (it is not an Ethernet device)", self.name)
-        })?;
+        let link = self.run(|| netlink::link_by_name(dev))?.with_context(|| format!("reading the MAC of {dev} in {}", self.name))?;
+        let mac = link.mac.with_context(|| format!("{dev} in {} has no Ethernet address (it is not an Ethernet device)", self.name))?;
         Ok(Mac::from(mac))
     }
 
     /// Turns an offload feature of `dev` on or off (`ethtool -K DEV NAME
     /// on|off`, through the ioctl; see [`crate::ethtool`]).
     pub fn set_offload(&self, dev: &str, offload: Offload, on: bool) -> Result<()> {
-        self.run(|| ethtool::set_offload(dev, offload, on))?
-            .with_context(|| format!("in namespace {}", self.name))
+        self.run(|| ethtool::set_offload(dev, offload, on))?.with_context(|| format!("in namespace {}", self.name))
     }
 
     /// Whether an offload feature of `dev` is on.
     pub fn offload(&self, dev: &str, offload: Offload) -> Result<bool> {
-        self.run(|| ethtool::offload(dev, offload))?
-            .with_context(|| format!("in namespace {}", self.name))
+        self.run(|| ethtool::offload(dev, offload))?.with_context(|| format!("in namespace {}", self.name))
     }
 
     /// Waits until each of `devs` is settled, for at most 5 s: operational
@@ -445,11 +411,7 @@ impl Drop for Netns {
 
 /// `/proc/sys/...` for a dotted or slashed sysctl key.
 fn sysctl_path(key: &str) -> Result<PathBuf> {
-    let rel = if key.contains('/') {
-        key.trim_start_matches('/').to_owned()
-    } else {
-        key.replace('.', "/")
-    };
+    let rel = if key.contains('/') { key.trim_start_matches('/').to_owned() } else { key.replace('.', "/") };
     if rel.is_empty() || rel.split('/').any(|part| part.is_empty() || part == "..") {
         bail!("`{key}` is not a sysctl key like net.ipv4.ip_forward");
     }
@@ -512,14 +474,9 @@ pub fn cleanup_stale() -> Result<Vec<String>> {
     let me = std::process::id();
     let mut stale = Vec::new();
     for entry in entries {
-        let name = entry
-            .with_context(|| format!("listing {NETNS_DIR}"))?
-            .file_name();
+        let name = entry.with_context(|| format!("listing {NETNS_DIR}"))?.file_name();
         let Some(name) = name.to_str() else { continue };
-        let pid = name
-            .strip_prefix(NS_PREFIX)
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|pid| pid.parse::<u32>().ok());
+        let pid = name.strip_prefix(NS_PREFIX).and_then(|rest| rest.split('-').next()).and_then(|pid| pid.parse::<u32>().ok());
         if let Some(pid) = pid {
             if pid != me && !Path::new(&format!("/proc/{pid}")).exists() {
                 stale.push(name.to_owned());
@@ -531,16 +488,9 @@ pub fn cleanup_stale() -> Result<Vec<String>> {
 }
 
 fn delete_all(names: impl IntoIterator<Item = String>) -> Result<()> {
-    let errors: Vec<String> = names
-        .into_iter()
-        .filter_map(|n| delete_ns(&n).err().map(|e| format!("{e:#}")))
-        .collect();
+    let errors: Vec<String> = names.into_iter().filter_map(|n| delete_ns(&n).err().map(|e| format!("{e:#}"))).collect();
     if !errors.is_empty() {
-        bail!(
-            "could not remove {} namespace(s):\n{}",
-            errors.len(),
-            errors.join("\n")
-        );
+        bail!("could not remove {} namespace(s):\n{}", errors.len(), errors.join("\n"));
     }
     Ok(())
 }

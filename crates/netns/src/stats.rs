@@ -19,29 +19,20 @@ pub struct Snmp {
 impl Snmp {
     /// The counter, or `None` if this kernel does not report it.
     pub fn get(&self, proto: &str, name: &str) -> Option<u64> {
-        self.values
-            .get(&(proto.to_owned(), name.to_owned()))
-            .copied()
+        self.values.get(&(proto.to_owned(), name.to_owned())).copied()
     }
 
     /// The counter, or an error naming the counters that `proto` does have.
     pub fn value(&self, proto: &str, name: &str) -> Result<u64> {
         self.get(proto, name).with_context(|| {
-            let known: Vec<&str> = self
-                .values
-                .keys()
-                .filter(|(p, _)| p == proto)
-                .map(|(_, n)| n.as_str())
-                .collect();
+            let known: Vec<&str> = self.values.keys().filter(|(p, _)| p == proto).map(|(_, n)| n.as_str()).collect();
             format!("no SNMP counter {proto} {name}; {proto} has: {known:?}")
         })
     }
 
     /// All counters in (protocol, counter) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str, u64)> {
-        self.values
-            .iter()
-            .map(|((p, n), v)| (p.as_str(), n.as_str(), *v))
+        self.values.iter().map(|((p, n), v)| (p.as_str(), n.as_str(), *v))
     }
 
     /// Adds the header/value line pairs of /proc/net/snmp or /proc/net/netstat:
@@ -49,9 +40,7 @@ impl Snmp {
     pub(crate) fn add_table(&mut self, text: &str) {
         let mut lines = text.lines();
         while let (Some(head), Some(vals)) = (lines.next(), lines.next()) {
-            let (Some((proto, names)), Some((_, vals))) =
-                (head.split_once(':'), vals.split_once(':'))
-            else {
+            let (Some((proto, names)), Some((_, vals))) = (head.split_once(':'), vals.split_once(':')) else {
                 continue;
             };
             for (name, val) in names.split_whitespace().zip(vals.split_whitespace()) {
@@ -105,10 +94,7 @@ pub(crate) fn parse_dev(text: &str, ifname: &str) -> Option<LinkStats> {
 /// One interface's line: `  name: rx_bytes rx_packets ... (16 numbers)`.
 fn parse_dev_line(line: &str) -> Option<(String, LinkStats)> {
     let (name, rest) = line.rsplit_once(':')?;
-    let v: Vec<u64> = rest
-        .split_whitespace()
-        .map(|w| w.parse().ok())
-        .collect::<Option<_>>()?;
+    let v: Vec<u64> = rest.split_whitespace().map(|w| w.parse().ok()).collect::<Option<_>>()?;
     (v.len() >= 16).then(|| {
         (
             name.trim().to_string(),
@@ -155,14 +141,8 @@ mod tests {
  lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0\n\
 xnf1dut0: 1000 10 1 2 0 0 0 0 2000 20 3 4 0 0 0 0\n";
         let s = parse_dev(text, "xnf1dut0").unwrap();
-        assert_eq!(
-            (s.rx_bytes, s.rx_packets, s.rx_errors, s.rx_dropped),
-            (1000, 10, 1, 2)
-        );
-        assert_eq!(
-            (s.tx_bytes, s.tx_packets, s.tx_errors, s.tx_dropped),
-            (2000, 20, 3, 4)
-        );
+        assert_eq!((s.rx_bytes, s.rx_packets, s.rx_errors, s.rx_dropped), (1000, 10, 1, 2));
+        assert_eq!((s.tx_bytes, s.tx_packets, s.tx_errors, s.tx_dropped), (2000, 20, 3, 4));
         assert_eq!(parse_dev(text, "lo"), Some(LinkStats::default()));
         assert_eq!(parse_dev(text, "xnf1"), None);
         let all = parse_dev_all(text);

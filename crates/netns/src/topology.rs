@@ -25,11 +25,7 @@ pub fn ifname(role: &str) -> String {
         }
     }
     let mut name: String = "xnf".chars().chain(id.into_iter().rev()).collect();
-    name.extend(
-        role.chars()
-            .filter(char::is_ascii_alphanumeric)
-            .take(15 - name.len()),
-    );
+    name.extend(role.chars().filter(char::is_ascii_alphanumeric).take(15 - name.len()));
     name
 }
 
@@ -49,13 +45,7 @@ pub struct VethPair {
 /// Names are used as given: they must start with `xnf`, be at most 15 bytes
 /// and be unused in their namespace; [`ifname`] makes such names. With
 /// `queues`, both ends get that many rx and tx queues. Links start down.
-pub fn veth(
-    a: &Netns,
-    a_name: &str,
-    b: &Netns,
-    b_name: &str,
-    queues: Option<u32>,
-) -> Result<VethPair> {
+pub fn veth(a: &Netns, a_name: &str, b: &Netns, b_name: &str, queues: Option<u32>) -> Result<VethPair> {
     for name in [a_name, b_name] {
         check_ifname(name)?;
         if !name.starts_with("xnf") {
@@ -66,17 +56,11 @@ pub fn veth(
     // namespace, not even for a moment; `b` is reached by its file.
     let b_path = b.path();
     a.run(|| -> Result<()> {
-        let b_file = std::fs::File::open(&b_path)
-            .with_context(|| format!("opening namespace {} (was it deleted?)", b_path.display()))?;
+        let b_file = std::fs::File::open(&b_path).with_context(|| format!("opening namespace {} (was it deleted?)", b_path.display()))?;
         netlink::create_veth(a_name, b_name, b_file.as_fd(), queues)
     })?
     .with_context(|| format!("in namespace {} (peer in {})", a.name(), b.name()))?;
-    Ok(VethPair {
-        a_ns: a.name().to_owned(),
-        a: a_name.to_owned(),
-        b_ns: b.name().to_owned(),
-        b: b_name.to_owned(),
-    })
+    Ok(VethPair { a_ns: a.name().to_owned(), a: a_name.to_owned(), b_ns: b.name().to_owned(), b: b_name.to_owned() })
 }
 
 /// Several [`Netns`] guards, dropped in reverse order of creation.
@@ -179,8 +163,7 @@ impl LineTopology {
             topo.add(role)?;
         }
         let [gen, dut, sink] = [0, 1, 2].map(|i| &topo.nodes()[i]);
-        let [gen_if, dut_gen_if, dut_sink_if, sink_if] =
-            ["gen", "dutg", "duts", "sink"].map(ifname);
+        let [gen_if, dut_gen_if, dut_sink_if, sink_if] = ["gen", "dutg", "duts", "sink"].map(ifname);
         let q = config.queues;
         veth(gen, &gen_if, dut, &dut_gen_if, q)?;
         veth(dut, &dut_sink_if, sink, &sink_if, q)?;
@@ -192,10 +175,7 @@ impl LineTopology {
 
         // Links first, everywhere, so IPv6 sees carrier when routes are added.
         gen.link_up(&gen_if)?;
-        dut.batch()
-            .link_up(&dut_gen_if)?
-            .link_up(&dut_sink_if)?
-            .apply()?;
+        dut.batch().link_up(&dut_gen_if)?.link_up(&dut_sink_if)?.apply()?;
         sink.link_up(&sink_if)?;
 
         gen.batch()

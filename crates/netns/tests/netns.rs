@@ -6,25 +6,13 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use xnf_netns::{
-    cleanup_stale, ifname, veth, Family, LineConfig, LineTopology, Mac, Netns, Offload, Topology,
-};
+use xnf_netns::{cleanup_stale, ifname, veth, Family, LineConfig, LineTopology, Mac, Netns, Offload, Topology};
 
 /// Names from `ip netns list`.
 fn listed() -> Vec<String> {
-    let out = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("run ip netns list");
-    assert!(
-        out.status.success(),
-        "ip netns list: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .collect()
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("run ip netns list");
+    assert!(out.status.success(), "ip netns list: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next().map(str::to_owned)).collect()
 }
 
 fn exists(name: &str) -> bool {
@@ -35,10 +23,7 @@ fn exists(name: &str) -> bool {
 fn drop_removes_namespace() {
     let ns = Netns::new("drop").unwrap();
     let name = ns.name().to_owned();
-    assert!(
-        name.starts_with(&format!("xnf-{}-", std::process::id())),
-        "{name}"
-    );
+    assert!(name.starts_with(&format!("xnf-{}-", std::process::id())), "{name}");
     assert!(name.ends_with("-drop"), "{name}");
     assert!(exists(&name));
     assert!(ns.path().exists());
@@ -60,10 +45,7 @@ fn panic_still_removes_namespaces() {
         let ns = Netns::new("panic").unwrap();
         names.lock().unwrap().push(ns.name().to_owned());
         let line = LineTopology::new(&LineConfig::default()).unwrap();
-        names
-            .lock()
-            .unwrap()
-            .extend(line.topology().nodes().iter().map(|n| n.name().to_owned()));
+        names.lock().unwrap().extend(line.topology().nodes().iter().map(|n| n.name().to_owned()));
         for n in names.lock().unwrap().iter() {
             assert!(exists(n), "{n} should exist before the panic");
         }
@@ -97,31 +79,17 @@ fn run_is_inside_namespace() {
     let peer = Netns::new("peer").unwrap();
     let (a, b) = (ifname("a"), ifname("b"));
     let pair = veth(&ns, &a, &peer, &b, Some(3)).unwrap();
-    assert_eq!(
-        (pair.a.as_str(), pair.b_ns.as_str()),
-        (a.as_str(), peer.name())
-    );
+    assert_eq!((pair.a.as_str(), pair.b_ns.as_str()), (a.as_str(), peer.name()));
 
     // The veth end is visible in the namespace, not in the host.
-    let dev = ns
-        .run(|| std::fs::read_to_string("/proc/thread-self/net/dev").unwrap())
-        .unwrap();
+    let dev = ns.run(|| std::fs::read_to_string("/proc/thread-self/net/dev").unwrap()).unwrap();
     assert!(dev.contains(&format!("{a}:")), "{dev}");
     assert!(!dev.contains(&format!("{b}:")), "{dev}");
-    let host = Command::new("ip")
-        .args(["link", "show", "dev", &a])
-        .output()
-        .unwrap();
-    assert!(
-        !host.status.success(),
-        "{a} must not exist in the host namespace"
-    );
+    let host = Command::new("ip").args(["link", "show", "dev", &a]).output().unwrap();
+    assert!(!host.status.success(), "{a} must not exist in the host namespace");
     let detail = ns.ip(&["-d", "link", "show", "dev", &a]).unwrap();
     let detail = String::from_utf8_lossy(&detail.stdout);
-    assert!(
-        detail.contains("numtxqueues 3") && detail.contains("numrxqueues 3"),
-        "{detail}"
-    );
+    assert!(detail.contains("numtxqueues 3") && detail.contains("numrxqueues 3"), "{detail}");
 
     assert_eq!(ns.ifindex("lo").unwrap(), 1);
     assert!(ns.ifindex(&a).unwrap() > 1);
@@ -205,13 +173,9 @@ fn config_helpers_check_and_report() {
     ns.addr_add("lo", "198.18.200.1/32").unwrap();
     ns.addr_add("lo", "2001:db8:200::1/128").unwrap();
     ns.route_add("198.19.0.0/16", None, Some("lo")).unwrap();
-    ns.route_replace("198.19.0.0/16", Some("198.18.200.1"), Some("lo"))
-        .unwrap();
+    ns.route_replace("198.19.0.0/16", Some("198.18.200.1"), Some("lo")).unwrap();
     let routes = String::from_utf8_lossy(&ns.ip(&["route"]).unwrap().stdout).into_owned();
-    assert!(
-        routes.contains("198.19.0.0/16 via 198.18.200.1"),
-        "{routes}"
-    );
+    assert!(routes.contains("198.19.0.0/16 via 198.18.200.1"), "{routes}");
     ns.route_del("198.19.0.0/16").unwrap();
     let routes = String::from_utf8_lossy(&ns.ip(&["route"]).unwrap().stdout).into_owned();
     assert!(!routes.contains("198.19.0.0/16"), "{routes}");
@@ -219,43 +183,23 @@ fn config_helpers_check_and_report() {
     // Failing commands name the command, the namespace and what to check,
     // on one line.
     let err = format!("{:#}", ns.link_up("xnfnope").unwrap_err());
-    assert!(
-        err.contains(&format!("`link set dev xnfnope up` in namespace {}", ns.name())),
-        "{err}"
-    );
+    assert!(err.contains(&format!("`link set dev xnfnope up` in namespace {}", ns.name())), "{err}");
     assert!(err.contains("no interface xnfnope"), "{err}");
     assert!(!err.contains('\n'), "{err}");
     // The kernel's refusal comes with its reason; a batch stops there.
     let mut b = ns.batch();
-    b.route_add("198.19.1.0/24", Some("198.18.99.1"), None)
-        .unwrap()
-        .addr_add("lo", "198.18.201.1/32")
-        .unwrap();
+    b.route_add("198.19.1.0/24", Some("198.18.99.1"), None).unwrap().addr_add("lo", "198.18.201.1/32").unwrap();
     let err = format!("{:#}", b.apply().unwrap_err());
-    assert!(
-        err.contains("`route add 198.19.1.0/24 via 198.18.99.1` in namespace")
-            && err.contains("Network is unreachable"),
-        "{err}"
-    );
+    assert!(err.contains("`route add 198.19.1.0/24 via 198.18.99.1` in namespace") && err.contains("Network is unreachable"), "{err}");
     assert!(!err.contains('\n'), "{err}");
     let addrs = String::from_utf8_lossy(&ns.ip(&["-o", "addr"]).unwrap().stdout).into_owned();
     assert!(!addrs.contains("198.18.201.1"), "the batch went on: {addrs}");
     let err = format!("{:#}", ns.addr_add("lo", "198.18.200.1/32").unwrap_err());
     assert!(err.contains("File exists"), "{err}");
-    let err = format!(
-        "{:#}",
-        ns.ip_batch(&["link set lo up", "link set xnfnope up"])
-            .unwrap_err()
-    );
-    assert!(
-        err.contains("-batch") && err.contains("2: link set xnfnope up"),
-        "{err}"
-    );
+    let err = format!("{:#}", ns.ip_batch(&["link set lo up", "link set xnfnope up"]).unwrap_err());
+    assert!(err.contains("-batch") && err.contains("2: link set xnfnope up"), "{err}");
     let err = format!("{:#}", ns.exec(&["false"]).unwrap_err());
-    assert!(
-        err.contains(&format!("ip netns exec {} false", ns.name())),
-        "{err}"
-    );
+    assert!(err.contains(&format!("ip netns exec {} false", ns.name())), "{err}");
     let out = ns.exec(&["ip", "-o", "addr"]).unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("198.18.200.1/32"));
 
@@ -271,21 +215,12 @@ fn config_helpers_check_and_report() {
 
 /// Sends one UDP datagram from gen to sink and checks it arrived unchanged.
 fn udp_through(t: &LineTopology, from: IpAddr, to: IpAddr) {
-    let rx = t
-        .sink()
-        .run(|| UdpSocket::bind(SocketAddr::new(to, 0)))
-        .unwrap()
-        .unwrap();
+    let rx = t.sink().run(|| UdpSocket::bind(SocketAddr::new(to, 0))).unwrap().unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let dest = rx.local_addr().unwrap();
-    t.gen()
-        .run(|| UdpSocket::bind(SocketAddr::new(from, 0))?.send_to(b"xnf-hello", dest))
-        .unwrap()
-        .unwrap();
+    t.gen().run(|| UdpSocket::bind(SocketAddr::new(from, 0))?.send_to(b"xnf-hello", dest)).unwrap().unwrap();
     let mut buf = [0u8; 64];
-    let (n, src) = rx
-        .recv_from(&mut buf)
-        .expect("datagram from gen did not reach sink");
+    let (n, src) = rx.recv_from(&mut buf).expect("datagram from gen did not reach sink");
     assert_eq!(&buf[..n], b"xnf-hello");
     assert_eq!(src.ip(), from);
 }
@@ -315,56 +250,34 @@ fn line_topology_forwards() {
 
     let have_ping = ping_available();
     if have_ping {
-        t.gen()
-            .exec(&["ping", "-c1", "-W1", &t.sink_v4.to_string()])
-            .unwrap();
-        t.gen()
-            .exec(&["ping", "-6", "-c1", "-W1", &t.sink_v6.to_string()])
-            .unwrap();
+        t.gen().exec(&["ping", "-c1", "-W1", &t.sink_v4.to_string()]).unwrap();
+        t.gen().exec(&["ping", "-6", "-c1", "-W1", &t.sink_v6.to_string()]).unwrap();
     }
     udp_through(&t, t.gen_v4.into(), t.sink_v4.into());
     udp_through(&t, t.gen_v6.into(), t.sink_v6.into());
 
     let dut_after = t.dut().snmp().unwrap();
     let gen_after = t.gen().snmp().unwrap();
-    let v4 = dut_after.value("Ip", "ForwDatagrams").unwrap()
-        - dut_before.value("Ip", "ForwDatagrams").unwrap();
-    let v6 = dut_after.value("Ip6", "OutForwDatagrams").unwrap()
-        - dut_before.value("Ip6", "OutForwDatagrams").unwrap();
+    let v4 = dut_after.value("Ip", "ForwDatagrams").unwrap() - dut_before.value("Ip", "ForwDatagrams").unwrap();
+    let v6 = dut_after.value("Ip6", "OutForwDatagrams").unwrap() - dut_before.value("Ip6", "OutForwDatagrams").unwrap();
     assert!(v4 >= 1, "dut forwarded no IPv4 datagram");
     assert!(v6 >= 1, "dut forwarded no IPv6 datagram");
     // Counters are per namespace: gen forwarded nothing.
-    assert_eq!(
-        gen_after.value("Ip", "ForwDatagrams").unwrap(),
-        gen_before.value("Ip", "ForwDatagrams").unwrap()
-    );
+    assert_eq!(gen_after.value("Ip", "ForwDatagrams").unwrap(), gen_before.value("Ip", "ForwDatagrams").unwrap());
     assert!(dut_after.get("Icmp", "InTimeExcds").is_some());
     assert!(dut_after.get("Icmp6", "InTimeExcds").is_some());
     assert!(dut_after.get("Ip", "InHdrErrors").is_some());
 
     let sink_rx = t.sink().link_stats(&t.sink_if).unwrap();
-    assert!(
-        sink_rx.rx_packets >= sink_rx_before.rx_packets + 2,
-        "{sink_rx:?}"
-    );
+    assert!(sink_rx.rx_packets >= sink_rx_before.rx_packets + 2, "{sink_rx:?}");
     assert!(sink_rx.rx_bytes > sink_rx_before.rx_bytes);
 
     // A permanent neighbour entry shows up.
-    t.gen()
-        .neigh_add(&t.dut_gen_v4.to_string(), t.dut_gen_mac, &t.gen_if)
-        .unwrap();
+    t.gen().neigh_add(&t.dut_gen_v4.to_string(), t.dut_gen_mac, &t.gen_if).unwrap();
     let neigh = t.gen().ip(&["neigh", "show", "dev", &t.gen_if]).unwrap();
     let neigh = String::from_utf8_lossy(&neigh.stdout).into_owned();
-    assert!(
-        neigh.contains(&format!(
-            "{} lladdr {} PERMANENT",
-            t.dut_gen_v4, t.dut_gen_mac
-        )),
-        "{neigh}"
-    );
-    t.gen()
-        .neigh_del(&t.dut_gen_v4.to_string(), &t.gen_if)
-        .unwrap();
+    assert!(neigh.contains(&format!("{} lladdr {} PERMANENT", t.dut_gen_v4, t.dut_gen_mac)), "{neigh}");
+    t.gen().neigh_del(&t.dut_gen_v4.to_string(), &t.gen_if).unwrap();
 }
 
 fn ping_available() -> bool {
@@ -386,10 +299,7 @@ fn cleanup_stale_removes_dead_owner() {
             let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
         }
     }
-    let status = Command::new("ip")
-        .args(["netns", "add", &name])
-        .status()
-        .unwrap();
+    let status = Command::new("ip").args(["netns", "add", &name]).status().unwrap();
     assert!(status.success());
     let _guard = Guard(name.clone());
     let mine = Netns::new("alive").unwrap();
@@ -414,11 +324,7 @@ fn offload_toggle() {
         let text = String::from_utf8_lossy(&k.stdout).into_owned();
         text.lines().find(|l| l.starts_with(feature)).unwrap_or_default().to_owned()
     };
-    for (offload, feature) in [
-        (Offload::Gro, "generic-receive-offload:"),
-        (Offload::TxChecksum, "tx-checksumming:"),
-        (Offload::TxVlan, "tx-vlan-offload:"),
-    ] {
+    for (offload, feature) in [(Offload::Gro, "generic-receive-offload:"), (Offload::TxChecksum, "tx-checksumming:"), (Offload::TxVlan, "tx-vlan-offload:")] {
         for on in [false, true] {
             ns.set_offload(&a, offload, on).unwrap();
             assert_eq!(ns.offload(&a, offload).unwrap(), on, "{}", offload.name());

@@ -116,41 +116,18 @@ impl ArpRepr {
     /// "Who has `target_ip`? Tell `sender_ip`."
     pub fn request(sender_mac: MacAddr, sender_ip: Ipv4Addr, target_ip: Ipv4Addr) -> Self {
         let target_mac = MacAddr::ZERO;
-        ArpRepr {
-            op: OP_REQUEST,
-            sender_mac,
-            sender_ip,
-            target_mac,
-            target_ip,
-        }
+        ArpRepr { op: OP_REQUEST, sender_mac, sender_ip, target_mac, target_ip }
     }
 
     /// "`sender_ip` is at `sender_mac`", sent to `target_mac`/`target_ip`.
-    pub fn reply(
-        sender_mac: MacAddr,
-        sender_ip: Ipv4Addr,
-        target_mac: MacAddr,
-        target_ip: Ipv4Addr,
-    ) -> Self {
-        ArpRepr {
-            op: OP_REPLY,
-            sender_mac,
-            sender_ip,
-            target_mac,
-            target_ip,
-        }
+    pub fn reply(sender_mac: MacAddr, sender_ip: Ipv4Addr, target_mac: MacAddr, target_ip: Ipv4Addr) -> Self {
+        ArpRepr { op: OP_REPLY, sender_mac, sender_ip, target_mac, target_ip }
     }
 
     /// Reads a checked packet.
     pub fn parse<T: AsRef<[u8]>>(p: &ArpPacket<T>) -> Result<Self> {
         p.check_len()?;
-        Ok(ArpRepr {
-            op: p.operation(),
-            sender_mac: p.sender_mac(),
-            sender_ip: p.sender_ip(),
-            target_mac: p.target_mac(),
-            target_ip: p.target_ip(),
-        })
+        Ok(ArpRepr { op: p.operation(), sender_mac: p.sender_mac(), sender_ip: p.sender_ip(), target_mac: p.target_mac(), target_ip: p.target_ip() })
     }
 
     /// The 28 bytes of this packet.
@@ -171,10 +148,7 @@ impl ArpRepr {
 mod tests {
     use super::*;
 
-    const REQ: [u8; 28] = [
-        0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 10, 0,
-        0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
-    ];
+    const REQ: [u8; 28] = [0x00, 0x01, 0x08, 0x00, 0x06, 0x04, 0x00, 0x01, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2];
 
     #[test]
     fn request_bytes() {
@@ -182,26 +156,15 @@ mod tests {
         let r = ArpRepr::request(mac, Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
         assert_eq!(r.to_bytes(), REQ);
         let p = ArpPacket::new_checked(&REQ[..]).unwrap();
-        assert_eq!(
-            (p.htype(), p.ptype(), p.operation()),
-            (1, EtherType::IPV4, OP_REQUEST)
-        );
+        assert_eq!((p.htype(), p.ptype(), p.operation()), (1, EtherType::IPV4, OP_REQUEST));
         assert_eq!(ArpRepr::parse(&p).unwrap(), r);
     }
 
     #[test]
     fn reply_roundtrip() {
-        let r = ArpRepr::reply(
-            MacAddr([2, 0, 0, 0, 0, 2]),
-            Ipv4Addr::new(10, 0, 0, 2),
-            MacAddr([2, 0, 0, 0, 0, 1]),
-            Ipv4Addr::new(10, 0, 0, 1),
-        );
+        let r = ArpRepr::reply(MacAddr([2, 0, 0, 0, 0, 2]), Ipv4Addr::new(10, 0, 0, 2), MacAddr([2, 0, 0, 0, 0, 1]), Ipv4Addr::new(10, 0, 0, 1));
         let b = r.to_bytes();
-        assert_eq!(
-            ArpRepr::parse(&ArpPacket::new_unchecked(&b[..])).unwrap(),
-            r
-        );
+        assert_eq!(ArpRepr::parse(&ArpPacket::new_unchecked(&b[..])).unwrap(), r);
     }
 
     #[test]
@@ -211,9 +174,6 @@ mod tests {
         }
         let mut b = REQ;
         b[5] = 16;
-        assert!(matches!(
-            ArpPacket::new_checked(&b[..]),
-            Err(Error::Unsupported(_))
-        ));
+        assert!(matches!(ArpPacket::new_checked(&b[..]), Err(Error::Unsupported(_))));
     }
 }

@@ -48,8 +48,7 @@ pub fn pseudo_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, len: u16) -> u32 {
 
 /// Partial sum of the IPv6 pseudo-header (RFC 8200 §8.1): addresses, length and next header.
 pub fn pseudo_v6(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8, len: u32) -> u32 {
-    let s =
-        sum(&src.octets()) + sum(&dst.octets()) + sum(&len.to_be_bytes()) + u32::from(next_header);
+    let s = sum(&src.octets()) + sum(&dst.octets()) + sum(&len.to_be_bytes()) + u32::from(next_header);
     u32::from(fold(s))
 }
 
@@ -95,10 +94,7 @@ mod tests {
     use super::*;
     use crate::testutil::bytes;
 
-    const IP_HDR: [u8; 20] = [
-        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00,
-        0x01, 0xc0, 0xa8, 0x00, 0xc7,
-    ];
+    const IP_HDR: [u8; 20] = [0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7];
 
     #[test]
     fn rfc1071_example() {
@@ -146,12 +142,7 @@ mod tests {
         assert_eq!(c, checksum(&manual));
         seg[6..8].copy_from_slice(&c.to_be_bytes());
         assert!(verify_transport_v4(src, dst, 17, &seg));
-        assert!(!verify_transport_v4(
-            src,
-            Ipv4Addr::new(192, 0, 2, 3),
-            17,
-            &seg
-        ));
+        assert!(!verify_transport_v4(src, Ipv4Addr::new(192, 0, 2, 3), 17, &seg));
 
         let s6: Ipv6Addr = "2001:db8::1".parse().unwrap();
         let d6: Ipv6Addr = "2001:db8::2".parse().unwrap();

@@ -49,11 +49,7 @@ impl From<MacAddr> for [u8; 6] {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = self.0;
-        write!(
-            f,
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            o[0], o[1], o[2], o[3], o[4], o[5]
-        )
+        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3], o[4], o[5])
     }
 }
 
@@ -214,9 +210,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 mod tests {
     use super::*;
 
-    const FRAME: [u8; 16] = [
-        0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00, 0xaa, 0xbb,
-    ];
+    const FRAME: [u8; 16] = [0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00, 0xaa, 0xbb];
 
     #[test]
     fn mac_display_parse() {
@@ -225,14 +219,7 @@ mod tests {
         assert_eq!(m.to_string(), "02:1a:b3:00:0f:ff");
         assert_eq!(format!("{m:?}"), "02:1a:b3:00:0f:ff");
         assert_eq!("02-1a-b3-00-0f-ff".parse::<MacAddr>().unwrap(), m);
-        for bad in [
-            "",
-            "02:1a:b3:00:0f",
-            "02:1a:b3:00:0f:ff:00",
-            "02:1a:b3:00:0f:fff",
-            "g2:1a:b3:00:0f:ff",
-            "02::b3:00:0f:ff",
-        ] {
+        for bad in ["", "02:1a:b3:00:0f", "02:1a:b3:00:0f:ff:00", "02:1a:b3:00:0f:fff", "g2:1a:b3:00:0f:ff", "02::b3:00:0f:ff"] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
         assert!(MacAddr::BROADCAST.is_broadcast() && MacAddr::BROADCAST.is_multicast());
@@ -261,24 +248,15 @@ mod tests {
         f.set_src(MacAddr::ZERO);
         f.set_ethertype(EtherType::ARP);
         f.payload_mut()[0] = 1;
-        assert_eq!(
-            buf[..14],
-            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x08, 0x06]
-        );
+        assert_eq!(buf[..14], [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x08, 0x06]);
         assert_eq!(buf[14], 1);
     }
 
     #[test]
     fn truncated() {
         for n in 0..14 {
-            assert_eq!(
-                EthernetFrame::new_checked(&FRAME[..n]),
-                Err(Error::Truncated)
-            );
+            assert_eq!(EthernetFrame::new_checked(&FRAME[..n]), Err(Error::Truncated));
         }
-        assert!(EthernetFrame::new_checked(&FRAME[..14])
-            .unwrap()
-            .payload()
-            .is_empty());
+        assert!(EthernetFrame::new_checked(&FRAME[..14]).unwrap().payload().is_empty());
     }
 }

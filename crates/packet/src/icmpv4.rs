@@ -64,10 +64,7 @@ mod tests {
         p.set_echo_ident(0x1234);
         p.set_echo_seq(9);
         let p = Icmpv4Packet::new_checked(&b[..]).unwrap();
-        assert_eq!(
-            (p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()),
-            (0, 0, 0x1234, 9)
-        );
+        assert_eq!((p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()), (0, 0, 0x1234, 9));
         assert_eq!(p.payload(), b"zbcd");
     }
 
@@ -87,10 +84,7 @@ mod tests {
     #[test]
     fn truncated() {
         for n in 0..8 {
-            assert_eq!(
-                Icmpv4Packet::new_checked(&[0u8; 8][..n]),
-                Err(Error::Truncated)
-            );
+            assert_eq!(Icmpv4Packet::new_checked(&[0u8; 8][..n]), Err(Error::Truncated));
         }
     }
 }

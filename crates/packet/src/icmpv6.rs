@@ -74,10 +74,7 @@ mod tests {
         manual.extend_from_slice(&b);
         assert!(checksum::verify(&manual));
         let p = Icmpv6Packet::new_checked(&b[..]).unwrap();
-        assert_eq!(
-            (p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()),
-            (128, 0, 7, 8)
-        );
+        assert_eq!((p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()), (128, 0, 7, 8));
         assert_eq!(p.payload(), b"ping");
     }
 
@@ -95,10 +92,7 @@ mod tests {
     #[test]
     fn truncated() {
         for n in 0..8 {
-            assert_eq!(
-                Icmpv6Packet::new_checked(&[0u8; 8][..n]),
-                Err(Error::Truncated)
-            );
+            assert_eq!(Icmpv6Packet::new_checked(&[0u8; 8][..n]), Err(Error::Truncated));
         }
     }
 }

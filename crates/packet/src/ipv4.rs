@@ -35,10 +35,7 @@ impl IpProtocol {
     /// True for the IPv6 extension headers this crate walks (hop-by-hop, routing, fragment,
     /// destination options, authentication): the kernel's `ipv6_ext_hdr()` but "no next header".
     pub fn is_ipv6_ext(self) -> bool {
-        matches!(
-            self,
-            Self::HOPOPTS | Self::ROUTING | Self::FRAGMENT | Self::DSTOPTS | Self::AH
-        )
+        matches!(self, Self::HOPOPTS | Self::ROUTING | Self::FRAGMENT | Self::DSTOPTS | Self::AH)
     }
 
     fn name(self) -> Option<&'static str> {
@@ -332,10 +329,7 @@ mod tests {
 
     // 192.168.0.1 -> 192.168.0.199, UDP, DF, total length 0x73 (payload zero-filled here).
     fn packet() -> Vec<u8> {
-        let mut v = vec![
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8,
-            0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7,
-        ];
+        let mut v = vec![0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7];
         v.resize(0x73, 0);
         v
     }
@@ -345,15 +339,9 @@ mod tests {
         let b = packet();
         let p = Ipv4Packet::new_checked(&b[..]).unwrap();
         assert_eq!((p.version(), p.ihl(), p.header_len()), (4, 5, 20));
-        assert_eq!(
-            (p.dscp(), p.ecn(), p.total_len(), p.ident()),
-            (0, 0, 0x73, 0)
-        );
+        assert_eq!((p.dscp(), p.ecn(), p.total_len(), p.ident()), (0, 0, 0x73, 0));
         assert!(p.dont_frag() && !p.more_frags() && !p.is_fragment());
-        assert_eq!(
-            (p.frag_offset(), p.ttl(), p.protocol()),
-            (0, 64, IpProtocol::UDP)
-        );
+        assert_eq!((p.frag_offset(), p.ttl(), p.protocol()), (0, 64, IpProtocol::UDP));
         assert_eq!(p.checksum(), 0xb861);
         assert!(p.verify_checksum());
         assert_eq!(p.src(), Ipv4Addr::new(192, 168, 0, 1));
@@ -380,10 +368,7 @@ mod tests {
         assert!(!p.verify_checksum());
         p.fill_checksum();
         assert!(p.verify_checksum());
-        assert_eq!(
-            (p.dscp(), p.ecn(), p.ident(), p.frag_offset()),
-            (46, 1, 0x1234, 0x1fff)
-        );
+        assert_eq!((p.dscp(), p.ecn(), p.ident(), p.frag_offset()), (46, 1, 0x1234, 0x1fff));
         assert!(p.more_frags() && !p.dont_frag() && p.is_fragment());
         p.set_frag_offset(3);
         assert!(p.more_frags());
@@ -398,9 +383,7 @@ mod tests {
 
     #[test]
     fn options() {
-        let mut b = vec![
-            0x46, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8,
-        ];
+        let mut b = vec![0x46, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
         b.extend_from_slice(&[0x94, 0x04, 0x00, 0x00, 0xaa, 0xbb, 0xcc, 0xdd]);
         let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
         p.fill_checksum();
@@ -415,31 +398,18 @@ mod tests {
     fn check_len_errors() {
         let b = packet();
         for n in 0..b.len() {
-            assert_eq!(
-                Ipv4Packet::new_checked(&b[..n]),
-                Err(Error::Truncated),
-                "len {n}"
-            );
+            assert_eq!(Ipv4Packet::new_checked(&b[..n]), Err(Error::Truncated), "len {n}");
         }
         let mut bad = b.clone();
         bad[0] = 0x44;
-        assert!(matches!(
-            Ipv4Packet::new_checked(&bad[..]),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(Ipv4Packet::new_checked(&bad[..]), Err(Error::Malformed(_))));
         bad[0] = 0x65;
-        assert!(matches!(
-            Ipv4Packet::new_checked(&bad[..]),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(Ipv4Packet::new_checked(&bad[..]), Err(Error::Malformed(_))));
         bad[0] = 0x4f; // 60-byte header, total_len 0x73 still fine
         assert!(Ipv4Packet::new_checked(&bad[..]).is_ok());
         bad[2] = 0;
         bad[3] = 40; // total_len < header_len
-        assert!(matches!(
-            Ipv4Packet::new_checked(&bad[..]),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(Ipv4Packet::new_checked(&bad[..]), Err(Error::Malformed(_))));
     }
 
     #[test]

@@ -72,11 +72,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Ipv6Packet<&'a T> {
     /// Bytes after the fixed header, `payload_len` long (extension headers included).
     pub fn payload(&self) -> &'a [u8] {
         let b: &'a [u8] = self.buffer.as_ref();
-        clamp(
-            b,
-            Self::HEADER_LEN,
-            Self::HEADER_LEN + usize::from(self.payload_len()),
-        )
+        clamp(b, Self::HEADER_LEN, Self::HEADER_LEN + usize::from(self.payload_len()))
     }
 
     /// Iterator over the extension headers at the start of the payload.
@@ -169,11 +165,7 @@ pub struct ExtHeader<'a> {
 impl ExtHeader<'_> {
     /// The fragment fields, if this is a fragment header.
     pub fn fragment(&self) -> Option<Ipv6Fragment> {
-        (self.kind == IpProtocol::FRAGMENT).then(|| Ipv6Fragment {
-            offset: be16(self.bytes, 2) >> 3,
-            more: self.bytes[3] & 1 != 0,
-            ident: be32(self.bytes, 4),
-        })
+        (self.kind == IpProtocol::FRAGMENT).then(|| Ipv6Fragment { offset: be16(self.bytes, 2) >> 3, more: self.bytes[3] & 1 != 0, ident: be32(self.bytes, 4) })
     }
 }
 
@@ -191,12 +183,7 @@ pub struct ExtHeaders<'a> {
 impl<'a> ExtHeaders<'a> {
     /// Walks `data` (an IPv6 payload) whose first header is `first`.
     pub fn new(first: IpProtocol, data: &'a [u8]) -> Self {
-        ExtHeaders {
-            data,
-            proto: first,
-            offset: 0,
-            done: false,
-        }
+        ExtHeaders { data, proto: first, offset: 0, done: false }
     }
 
     /// Consumes the chain; returns the upper-layer protocol and its offset in `data`.
@@ -226,12 +213,7 @@ impl<'a> Iterator for ExtHeaders<'a> {
             self.done = true;
             return Some(Err(Error::Truncated));
         }
-        let h = ExtHeader {
-            kind: self.proto,
-            next_header: IpProtocol(rest[0]),
-            offset: self.offset,
-            bytes: &rest[..len],
-        };
+        let h = ExtHeader { kind: self.proto, next_header: IpProtocol(rest[0]), offset: self.offset, bytes: &rest[..len] };
         self.offset += len;
         self.proto = h.next_header;
         if h.fragment().is_some_and(|f| f.offset != 0) {
@@ -258,14 +240,8 @@ mod tests {
         let mut b = packet(17, &[1, 2, 3, 4, 5, 6, 7, 8]);
         b.push(0xee); // trailing padding is ignored
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
-        assert_eq!(
-            (p.version(), p.traffic_class(), p.flow_label()),
-            (6, 0xb8, 0xabcde)
-        );
-        assert_eq!(
-            (p.payload_len(), p.next_header(), p.hop_limit()),
-            (8, IpProtocol::UDP, 64)
-        );
+        assert_eq!((p.version(), p.traffic_class(), p.flow_label()), (6, 0xb8, 0xabcde));
+        assert_eq!((p.payload_len(), p.next_header(), p.hop_limit()), (8, IpProtocol::UDP, 64));
         assert_eq!(p.src(), "2001:db8::1".parse::<Ipv6Addr>().unwrap());
         assert_eq!(p.dst(), "2001:db8::2".parse::<Ipv6Addr>().unwrap());
         assert_eq!(p.payload(), &[1, 2, 3, 4, 5, 6, 7, 8]);
@@ -273,15 +249,9 @@ mod tests {
 
         let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
         p.set_traffic_class(0x12);
-        assert_eq!(
-            (p.traffic_class(), p.flow_label(), p.version()),
-            (0x12, 0xabcde, 6)
-        );
+        assert_eq!((p.traffic_class(), p.flow_label(), p.version()), (0x12, 0xabcde, 6));
         p.set_flow_label(0xfff12345);
-        assert_eq!(
-            (p.traffic_class(), p.flow_label(), p.version()),
-            (0x12, 0x12345, 6)
-        );
+        assert_eq!((p.traffic_class(), p.flow_label(), p.version()), (0x12, 0x12345, 6));
         p.set_hop_limit(1);
         p.set_next_header(IpProtocol::TCP);
         p.set_payload_len(4);
@@ -302,27 +272,9 @@ mod tests {
         let b = packet(0, &pl);
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
         let hs: Vec<_> = p.ext_headers().map(Result::unwrap).collect();
-        let kinds: Vec<_> = hs
-            .iter()
-            .map(|h| (h.kind, h.offset, h.bytes.len()))
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                (IpProtocol::HOPOPTS, 0, 8),
-                (IpProtocol::ROUTING, 8, 16),
-                (IpProtocol::FRAGMENT, 24, 8),
-                (IpProtocol::DSTOPTS, 32, 8)
-            ]
-        );
-        assert_eq!(
-            hs[2].fragment(),
-            Some(Ipv6Fragment {
-                offset: 0,
-                more: true,
-                ident: 0xdeadbeef
-            })
-        );
+        let kinds: Vec<_> = hs.iter().map(|h| (h.kind, h.offset, h.bytes.len())).collect();
+        assert_eq!(kinds, [(IpProtocol::HOPOPTS, 0, 8), (IpProtocol::ROUTING, 8, 16), (IpProtocol::FRAGMENT, 24, 8), (IpProtocol::DSTOPTS, 32, 8)]);
+        assert_eq!(hs[2].fragment(), Some(Ipv6Fragment { offset: 0, more: true, ident: 0xdeadbeef }));
         assert_eq!(hs[0].fragment(), None);
         assert_eq!(p.upper_layer().unwrap(), (IpProtocol::UDP, 80));
     }
@@ -339,31 +291,18 @@ mod tests {
     #[test]
     fn no_next_header() {
         let b = packet(59, &[]);
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..])
-                .unwrap()
-                .upper_layer()
-                .unwrap(),
-            (IpProtocol::NONE, 40)
-        );
+        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap().upper_layer().unwrap(), (IpProtocol::NONE, 40));
     }
 
     #[test]
     fn errors() {
         let b = packet(17, &[0; 8]);
         for n in 0..b.len() {
-            assert_eq!(
-                Ipv6Packet::new_checked(&b[..n]),
-                Err(Error::Truncated),
-                "len {n}"
-            );
+            assert_eq!(Ipv6Packet::new_checked(&b[..n]), Err(Error::Truncated), "len {n}");
         }
         let mut bad = b.clone();
         bad[0] = 0x40;
-        assert!(matches!(
-            Ipv6Packet::new_checked(&bad[..]),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(Ipv6Packet::new_checked(&bad[..]), Err(Error::Malformed(_))));
         // extension header longer than the payload, and one cut after its first byte
         for pl in [&[17u8, 1, 0, 0, 0, 0, 0, 0][..], &[17u8][..]] {
             let b = packet(60, pl);

@@ -68,10 +68,7 @@ impl fmt::Display for Error {
             Error::Malformed(what) => write!(f, "malformed packet: {what}"),
             Error::Unsupported(what) => write!(f, "unsupported packet: {what}"),
             Error::FrameTooShort { needed, requested } => {
-                write!(
-                    f,
-                    "frame length {requested} is shorter than the {needed} bytes needed"
-                )
+                write!(f, "frame length {requested} is shorter than the {needed} bytes needed")
             }
             Error::Build(what) => write!(f, "packet builder: {what}"),
         }
@@ -173,10 +170,7 @@ mod tests {
     fn error_display() {
         assert_eq!(Error::Truncated.to_string(), "packet truncated");
         assert_eq!(Error::Malformed("x").to_string(), "malformed packet: x");
-        let e: Box<dyn std::error::Error> = Box::new(Error::FrameTooShort {
-            needed: 64,
-            requested: 60,
-        });
+        let e: Box<dyn std::error::Error> = Box::new(Error::FrameTooShort { needed: 64, requested: 60 });
         assert!(e.to_string().contains("64"));
     }
 }

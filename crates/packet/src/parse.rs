@@ -1,9 +1,8 @@
 //! A one-call summary of a frame's layers, for traffic sinks and test assertions.
 
 use crate::{
-    Addrs, ArpPacket, ArpRepr, Error, EtherType, EthernetFrame, Icmpv4Packet, Icmpv6Packet,
-    IpProtocol, Ipv4Packet, Ipv6Fragment, Ipv6Packet, MacAddr, Result, TcpFlags, TcpPacket,
-    UdpPacket, VlanTag,
+    Addrs, ArpPacket, ArpRepr, Error, EtherType, EthernetFrame, Icmpv4Packet, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv6Fragment, Ipv6Packet, MacAddr, Result,
+    TcpFlags, TcpPacket, UdpPacket, VlanTag,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -242,10 +241,9 @@ impl Parsed {
     pub fn checksums_ok(&self) -> bool {
         let l3 = !matches!(&self.l3, L3Info::Ipv4(i) if !i.checksum_ok);
         let l4 = match self.l4 {
-            L4Info::Udp { checksum_ok, .. }
-            | L4Info::Tcp { checksum_ok, .. }
-            | L4Info::Icmpv4 { checksum_ok, .. }
-            | L4Info::Icmpv6 { checksum_ok, .. } => checksum_ok != Some(false),
+            L4Info::Udp { checksum_ok, .. } | L4Info::Tcp { checksum_ok, .. } | L4Info::Icmpv4 { checksum_ok, .. } | L4Info::Icmpv6 { checksum_ok, .. } => {
+                checksum_ok != Some(false)
+            }
             _ => true,
         };
         l3 && l4
@@ -253,11 +251,7 @@ impl Parsed {
 
     /// The innermost payload within `frame` (the frame this was parsed from).
     pub fn payload<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
-        crate::clamp(
-            frame,
-            self.payload_offset,
-            self.payload_offset + self.payload_len,
-        )
+        crate::clamp(frame, self.payload_offset, self.payload_offset + self.payload_len)
     }
 }
 
@@ -271,12 +265,7 @@ pub fn parse(frame: &[u8]) -> Result<Parsed> {
     let mut vlans = Vec::new();
     while ethertype.is_vlan() {
         let tag = VlanTag::new_checked(&frame[off..])?;
-        vlans.push(VlanInfo {
-            tpid: ethertype,
-            vid: tag.vid(),
-            pcp: tag.pcp(),
-            dei: tag.dei(),
-        });
+        vlans.push(VlanInfo { tpid: ethertype, vid: tag.vid(), pcp: tag.pcp(), dei: tag.dei() });
         ethertype = tag.ethertype();
         off += VlanTag::<&[u8]>::HEADER_LEN;
     }
@@ -315,14 +304,7 @@ pub fn parse(frame: &[u8]) -> Result<Parsed> {
             (p.payload_offset, p.payload_len) = (body_off, ip.payload().len());
             if info.frag_offset == 0 {
                 let addrs = Addrs::V4(info.src, info.dst);
-                transport(
-                    &mut p,
-                    info.protocol,
-                    ip.payload(),
-                    body_off,
-                    addrs,
-                    info.more_frags,
-                )?;
+                transport(&mut p, info.protocol, ip.payload(), body_off, addrs, info.more_frags)?;
             }
             p.l3 = L3Info::Ipv4(info);
         }
@@ -342,14 +324,7 @@ pub fn parse(frame: &[u8]) -> Result<Parsed> {
             (p.payload_offset, p.payload_len) = (body_off, body.len());
             if !matches!(fragment, Some(f) if f.offset != 0) {
                 let more = fragment.is_some_and(|f| f.more);
-                transport(
-                    &mut p,
-                    protocol,
-                    body,
-                    body_off,
-                    Addrs::V6(ip.src(), ip.dst()),
-                    more,
-                )?;
+                transport(&mut p, protocol, body, body_off, Addrs::V6(ip.src(), ip.dst()), more)?;
             }
             p.l3 = L3Info::Ipv6(Ipv6Info {
                 src: ip.src(),
@@ -376,14 +351,7 @@ pub fn parse(frame: &[u8]) -> Result<Parsed> {
 
 /// Fills the L4 fields of `p` from `body`, which starts at `body_off` in the frame. `partial`
 /// marks a first fragment: lengths beyond `body` are allowed and checksums are not checked.
-fn transport(
-    p: &mut Parsed,
-    proto: IpProtocol,
-    body: &[u8],
-    body_off: usize,
-    addrs: Addrs,
-    partial: bool,
-) -> Result<()> {
+fn transport(p: &mut Parsed, proto: IpProtocol, body: &[u8], body_off: usize, addrs: Addrs, partial: bool) -> Result<()> {
     let check = |ok: bool| (!partial).then_some(ok);
     let (l4, hdr_len, payload_len) = match (proto, addrs) {
         (IpProtocol::UDP, _) => {
@@ -400,17 +368,8 @@ fn transport(
                 Addrs::V4(s, d) => u.verify_checksum_v4(s, d),
                 Addrs::V6(s, d) => u.verify_checksum_v6(s, d),
             };
-            let l4 = L4Info::Udp {
-                src_port: u.src_port(),
-                dst_port: u.dst_port(),
-                len: u.len(),
-                checksum_ok: check(ok),
-            };
-            let payload_len = if partial {
-                body.len() - 8
-            } else {
-                u.payload().len()
-            };
+            let l4 = L4Info::Udp { src_port: u.src_port(), dst_port: u.dst_port(), len: u.len(), checksum_ok: check(ok) };
+            let payload_len = if partial { body.len() - 8 } else { u.payload().len() };
             (l4, 8, payload_len)
         }
         (IpProtocol::TCP, _) => {
@@ -432,23 +391,13 @@ fn transport(
         }
         (IpProtocol::ICMP, Addrs::V4(..)) => {
             let i = Icmpv4Packet::new_checked(body)?;
-            let l4 = L4Info::Icmpv4 {
-                msg_type: i.msg_type(),
-                code: i.code(),
-                rest: i.rest(),
-                checksum_ok: check(i.verify_checksum()),
-            };
+            let l4 = L4Info::Icmpv4 { msg_type: i.msg_type(), code: i.code(), rest: i.rest(), checksum_ok: check(i.verify_checksum()) };
             (l4, 8, i.payload().len())
         }
         (IpProtocol::ICMPV6, Addrs::V6(s, d)) => {
             let i = Icmpv6Packet::new_checked(body)?;
             let ok = i.verify_checksum_v6(s, d);
-            let l4 = L4Info::Icmpv6 {
-                msg_type: i.msg_type(),
-                code: i.code(),
-                rest: i.rest(),
-                checksum_ok: check(ok),
-            };
+            let l4 = L4Info::Icmpv6 { msg_type: i.msg_type(), code: i.code(), rest: i.rest(), checksum_ok: check(ok) };
             (l4, 8, i.payload().len())
         }
         (other, _) => (L4Info::Other(other), 0, body.len()),
@@ -468,9 +417,7 @@ mod tests {
     // A real-world style frame: 02:..:01 -> 02:..:02, IPv4 UDP 10.0.0.1:1234 -> 10.0.0.2:53.
     fn udp_frame() -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-        f.extend_from_slice(&[
-            0x45, 0, 0, 31, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ]);
+        f.extend_from_slice(&[0x45, 0, 0, 31, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2]);
         f.extend_from_slice(&[0x04, 0xd2, 0x00, 0x35, 0, 11, 0, 0, b'a', b'b', b'c']);
         let (s, d) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
         Ipv4Packet::new_unchecked(&mut f[14..]).fill_checksum();
@@ -485,35 +432,16 @@ mod tests {
         let p = parse(&f).unwrap();
         assert_eq!(p.dst_mac, MacAddr([2, 0, 0, 0, 0, 2]));
         assert_eq!(p.ethertype, EtherType::IPV4);
-        assert_eq!(
-            (p.l3_offset, p.l4_offset, p.payload_offset, p.payload_len),
-            (14, Some(34), 42, 3)
-        );
+        assert_eq!((p.l3_offset, p.l4_offset, p.payload_offset, p.payload_len), (14, Some(34), 42, 3));
         assert_eq!(p.payload(&f), b"abc");
         assert_eq!(p.src_ip(), Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))));
-        assert_eq!(
-            (p.src_port(), p.dst_port(), p.ttl()),
-            (Some(1234), Some(53), Some(64))
-        );
+        assert_eq!((p.src_port(), p.dst_port(), p.ttl()), (Some(1234), Some(53), Some(64)));
         assert!(p.checksums_ok() && !p.is_fragment());
-        assert!(matches!(
-            p.l4,
-            L4Info::Udp {
-                len: 11,
-                checksum_ok: Some(true),
-                ..
-            }
-        ));
+        assert!(matches!(p.l4, L4Info::Udp { len: 11, checksum_ok: Some(true), .. }));
         f[42] ^= 1;
         assert!(!parse(&f).unwrap().checksums_ok());
         f[14 + 8] = 1; // ttl changed, header checksum now wrong
-        assert!(matches!(
-            parse(&f).unwrap().l3,
-            L3Info::Ipv4(Ipv4Info {
-                checksum_ok: false,
-                ..
-            })
-        ));
+        assert!(matches!(parse(&f).unwrap().l3, L3Info::Ipv4(Ipv4Info { checksum_ok: false, .. })));
     }
 
     #[test]
@@ -521,17 +449,11 @@ mod tests {
         let mut f = vec![0xff; 12];
         f.extend_from_slice(&[0x88, 0xb5, 1, 2, 3]);
         let p = parse(&f).unwrap();
-        assert_eq!(
-            (p.l3.clone(), p.l4.clone(), p.payload_offset, p.payload_len),
-            (L3Info::Other, L4Info::None, 14, 3)
-        );
+        assert_eq!((p.l3.clone(), p.l4.clone(), p.payload_offset, p.payload_len), (L3Info::Other, L4Info::None, 14, 3));
         let mut f = udp_frame();
         f[14 + 9] = 47;
         let p = parse(&f).unwrap();
-        assert_eq!(
-            (p.l4, p.l4_offset, p.payload_len),
-            (L4Info::Other(IpProtocol(47)), Some(34), 11)
-        );
+        assert_eq!((p.l4, p.l4_offset, p.payload_len), (L4Info::Other(IpProtocol(47)), Some(34), 11));
     }
 
     #[test]
@@ -548,11 +470,7 @@ mod tests {
         let base = udp_frame();
         for i in 0..20000 {
             let n = rng.usize(..120);
-            let mut f = if i % 2 == 0 {
-                base.clone()
-            } else {
-                bytes(&mut rng, n)
-            };
+            let mut f = if i % 2 == 0 { base.clone() } else { bytes(&mut rng, n) };
             // sprinkle interesting ethertypes and corrupt a few bytes
             if f.len() > 14 && i % 3 == 0 {
                 let e = [0x0800u16, 0x86dd, 0x8100, 0x88a8, 0x0806][i % 5];

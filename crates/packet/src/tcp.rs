@@ -272,30 +272,15 @@ mod tests {
         assert!(t.verify_checksum_v4(s, d));
         assert_eq!(t.payload_mut(), b"hi");
         let t = TcpPacket::new_checked(&b[..]).unwrap();
-        assert_eq!(
-            (t.src_port(), t.dst_port(), t.seq(), t.ack()),
-            (40000, 80, 0x01020304, 0xa0b0c0d0)
-        );
-        assert_eq!(
-            (
-                t.data_offset(),
-                t.header_len(),
-                t.flags(),
-                t.window(),
-                t.urgent()
-            ),
-            (6, 24, TcpFlags(0x18), 512, 7)
-        );
+        assert_eq!((t.src_port(), t.dst_port(), t.seq(), t.ack()), (40000, 80, 0x01020304, 0xa0b0c0d0));
+        assert_eq!((t.data_offset(), t.header_len(), t.flags(), t.window(), t.urgent()), (6, 24, TcpFlags(0x18), 512, 7));
         assert_eq!(t.options(), &[2, 4, 5, 0xb4]);
         assert_eq!(t.payload(), b"hi");
         let mut manual = vec![10, 0, 0, 1, 10, 0, 0, 2, 0, 6, 0, 26];
         manual.extend_from_slice(&b);
         assert!(checksum::verify(&manual));
 
-        let (s6, d6) = (
-            "2001:db8::a".parse().unwrap(),
-            "2001:db8::b".parse().unwrap(),
-        );
+        let (s6, d6) = ("2001:db8::a".parse().unwrap(), "2001:db8::b".parse().unwrap());
         let mut t = TcpPacket::new_checked(&mut b[..]).unwrap();
         assert!(!t.verify_checksum_v6(s6, d6));
         t.fill_checksum_v6(s6, d6);
@@ -307,16 +292,9 @@ mod tests {
         let mut b = [0u8; 24];
         b[12] = 0x60;
         for n in 0..24 {
-            assert_eq!(
-                TcpPacket::new_checked(&b[..n]),
-                Err(Error::Truncated),
-                "len {n}"
-            );
+            assert_eq!(TcpPacket::new_checked(&b[..n]), Err(Error::Truncated), "len {n}");
         }
         b[12] = 0x40;
-        assert!(matches!(
-            TcpPacket::new_checked(&b[..]),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(TcpPacket::new_checked(&b[..]), Err(Error::Malformed(_))));
     }
 }

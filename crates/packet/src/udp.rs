@@ -54,14 +54,12 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
 
     /// True if the checksum is correct for an IPv4 pseudo-header, or is 0 (not used).
     pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
-        self.checksum() == 0
-            || checksum::verify_transport_v4(src, dst, IpProtocol::UDP.0, self.datagram())
+        self.checksum() == 0 || checksum::verify_transport_v4(src, dst, IpProtocol::UDP.0, self.datagram())
     }
 
     /// True if the checksum is correct for an IPv6 pseudo-header (0 is invalid over IPv6).
     pub fn verify_checksum_v6(&self, src: Ipv6Addr, dst: Ipv6Addr) -> bool {
-        self.checksum() != 0
-            && checksum::verify_transport_v6(src, dst, IpProtocol::UDP.0, self.datagram())
+        self.checksum() != 0 && checksum::verify_transport_v6(src, dst, IpProtocol::UDP.0, self.datagram())
     }
 }
 
@@ -124,14 +122,9 @@ mod tests {
 
     #[test]
     fn fields_and_checksums() {
-        let mut b = vec![
-            0x04, 0x00, 0x00, 0x35, 0x00, 0x0b, 0x00, 0x00, b'a', b'b', b'c', 0xee,
-        ];
+        let mut b = vec![0x04, 0x00, 0x00, 0x35, 0x00, 0x0b, 0x00, 0x00, b'a', b'b', b'c', 0xee];
         let mut u = UdpPacket::new_checked(&mut b[..]).unwrap();
-        assert_eq!(
-            (u.src_port(), u.dst_port(), u.len(), u.checksum()),
-            (1024, 53, 11, 0)
-        );
+        assert_eq!((u.src_port(), u.dst_port(), u.len(), u.checksum()), (1024, 53, 11, 0));
         assert!(u.verify_checksum_v4(SRC, DST));
         u.fill_checksum_v4(SRC, DST);
         // pseudo: c000+0201+c000+0202+0011+000b, udp: 0400+0035+000b+6162+6300
@@ -177,9 +170,6 @@ mod tests {
             assert_eq!(UdpPacket::new_checked(&b[..n]), Err(Error::Truncated));
         }
         let short = [0, 1, 0, 2, 0, 7, 0, 0];
-        assert!(matches!(
-            UdpPacket::new_checked(&short[..]),
-            Err(Error::Malformed(_))
-        ));
+        assert!(matches!(UdpPacket::new_checked(&short[..]), Err(Error::Malformed(_))));
     }
 }

@@ -95,10 +95,7 @@ mod tests {
         // pcp 5, dei 1, vid 0x123, inner IPv6
         let b = [0xb1, 0x23, 0x86, 0xdd, 0x60];
         let t = VlanTag::new_checked(&b[..]).unwrap();
-        assert_eq!(
-            (t.pcp(), t.dei(), t.vid(), t.ethertype()),
-            (5, true, 0x123, EtherType::IPV6)
-        );
+        assert_eq!((t.pcp(), t.dei(), t.vid(), t.ethertype()), (5, true, 0x123, EtherType::IPV6));
         assert_eq!(t.payload(), &[0x60]);
     }
 

@@ -41,12 +41,7 @@ fn sibling_bin(name: &str) -> std::path::PathBuf {
 
 /// Runs `xnf --netns NS args...`.
 pub fn xnf(ns: &Netns, args: &[&str]) -> Output {
-    std::process::Command::new(xnf_bin())
-        .arg("--netns")
-        .arg(ns.name())
-        .args(args)
-        .output()
-        .expect("running the xnf binary")
+    std::process::Command::new(xnf_bin()).arg("--netns").arg(ns.name()).args(args).output().expect("running the xnf binary")
 }
 
 /// Starts `xnf --netns NS router follow` in the background; the child is
@@ -75,12 +70,7 @@ impl Drop for ChildGuard {
 /// Runs `ip netns exec NS xnf args...`: the way users often run tools, in a
 /// private mount namespace whose /sys hides the host's bpffs.
 pub fn xnf_ip_netns_exec(ns: &Netns, args: &[&str]) -> Output {
-    std::process::Command::new("ip")
-        .args(["netns", "exec", ns.name()])
-        .arg(xnf_bin())
-        .args(args)
-        .output()
-        .expect("running ip netns exec xnf")
+    std::process::Command::new("ip").args(["netns", "exec", ns.name()]).arg(xnf_bin()).args(args).output().expect("running ip netns exec xnf")
 }
 
 /// Runs `ip netns exec NS xnf args...` and insists it succeeds.
@@ -155,12 +145,7 @@ impl RoutedLine {
     pub fn ingress_stats(&self) -> serde_json::Value {
         let out = xnf_ok(self.dut(), &["router", "stats", "--json"]);
         let all: serde_json::Value = serde_json::from_str(&out).expect("stats JSON");
-        all.as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["interface"] == self.line.dut_gen_if.as_str())
-            .cloned()
-            .expect("ingress interface in stats")
+        all.as_array().unwrap().iter().find(|s| s["interface"] == self.line.dut_gen_if.as_str()).cloned().expect("ingress interface in stats")
     }
 
     /// Frames gen's veth dropped on transmit: dut's receive ring was full
@@ -249,7 +234,9 @@ impl RoutedLine {
             let neigh = ip(self.dut(), &["neigh", "show", "dev", &self.line.dut_sink_if]);
             // An entry for each of the sink's addresses (another entry, say
             // for its link-local address, does not route a datagram).
-            let usable = |a: String| neigh.lines().any(|l| l.split_whitespace().next() == Some(a.as_str()) && ["REACHABLE", "STALE", "DELAY"].iter().any(|s| l.contains(s)));
+            let usable = |a: String| {
+                neigh.lines().any(|l| l.split_whitespace().next() == Some(a.as_str()) && ["REACHABLE", "STALE", "DELAY"].iter().any(|s| l.contains(s)))
+            };
             if usable(self.line.sink_v4.to_string()) && usable(self.line.sink_v6.to_string()) {
                 return;
             }
@@ -287,7 +274,15 @@ pub fn udp_receiver(ns: &Netns, addr: SocketAddr) -> UdpSocket {
     let s = ns.bind(move || UdpSocket::bind(addr)).unwrap_or_else(|e| panic!("binding {addr}: {e:#}"));
     let size: libc::c_int = 8 << 20;
     // SAFETY: setsockopt on an open socket with a c_int of the right size.
-    let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
     assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
     s
 }
@@ -340,8 +335,7 @@ pub fn follower_running(ns: &Netns) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
         let pid = e.file_name().to_string_lossy().to_string();
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        String::from_utf8_lossy(&cmd).contains("router\0follow")
-            && ino(format!("/proc/{pid}/ns/net")) == target
+        String::from_utf8_lossy(&cmd).contains("router\0follow") && ino(format!("/proc/{pid}/ns/net")) == target
     })
 }
 

@@ -26,7 +26,8 @@ pub struct World {
 /// Addresses the kernel treats specially: zero, loopback, broadcast,
 /// multicast, link-local, v4-mapped, class E.
 fn special(rng: &mut Rng, v6: bool) -> IpAddr {
-    const V4: [[u8; 4]; 8] = [[0, 0, 0, 0], [0, 1, 2, 3], [127, 0, 0, 1], [255, 255, 255, 255], [224, 0, 0, 5], [239, 1, 2, 3], [169, 254, 1, 1], [240, 0, 0, 1]];
+    const V4: [[u8; 4]; 8] =
+        [[0, 0, 0, 0], [0, 1, 2, 3], [127, 0, 0, 1], [255, 255, 255, 255], [224, 0, 0, 5], [239, 1, 2, 3], [169, 254, 1, 1], [240, 0, 0, 1]];
     const V6: [&str; 9] = ["::", "::1", "ff02::1", "ff01::1", "ff00::1", "ff0e::5", "fe80::1", "::ffff:198.18.0.1", "fec0::1"];
     if v6 {
         IpAddr::V6(V6[rng.usize(..V6.len())].parse().expect("a valid address"))

@@ -18,7 +18,9 @@ pub const MAX_EXT: usize = 8;
 pub enum L2 {
     Untagged,
     /// One 802.1Q tag (TCI in host order; VID 0 is a priority tag).
-    Tagged { tci: u16 },
+    Tagged {
+        tci: u16,
+    },
     /// 802.1ad outer tag, or a second tag: left to the kernel.
     Stacked,
     /// A tag cut by the end of the frame.

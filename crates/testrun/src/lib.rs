@@ -36,16 +36,8 @@ const OUT_SLACK: usize = 4096;
 pub fn run_xdp(prog: &ProgramMut<'_>, frame: &[u8], ctx: XdpContext) -> Result<RunResult> {
     let mut ctx_in = ctx.to_bytes(frame.len());
     let mut out = vec![0u8; frame.len() + OUT_SLACK];
-    let input = ProgramInput {
-        context_in: Some(&mut ctx_in),
-        data_in: Some(frame),
-        data_out: Some(&mut out),
-        repeat: 1,
-        ..Default::default()
-    };
-    let output = prog
-        .test_run(input)
-        .context("BPF_PROG_TEST_RUN failed (is the ingress ifindex in this thread's network namespace?)")?;
+    let input = ProgramInput { context_in: Some(&mut ctx_in), data_in: Some(frame), data_out: Some(&mut out), repeat: 1, ..Default::default() };
+    let output = prog.test_run(input).context("BPF_PROG_TEST_RUN failed (is the ingress ifindex in this thread's network namespace?)")?;
     let Some(verdict) = Verdict::from_u32(output.return_value) else {
         bail!("program returned {} which is not an XDP action", output.return_value);
     };

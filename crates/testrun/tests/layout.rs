@@ -113,8 +113,10 @@ fn cycle(g: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<Vec<Stri
 fn the_checker_finds_a_cycle_and_reads_grouped_imports() {
     let refs = crate_refs("use crate::{attach::{lock, run_dir}, program};\nlet x = crate::tables::sync(); // crate::cli");
     assert_eq!(refs, BTreeSet::from(["attach".to_string(), "program".to_string(), "tables".to_string()]));
-    let g: BTreeMap<String, BTreeSet<String>> =
-        [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec!["a"])].into_iter().map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect())).collect();
+    let g: BTreeMap<String, BTreeSet<String>> = [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec!["a"])]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+        .collect();
     assert_eq!(cycle(&g, "a"), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
     assert_eq!(cycle(&g, "d"), None);
 }

@@ -93,7 +93,6 @@ impl LabAttachment {
     }
 }
 
-
 /// The router as the lab attaches it unless told otherwise: native XDP,
 /// byte counters on, routes looked up by `fib`.
 pub const fn router_options(fib: FibMode) -> xnf_router::AttachOptions {

@@ -67,7 +67,10 @@ pub fn require() -> Result<()> {
 
 /// The last line of a file (a daemon's log), for errors.
 fn last_line(path: &Path) -> String {
-    std::fs::read_to_string(path).ok().and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string)).unwrap_or_else(|| "nothing in its log".into())
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()).map(str::to_string))
+        .unwrap_or_else(|| "nothing in its log".into())
 }
 
 /// A BIRD daemon in a lab namespace; killed when dropped.

@@ -124,7 +124,17 @@ impl Generator {
 
 impl GenThread {
     #[allow(clippy::too_many_arguments)]
-    fn start(ns: &Netns, dev: &str, cfg: GenConfig, cpu: usize, queue: u32, rate: u64, limit: u64, seconds: Option<f64>, stop: Arc<AtomicBool>) -> Result<Self> {
+    fn start(
+        ns: &Netns,
+        dev: &str,
+        cfg: GenConfig,
+        cpu: usize,
+        queue: u32,
+        rate: u64,
+        limit: u64,
+        seconds: Option<f64>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Self> {
         let path = ns.path();
         let dev = dev.to_string();
         let rate_now = Arc::new(AtomicU64::new(rate));
@@ -212,11 +222,7 @@ mod tests {
     use xnf_packet::PacketBuilder;
 
     fn template(line: &LineTopology) -> GenConfig {
-        let frame = PacketBuilder::ethernet(line.gen_mac, line.dut_gen_mac)
-            .ipv4(line.gen_v4, line.sink_v4)
-            .udp(1024, 9)
-            .frame_len(60)
-            .build();
+        let frame = PacketBuilder::ethernet(line.gen_mac, line.dut_gen_mac).ipv4(line.gen_v4, line.sink_v4).udp(1024, 9).frame_len(60).build();
         GenConfig { template: frame, ipv6: false, flows: 8, base_sport: 1024, ..Default::default() }
     }
 

@@ -6,17 +6,17 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
 use crate::programs::gen::GenConfig;
+use anyhow::{ensure, Context, Result};
 use xnf_netns::Netns;
 use xnf_packet::PacketBuilder;
 
 use super::cpu::{self, CpuTimes};
 use super::progress::Progress;
-use super::topology::BuiltTopology;
 pub use super::results::Labels;
 use super::results::{Loss, Point, Results, Sample, SampleKind};
 use super::search::{search, SearchOptions, SearchResult};
+use super::topology::BuiltTopology;
 use super::{GenOptions, Generator};
 
 /// The experiments' generator: one thread per CPU of `cpus`, each sending
@@ -126,7 +126,14 @@ impl Probe<'_> {
     /// [`interval`](Self::interval), with `xnf profile` attached while the
     /// generator sends when `profile` is given (loaded and read while it is
     /// paused).
-    fn interval_with(&self, l: &Labels, kind: SampleKind, rate: u64, secs: f64, profile: Option<&xnf_profile::Options>) -> Result<(Sample, Option<xnf_profile::Profile>)> {
+    fn interval_with(
+        &self,
+        l: &Labels,
+        kind: SampleKind,
+        rate: u64,
+        secs: f64,
+        profile: Option<&xnf_profile::Options>,
+    ) -> Result<(Sample, Option<xnf_profile::Profile>)> {
         let a = self.pause_and_read()?;
         let session = profile.map(xnf_profile::Session::start).transpose()?;
         let t0 = self.resume(rate)?;

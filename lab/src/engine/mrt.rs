@@ -89,7 +89,8 @@ mod tests {
         let mut got = Vec::new();
         assert_eq!(prefixes(bytes.as_slice(), "rib", |p| got.push(p)).unwrap(), 6);
         got.sort();
-        let want: Vec<IpNet> = ["1.0.0.0/24", "1.0.0.0/24", "8.8.8.0/24", "8.8.8.0/24", "2a00:1450::/32", "2a00:1450::/32"].iter().map(|p| p.parse().unwrap()).collect();
+        let want: Vec<IpNet> =
+            ["1.0.0.0/24", "1.0.0.0/24", "8.8.8.0/24", "8.8.8.0/24", "2a00:1450::/32", "2a00:1450::/32"].iter().map(|p| p.parse().unwrap()).collect();
         assert_eq!(got, want);
     }
 
@@ -129,8 +130,8 @@ mod tests {
         let t = t.unwrap();
         let v4: Vec<IpNet> = ["1.0.0.0/24", "8.8.8.0/24"].iter().map(|p| p.parse().unwrap()).collect();
         let v6: Vec<IpNet> = vec!["2001:db8:a001:4500::/60".parse().unwrap()]; // 2a00:1450:: after its first four bits
-        // Two peers each: every prefix repeated once; the default route
-        // and the private /8 (twice each) left out.
+                                                                               // Two peers each: every prefix repeated once; the default route
+                                                                               // and the private /8 (twice each) left out.
         assert_eq!((t.v4, t.v6, t.duplicates, t.skipped), (v4, v6, 3, 4));
     }
 

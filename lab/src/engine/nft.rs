@@ -18,14 +18,7 @@ pub fn require(what: &str) -> Result<()> {
 
 /// Runs `nft ARGS` in `ns`, feeding it `stdin`; returns its output.
 pub fn nft(ns: &Netns, args: &[&str], stdin: Option<&str>) -> Result<String> {
-    let mut child = ns
-        .command("nft")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running nft")?;
+    let mut child = ns.command("nft").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().context("running nft")?;
     if let Some(text) = stdin {
         child.stdin.take().context("nft stdin")?.write_all(text.as_bytes())?;
     }

@@ -207,7 +207,16 @@ pub struct Param {
 
 impl Param {
     fn new(name: &str, title: &str, axis: &str, scale: Axis) -> Param {
-        Param { name: name.into(), title: title.into(), axis: axis.into(), scale, unit: Default::default(), names: Vec::new(), quiet: Vec::new(), apart: Vec::new() }
+        Param {
+            name: name.into(),
+            title: title.into(),
+            axis: axis.into(),
+            scale,
+            unit: Default::default(),
+            names: Vec::new(),
+            quiet: Vec::new(),
+            apart: Vec::new(),
+        }
     }
 
     /// A parameter no experiment described: its name for every title,

@@ -25,12 +25,7 @@ use xnf_netns::Netns;
 /// command gets a private one whose pins vanish with it. The exit status is
 /// the caller's to check ([`last_line`] for the message).
 pub fn run_in_net<S: AsRef<OsStr>>(ns: &Path, program: impl AsRef<OsStr>, args: &[S]) -> Result<Output> {
-    Command::new("nsenter")
-        .arg(format!("--net={}", ns.display()))
-        .arg(program)
-        .args(args)
-        .output()
-        .context("running nsenter (util-linux)")
+    Command::new("nsenter").arg(format!("--net={}", ns.display())).arg(program).args(args).output().context("running nsenter (util-linux)")
 }
 
 /// The last non-empty line a command wrote to stderr (its error, as a rule).
@@ -64,7 +59,11 @@ pub fn folder() -> PathBuf {
 /// to get it when it is not there.
 pub fn binary(name: &str, flag: &str, given: Option<&Path>) -> Result<PathBuf> {
     let path = given.map_or_else(|| folder().join("sbin").join(name), Path::to_path_buf);
-    ensure!(path.is_file(), "{name}: {} not found: run scripts/peers.sh (it builds into ${PEERS_VAR}, default {DEFAULT_PEERS}) or give {flag} PATH", path.display());
+    ensure!(
+        path.is_file(),
+        "{name}: {} not found: run scripts/peers.sh (it builds into ${PEERS_VAR}, default {DEFAULT_PEERS}) or give {flag} PATH",
+        path.display()
+    );
     Ok(path)
 }
 
@@ -90,7 +89,9 @@ impl Peer {
             (_, None, _) => return Err(format!("peer `{name}`: no `;` between the attach and the detach command {usage}")),
             _ => return Err(format!("peer `{name}`: more than one `;` (join commands with && inside one command, or put them in a script)")),
         };
-        let valid = !name.is_empty() && name.starts_with(|c: char| c.is_ascii_lowercase()) && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        let valid = !name.is_empty()
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if !valid {
             return Err(format!("peer name `{name}`: use lower-case letters, digits and dashes, starting with a letter {usage}"));
         }
@@ -126,11 +127,13 @@ impl Peer {
 
     /// Its commands for dut `ns` with ingress `din` and egress `dout`.
     fn commands(&self, ns: &str, din: &str, dout: &str) -> Result<(String, String)> {
-        let value = |p: &str| quote(match p {
-            "ns" => ns,
-            "in" => din,
-            _ => dout,
-        });
+        let value = |p: &str| {
+            quote(match p {
+                "ns" => ns,
+                "in" => din,
+                _ => dout,
+            })
+        };
         let attach = fill(&self.attach, &value).map_err(anyhow::Error::msg)?;
         Ok((attach, fill(&self.detach, &value).map_err(anyhow::Error::msg)?))
     }

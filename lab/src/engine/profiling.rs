@@ -185,7 +185,10 @@ pub fn print(r: &Results) {
     let names: Vec<&str> = xnf_profile::model::STAGES.iter().map(|s| s.0).collect();
     println!("\nwhere the time went (xnf profile, twin intervals; NET_RX softirq ns per packet received, all CPUs):");
     let heads: String = names.iter().map(|n| format!(" {n:>7}")).collect();
-    println!("{:<13} {:<22} {:>3} {:>9} {:>7} {:>8}{heads} {:>8} {:>7}  top functions (self %)", "variant", "point", "run", "offered", "Mpps", "overhead", "softirq", "XDP");
+    println!(
+        "{:<13} {:<22} {:>3} {:>9} {:>7} {:>8}{heads} {:>8} {:>7}  top functions (self %)",
+        "variant", "point", "run", "offered", "Mpps", "overhead", "softirq", "XDP"
+    );
     for p in &r.profiles {
         // Counting only, no stage is measured; the softirq time is the kernel's.
         let stages: String = names.iter().map(|n| if p.profile.counts_only { format!(" {:>7}", "-") } else { format!(" {:>7.0}", p.stage(n)) }).collect();

@@ -20,8 +20,7 @@ impl Progress {
         let bar = std::io::stderr().is_terminal().then(|| {
             let b = ProgressBar::with_draw_target(Some((planned_secs * 10.0) as u64), ProgressDrawTarget::stderr());
             b.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} ~{eta} left\n  {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} ~{eta} left\n  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
             b.enable_steady_tick(Duration::from_millis(200));
             b

@@ -379,8 +379,22 @@ impl Results {
         head.extend(params.iter().cloned());
         head.extend(
             [
-                "run", "kind", "step", "offered_pps", "seconds", "sent", "received", "sent_mpps", "mpps", "loss_pct", "loss_gen_to_dut", "loss_in_dut",
-                "loss_dut_to_sink", "ns_per_packet", "softirq_ns_per_packet", "transactions_per_s",
+                "run",
+                "kind",
+                "step",
+                "offered_pps",
+                "seconds",
+                "sent",
+                "received",
+                "sent_mpps",
+                "mpps",
+                "loss_pct",
+                "loss_gen_to_dut",
+                "loss_in_dut",
+                "loss_dut_to_sink",
+                "ns_per_packet",
+                "softirq_ns_per_packet",
+                "transactions_per_s",
             ]
             .map(String::from),
         );
@@ -397,7 +411,14 @@ impl Results {
                 SampleKind::Load { offered_pps, step } => ("load", step.to_string(), format!("{offered_pps:.0}")),
                 SampleKind::Search { offered_pps } => ("search", String::new(), format!("{offered_pps:.0}")),
             };
-            let mut row = vec![csv_field(&self.experiment), csv_field(&m.kernel), csv_field(&m.cpu_model), m.cores.to_string(), csv_field(&m.xnf_version), csv_field(&s.variant)];
+            let mut row = vec![
+                csv_field(&self.experiment),
+                csv_field(&m.kernel),
+                csv_field(&m.cpu_model),
+                m.cores.to_string(),
+                csv_field(&m.xnf_version),
+                csv_field(&s.variant),
+            ];
             row.extend(params.iter().map(|n| s.point.get(n).map_or(String::new(), |v| csv_field(&v.to_string()))));
             row.extend([
                 s.run.to_string(),
@@ -542,10 +563,14 @@ mod tests {
         let r = Results::read(&path).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(r.params, super::super::params::legacy());
-        let steps: Vec<(u32, u32)> = r.samples.iter().filter_map(|s| match s.kind {
-            SampleKind::Load { step, .. } => Some((s.run, step)),
-            _ => None,
-        }).collect();
+        let steps: Vec<(u32, u32)> = r
+            .samples
+            .iter()
+            .filter_map(|s| match s.kind {
+                SampleKind::Load { step, .. } => Some((s.run, step)),
+                _ => None,
+            })
+            .collect();
         assert_eq!(steps, [(0, 2), (0, 1), (1, 2), (1, 1)], "ranked by offered rate within each run");
     }
 

@@ -14,8 +14,8 @@
 //! traffic, which a real table never covers), real IPv6 prefixes moved
 //! into 2001:db8::/32 ([`lab_v6`]).
 
-use std::net::{IpAddr, Ipv6Addr};
 use std::io::{BufRead, Read};
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -39,8 +39,7 @@ fn synthetic_set(ipv6: bool, count: u64) -> Result<RouteSet> {
 }
 
 fn gateway(via: &str) -> Result<IpAddr> {
-    via.parse()
-        .map_err(|_| anyhow!("synthetic routes need `via` = a gateway address, got `{via}`"))
+    via.parse().map_err(|_| anyhow!("synthetic routes need `via` = a gateway address, got `{via}`"))
 }
 
 /// Installs `count` synthetic prefixes via `via` out of `dev`; they stay
@@ -257,12 +256,22 @@ impl Table {
         let family = if ipv6 { "IPv6" } else { "IPv4" };
         match routes {
             Routes::Count(0) => Ok(None),
-            Routes::Count(n) => Ok(Some(Table { set: synthetic_set(ipv6, *n)?, source: "synthetic".into(), from_source: *n as usize, about: format!("{n} synthetic {family} prefixes") })),
+            Routes::Count(n) => Ok(Some(Table {
+                set: synthetic_set(ipv6, *n)?,
+                source: "synthetic".into(),
+                from_source: *n as usize,
+                about: format!("{n} synthetic {family} prefixes"),
+            })),
             Routes::File(path) => {
                 let t = read_table(path)?;
                 let (mine, other) = if ipv6 { (t.v6, t.v4.len()) } else { (t.v4, t.v6.len()) };
                 let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-                ensure!(!mine.is_empty(), "--routes {}: no {family} prefixes in it ({other} of the other family{})", path.display(), if ipv6 { "" } else { ": add --ipv6?" });
+                ensure!(
+                    !mine.is_empty(),
+                    "--routes {}: no {family} prefixes in it ({other} of the other family{})",
+                    path.display(),
+                    if ipv6 { "" } else { ": add --ipv6?" }
+                );
                 let n = mine.len();
                 let mut about = format!("table {name}: {n} {family} prefixes");
                 if ipv6 {
@@ -278,7 +287,10 @@ impl Table {
                     about.push_str(&format!(" ({} repeated lines, {other} prefixes of the other family left out)", t.duplicates));
                 }
                 if t.skipped > 0 {
-                    about.push_str(&format!(" ({} announced prefixes the lab cannot install left out: default routes, bogons, IPv6 longer than /100)", t.skipped));
+                    about.push_str(&format!(
+                        " ({} announced prefixes the lab cannot install left out: default routes, bogons, IPv6 longer than /100)",
+                        t.skipped
+                    ));
                 }
                 Ok(Some(Table { set: RouteSet::from_prefixes(prefixes)?, source: name, from_source: n, about }))
             }

@@ -20,7 +20,11 @@ pub fn print(r: &Results) {
             SampleKind::Search { offered_pps } => format!("search {:.2}", offered_pps / 1e6),
         };
         let l = &s.loss;
-        let lost = if l.gen_to_dut.abs() + l.in_dut.abs() + l.dut_to_sink.abs() == 0 { "-".into() } else { format!("{}/{}/{}", l.gen_to_dut, l.in_dut, l.dut_to_sink) };
+        let lost = if l.gen_to_dut.abs() + l.in_dut.abs() + l.dut_to_sink.abs() == 0 {
+            "-".into()
+        } else {
+            format!("{}/{}/{}", l.gen_to_dut, l.in_dut, l.dut_to_sink)
+        };
         println!(
             "{:<v$} {:<w$} {:>3} {:>12} {:>9.3} {:>9.3} {:>7.2} {:>12} {:>7.0} {:>7.0}  {}",
             s.variant,

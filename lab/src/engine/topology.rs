@@ -24,10 +24,7 @@ use super::attach::default_router_options;
 use super::LabAttachment;
 
 /// Built-in scenarios: (name, what it is, TOML text).
-pub const BUILTIN: &[(&str, &str)] = &[
-    ("line", include_str!("../../topologies/line.toml")),
-    ("pair", include_str!("../../topologies/pair.toml")),
-];
+pub const BUILTIN: &[(&str, &str)] = &[("line", include_str!("../../topologies/line.toml")), ("pair", include_str!("../../topologies/pair.toml"))];
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -171,9 +168,7 @@ impl TopologySpec {
 
     fn has_if(&self, ns: &str, dev: &str) -> bool {
         let dev = ifname(dev);
-        self.links.iter().any(|l| {
-            [&l.a, &l.b].iter().any(|ep| split_endpoint(ep).is_ok_and(|(n, d)| n == ns && ifname(d) == dev))
-        })
+        self.links.iter().any(|l| [&l.a, &l.b].iter().any(|ep| split_endpoint(ep).is_ok_and(|(n, d)| n == ns && ifname(d) == dev)))
     }
 
     fn check_endpoint(&self, what: &str, ep: &str) -> Result<()> {
@@ -211,7 +206,10 @@ impl TopologySpec {
                 self.check_ns(&what, ns)?;
                 let name = ifname(dev);
                 ensure!(name.len() <= 15, "{what}: interface name `{name}` is longer than 15 bytes");
-                ensure!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{what}: interface name `{dev}`: use letters, digits, `-` or `_`");
+                ensure!(
+                    name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                    "{what}: interface name `{dev}`: use letters, digits, `-` or `_`"
+                );
                 ensure!(ends.insert((ns.to_string(), name.clone())), "{what}: `{ep}` is used by two links");
             }
             if let Some(q) = l.queues {

@@ -178,6 +178,13 @@ impl Running for Setup<'_> {
             }
             Variant::LinuxDrop => Box::new(move || nft::counter_packets(&nft::nft(dut, &["list", "counter", "inet", "xnfraw", "dropped"], None)?)),
         };
-        Ok(Counters { dut_in: (dut, din), dut_out: (self.v == Variant::XdpRedirect).then_some((dut, dout)), received, on_read: None, corunner: None, during: None })
+        Ok(Counters {
+            dut_in: (dut, din),
+            dut_out: (self.v == Variant::XdpRedirect).then_some((dut, dout)),
+            received,
+            on_read: None,
+            corunner: None,
+            during: None,
+        })
     }
 }

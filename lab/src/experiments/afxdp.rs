@@ -27,8 +27,8 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use xnf_afxdp::nfs::{L2Fwd, RxDrop};
-use xnf_afxdp::{Counters, Mode, NetworkFunction, RunConfig, SocketConfig, UmemConfig, Wait, XskSet};
 use xnf_afxdp::selector::AfxdpProgram;
+use xnf_afxdp::{Counters, Mode, NetworkFunction, RunConfig, SocketConfig, UmemConfig, Wait, XskSet};
 use xnf_netns::Netns;
 
 use crate::engine::driver::{Cpus, Experiment, Running};
@@ -270,7 +270,15 @@ fn set_timeout(fd: &OwnedFd, spin: bool) {
     } else {
         let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
         // SAFETY: valid timeval.
-        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32) };
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
     }
 }
 
@@ -396,7 +404,14 @@ impl Running for Set<'_> {
         } else {
             Box::new(|| Ok(self.app.handled()))
         };
-        Ok(measure::Counters { dut_in: (dut, din.clone()), dut_out: self.v.forwards().then_some((dut, din)), received, on_read: None, corunner: None, during: None })
+        Ok(measure::Counters {
+            dut_in: (dut, din.clone()),
+            dut_out: self.v.forwards().then_some((dut, din)),
+            received,
+            on_read: None,
+            corunner: None,
+            during: None,
+        })
     }
 
     fn finish(self: Box<Self>, _: &[Sample]) -> Result<()> {

@@ -282,11 +282,24 @@ fn print_mac_table(results: &[VariantResult], rate: u32, timeout: u64) {
 
 fn print_table(results: &[VariantResult], rate: u32) {
     println!("route replaced on dut while {rate} datagrams/s flow gen -> sink; window: T0 to the send time of the last datagram that followed the old route");
-    println!("{:<12} {:>8} {:>12} {:>12} {:>12} {:>14} {:>16} {:>14}", "variant", "changes", "median µs", "p90 µs", "max µs", "stale/change", "after ack: med", "max µs");
+    println!(
+        "{:<12} {:>8} {:>12} {:>12} {:>12} {:>14} {:>16} {:>14}",
+        "variant", "changes", "median µs", "p90 µs", "max µs", "stale/change", "after ack: med", "max µs"
+    );
     for r in results {
         let (w, a) = (&r.windows_us, &r.after_ack_us);
         let stale = r.stale.iter().sum::<u64>() as f64 / r.stale.len().max(1) as f64;
-        println!("{:<12} {:>8} {:>12.0} {:>12.0} {:>12.0} {:>14.1} {:>16.0} {:>14.0}", r.variant, w.len(), q(w, 0.5), q(w, 0.9), q(w, 1.0), stale, q(a, 0.5), q(a, 1.0));
+        println!(
+            "{:<12} {:>8} {:>12.0} {:>12.0} {:>12.0} {:>14.1} {:>16.0} {:>14.0}",
+            r.variant,
+            w.len(),
+            q(w, 0.5),
+            q(w, 0.9),
+            q(w, 1.0),
+            stale,
+            q(a, 0.5),
+            q(a, 1.0)
+        );
     }
 }
 

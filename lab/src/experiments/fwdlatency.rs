@@ -225,7 +225,9 @@ impl FwdLatency {
     /// The load of an interval: full speed, or the load step's; its step.
     fn load_of(&self, kind: SampleKind) -> (String, Option<f64>, u32) {
         match kind {
-            SampleKind::Load { offered_pps, step } => (self.loads.get(step as usize - 1).map_or_else(|| format!("{offered_pps:.0} pps"), |l| l.label()), Some(offered_pps), step),
+            SampleKind::Load { offered_pps, step } => {
+                (self.loads.get(step as usize - 1).map_or_else(|| format!("{offered_pps:.0} pps"), |l| l.label()), Some(offered_pps), step)
+            }
             _ => ("full".into(), None, 0),
         }
     }
@@ -286,7 +288,10 @@ impl Experiment for FwdLatency {
         ensure!(common.load.count() == 0, "--load-curve / --load-rates: fwd-latency takes its loads from --load");
         ensure!(common.zero_loss.is_none(), "--zero-loss: not measured by fwd-latency (use xnf lab router)");
         let pps = self.loads.iter().any(|l| matches!(l, Load::Pps(_)));
-        ensure!(!pps || self.loads.iter().all(|l| matches!(l, Load::Pps(_)) || *l == Load::Share(0.0)), "--load: give shares of full speed (0,50%,90%) or rates (0,100000), not both");
+        ensure!(
+            !pps || self.loads.iter().all(|l| matches!(l, Load::Pps(_)) || *l == Load::Share(0.0)),
+            "--load: give shares of full speed (0,50%,90%) or rates (0,100000), not both"
+        );
         let (mut shares, mut rates) = (Vec::new(), Vec::new());
         for l in &self.loads {
             match *l {
@@ -326,7 +331,20 @@ impl Experiment for FwdLatency {
         let roles = t.roles()?;
         let ((dut, din), (_, dout)) = (t.endpoint(&roles.dut_in)?, t.endpoint(&roles.dut_out)?);
         let (gen, sink) = (t.addr(&roles.gen, false)?, t.addr(&roles.sink, false)?);
-        let mut s = Set { exp: self, variant: v.name(), point: p.clone(), gen: t.endpoint(&roles.gen)?.0, from: gen, to: sink, ping_cpu: self.ping_cpu(cpus), dut, din: din.clone(), dout: dout.clone(), sink: t.attachment(&roles.sink)?, fwd: Forwarder::Kernel(Vec::new()) };
+        let mut s = Set {
+            exp: self,
+            variant: v.name(),
+            point: p.clone(),
+            gen: t.endpoint(&roles.gen)?.0,
+            from: gen,
+            to: sink,
+            ping_cpu: self.ping_cpu(cpus),
+            dut,
+            din: din.clone(),
+            dout: dout.clone(),
+            sink: t.attachment(&roles.sink)?,
+            fwd: Forwarder::Kernel(Vec::new()),
+        };
         s.fwd = match v {
             Variant::Kernel => Forwarder::Kernel(vec![LabAttachment::pass(dut, &din)?, LabAttachment::pass(dut, &dout)?]),
             Variant::Router(_, opts) => Forwarder::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
@@ -510,7 +528,10 @@ pub fn rows(r: &Results) -> Vec<Row> {
 /// The RTT table: per point, variant and load.
 pub fn print(r: &Results) {
     println!("\nround-trip time through the forwarder (µs, probes pooled over the runs):");
-    println!("{:<18} {:<15} {:>10} {:>13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12}", "point", "variant", "load", "offered Mpps", "bg Mpps", "median", "p99", "p99.9", "mean", "std", "max", "lost/sent");
+    println!(
+        "{:<18} {:<15} {:>10} {:>13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12}",
+        "point", "variant", "load", "offered Mpps", "bg Mpps", "median", "p99", "p99.9", "mean", "std", "max", "lost/sent"
+    );
     for x in rows(r) {
         let s = &x.rtt_us;
         let offered = x.offered_pps.map_or("full".to_string(), |o| format!("{:.3}", o / 1e6));

@@ -175,7 +175,12 @@ impl Router {
     fn resolve(&self) -> Result<Vec<Variant>> {
         let builtins = built_in_names();
         for (i, p) in self.peers.iter().enumerate() {
-            ensure!(!builtins.contains(&p.name.as_str()), "--peer {}: a built-in variant has that name (built-in: {}); pick another", p.name, builtins.join(", "));
+            ensure!(
+                !builtins.contains(&p.name.as_str()),
+                "--peer {}: a built-in variant has that name (built-in: {}); pick another",
+                p.name,
+                builtins.join(", ")
+            );
             ensure!(!self.peers[..i].iter().any(|q| q.name == p.name), "--peer {}: defined twice", p.name);
             ensure!(self.variants.contains(&p.name), "--peer {}: not in --variants, so never measured (add it, e.g. --variants kernel,xnf,{})", p.name, p.name);
         }
@@ -242,11 +247,7 @@ impl Experiment for Router {
 
     /// Untagged alone, the points have no `vlan`: they read as they always did.
     fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
-        let mut s = vec![
-            ("queues", params::values(&self.queues)),
-            ("routes", params::values(&self.routes)),
-            ("netfilter", params::values(&self.netfilter.0)),
-        ];
+        let mut s = vec![("queues", params::values(&self.queues)), ("routes", params::values(&self.routes)), ("netfilter", params::values(&self.netfilter.0))];
         if self.tagged() {
             s.push(("vlan", params::values(&self.vlan)));
         }
@@ -576,10 +577,9 @@ mod tests {
     #[test]
     fn tagged_patterns_need_802_1q_and_room_for_the_tag() {
         let cpus = Cpus { gen: 0, count: 2 };
-        for (args, want) in [
-            (&["--vlan", "in,in"][..], "--vlan: in named twice"),
-            (&["--vlan", "both", "--ipv6", "--size", "66,128"][..], "--size 66: tagged IPv6 UDP"),
-        ] {
+        for (args, want) in
+            [(&["--vlan", "in,in"][..], "--vlan: in named twice"), (&["--vlan", "both", "--ipv6", "--size", "66,128"][..], "--size 66: tagged IPv6 UDP")]
+        {
             let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
             assert!(e.contains(want) && !e.contains('\n'), "{args:?}: {e}");
         }
@@ -676,7 +676,10 @@ mod tests {
         assert_eq!(opts(&["--size", "64, 128,imix"]).sizes(), vec![64, 128, 0]);
         // Unless given, the smallest UDP frame of the family (and tag).
         let default = |a: &[&str]| opts(a).sizes();
-        assert_eq!((default(&[]), default(&["--ipv6"]), default(&["--ipv6", "--vlan", "none,in"]), default(&["--vlan", "both"])), (vec![64], vec![66], vec![70], vec![64]));
+        assert_eq!(
+            (default(&[]), default(&["--ipv6"]), default(&["--ipv6", "--vlan", "none,in"]), default(&["--vlan", "both"])),
+            (vec![64], vec![66], vec![70], vec![64])
+        );
         assert!(parse_item::<u32>("-5").unwrap_err().contains("`-5`"));
         assert_eq!(netfilter_points("both").unwrap().0, vec![false, true]);
         assert!(netfilter_points("maybe").is_err());

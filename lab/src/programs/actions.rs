@@ -8,9 +8,9 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
-use xnf_core::maps::{as_bytes, object_storage, sum_percpu};
 use crate::skel::actions::types::xnf_action;
 use crate::skel::actions::{ActionsSkel, ActionsSkelBuilder};
+use xnf_core::maps::{as_bytes, object_storage, sum_percpu};
 
 xnf_core::c_enum! {
     /// The raw XDP verdicts of the `actions` experiment: `enum xnf_action`.
@@ -31,9 +31,13 @@ pub enum Action {
     /// Back out of the ingress port, MACs swapped.
     Tx,
     /// Out of another port (a DEVMAP entry).
-    Redirect { ifindex: u32 },
+    Redirect {
+        ifindex: u32,
+    },
     /// To another CPU (a CPUMAP entry), where a CPUMAP program counts and drops.
-    Cpumap { cpu: u32 },
+    Cpumap {
+        cpu: u32,
+    },
 }
 
 impl Action {
@@ -96,10 +100,7 @@ impl ActionsProgram {
 
     /// Handles on the counters that may move to other threads.
     pub fn counters(&self) -> Result<ActionCounters> {
-        Ok(ActionCounters {
-            local: MapHandle::try_from(&self.skel.maps.counts)?,
-            remote: MapHandle::try_from(&self.skel.maps.remote_counts)?,
-        })
+        Ok(ActionCounters { local: MapHandle::try_from(&self.skel.maps.counts)?, remote: MapHandle::try_from(&self.skel.maps.remote_counts)? })
     }
 }
 

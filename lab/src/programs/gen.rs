@@ -16,9 +16,9 @@ use anyhow::{bail, ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
-use xnf_core::maps::{as_bytes, object_storage, sum_percpu};
 use crate::skel::gen::types::{gen_addr, gen_class, gen_ctl, gen_limits};
 use crate::skel::gen::{GenSkel, GenSkelBuilder};
+use xnf_core::maps::{as_bytes, object_storage, sum_percpu};
 use xnf_core::xdp::XdpContext;
 
 /// `BPF_F_TEST_XDP_LIVE_FRAMES` (Linux 5.18).
@@ -172,11 +172,7 @@ impl GenConfig {
         // One 802.1Q tag at most: the program's header room (GEN_HDR_MAX)
         // has space for one.
         let l2 = if type_at(12) == Some(0x8100) { 18 } else { 14 };
-        ensure!(
-            type_at(l2 - 2) == Some(ethertype),
-            "template is not {} (untagged, or with one 802.1Q tag)",
-            if self.ipv6 { "IPv6" } else { "IPv4" }
-        );
+        ensure!(type_at(l2 - 2) == Some(ethertype), "template is not {} (untagged, or with one 802.1Q tag)", if self.ipv6 { "IPv6" } else { "IPv4" });
         ensure!(t.len() >= l2 + l3 + 8, "template frame shorter than its headers");
         let proto = if self.ipv6 {
             ensure!(t[l2] >> 4 == 6, "template: not an IPv6 header");
@@ -297,12 +293,13 @@ fn addr_bytes(a: IpAddr) -> Vec<u8> {
 
 /// Writes an address into headers whose IP header starts at `ip`.
 fn put_addr(h: &mut [u8], ip: usize, ipv6: bool, src: bool, a: IpAddr) {
-    let at = ip + match (ipv6, src) {
-        (false, true) => 12,
-        (false, false) => 16,
-        (true, true) => 8,
-        (true, false) => 24,
-    };
+    let at = ip
+        + match (ipv6, src) {
+            (false, true) => 12,
+            (false, false) => 16,
+            (true, true) => 8,
+            (true, false) => 24,
+        };
     let b = addr_bytes(a);
     h[at..at + b.len()].copy_from_slice(&b);
 }
@@ -403,10 +400,7 @@ impl GenProgram {
 
     /// Handles on the counters and the rate, usable from other threads.
     pub fn control(&self) -> Result<GenControl> {
-        Ok(GenControl {
-            state: MapHandle::try_from(&self.skel.maps.state)?,
-            ctl: MapHandle::try_from(&self.skel.maps.ctl)?,
-        })
+        Ok(GenControl { state: MapHandle::try_from(&self.skel.maps.state)?, ctl: MapHandle::try_from(&self.skel.maps.ctl)? })
     }
 
     /// Runs the program over `count` frames for `ifindex` (in the calling
@@ -501,7 +495,9 @@ mod tests {
             e.ip(src, dst).udp(sport, 9).frame_len(len).build()
         };
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        for (ipv6, s, d, s2) in [(false, ip("198.18.0.1"), ip("198.18.1.2"), ip("198.18.0.9")), (true, ip("2001:db8::1"), ip("2001:db8:1::2"), ip("2001:db8::9"))] {
+        for (ipv6, s, d, s2) in
+            [(false, ip("198.18.0.1"), ip("198.18.1.2"), ip("198.18.0.9")), (true, ip("2001:db8::1"), ip("2001:db8:1::2"), ip("2001:db8::9"))]
+        {
             let plain = GenConfig { template: build(None, 1, s, d, 120), ipv6, flows: 4, base_sport: 1024, src_addrs: vec![s2, s], ..Default::default() };
             let tagged = GenConfig { template: build(Some(100), 1, s, d, 124), ..plain.clone() };
             let (lp, lt) = (plain.layout().unwrap(), tagged.layout().unwrap());

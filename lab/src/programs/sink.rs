@@ -9,9 +9,9 @@ use anyhow::{ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut, RingBuffer, RingBufferBuilder};
 
-use xnf_core::maps::{object_storage, sum_percpu};
 use crate::skel::sink::types::sink_limits;
 use crate::skel::sink::{SinkSkel, SinkSkelBuilder};
+use xnf_core::maps::{object_storage, sum_percpu};
 
 /// Bytes of a frame a capture keeps at most (`SINK_SNAP`).
 pub const SNAP_LEN: usize = sink_limits::SINK_SNAP.0 as usize;

@@ -109,7 +109,11 @@ fn variant_bars(r: &Results, palette: &Palette) -> Option<Chart> {
         chart.bars(&Series { label: variant.into(), variant, colour, style: Style::Line, points: rate }, Slot { index: 0, of, faded: false }, false);
         if let Some(z) = s.zero_loss_mpps {
             let zero = vec![Pt::new(i as f64, z)];
-            chart.bars(&Series { label: format!("{variant} zero-loss"), variant, colour, style: Style::Line, points: zero }, Slot { index: 1, of, faded: true }, false);
+            chart.bars(
+                &Series { label: format!("{variant} zero-loss"), variant, colour, style: Style::Line, points: zero },
+                Slot { index: 1, of, faded: true },
+                false,
+            );
         }
     }
     Some(chart)
@@ -181,7 +185,14 @@ fn cpu_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
         let max = load.iter().map(|s| softirq_pct(s)).fold(100.0, f64::max);
         let y = Scale::linear(0.0, max);
         let label = r.label(point);
-        let mut chart = Chart::new("Receive-side CPU (softirq) vs offered load", &label, offered_axis(&load), "offered load, as sent (Mpps; median per step)", y, "softirq CPU (%, summed over CPUs)");
+        let mut chart = Chart::new(
+            "Receive-side CPU (softirq) vs offered load",
+            &label,
+            offered_axis(&load),
+            "offered load, as sent (Mpps; median per step)",
+            y,
+            "softirq CPU (%, summed over CPUs)",
+        );
         let variants: Vec<&str> = palette.variants(|v| load.iter().any(|s| s.variant == v)).collect();
         for variant in &variants {
             let points = data::per_step(&samples_at(r, point, variant, is_load), softirq_pct);
@@ -207,8 +218,10 @@ fn cpu_kind_chart(r: &Results, point: &Point, variant: &str) -> Option<Chart> {
     let xs: Vec<f64> = steps.iter().map(|s| s.0).collect();
     let max = steps.iter().map(|(_, k)| k.iter().sum::<f64>()).fold(100.0, f64::max);
     let title = format!("CPU time by kind: {variant}");
-    let mut chart = Chart::new(&title, &r.label(point), offered_axis(&load), "offered load (Mpps; median per step)", Scale::linear(0.0, max), "CPU (%, summed over CPUs)");
-    let layers: Vec<Layer> = CPU_KINDS.iter().enumerate().map(|(k, (label, colour))| Layer { label, colour, ys: steps.iter().map(|s| s.1[k]).collect() }).collect();
+    let mut chart =
+        Chart::new(&title, &r.label(point), offered_axis(&load), "offered load (Mpps; median per step)", Scale::linear(0.0, max), "CPU (%, summed over CPUs)");
+    let layers: Vec<Layer> =
+        CPU_KINDS.iter().enumerate().map(|(k, (label, colour))| Layer { label, colour, ys: steps.iter().map(|s| s.1[k]).collect() }).collect();
     chart.stack(&xs, &layers);
     Some(chart)
 }

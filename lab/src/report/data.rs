@@ -261,10 +261,13 @@ mod tests {
         let mut r = Results::new("t", &serde_json::Value::Null, params::legacy());
         r.machine = Machine::default();
         for p in points {
-            r.summary.push(serde_json::from_value(serde_json::json!({
-                "variant": "v", "point": p, "runs": 1, "median_mpps": 1.0, "min_mpps": 1.0, "max_mpps": 1.0,
-                "median_ns_per_packet": 1.0, "zero_loss_mpps": null,
-            })).unwrap());
+            r.summary.push(
+                serde_json::from_value(serde_json::json!({
+                    "variant": "v", "point": p, "runs": 1, "median_mpps": 1.0, "min_mpps": 1.0, "max_mpps": 1.0,
+                    "median_ns_per_packet": 1.0, "zero_loss_mpps": null,
+                }))
+                .unwrap(),
+            );
         }
         r
     }

@@ -25,7 +25,8 @@ pub struct Head<'a> {
 pub fn page(h: &Head, body: Markup) -> String {
     let m = h.machine;
     let date = fmt_date(h.started_unix);
-    let machine = [("kernel", m.kernel.clone()), ("CPU", m.cpu_model.clone()), ("cores", m.cores.to_string()), ("xnf", m.xnf_version.clone()), ("started", date.clone())];
+    let machine =
+        [("kernel", m.kernel.clone()), ("CPU", m.cpu_model.clone()), ("cores", m.cores.to_string()), ("xnf", m.xnf_version.clone()), ("started", date.clone())];
     html! {
         (DOCTYPE)
         html lang="en" {

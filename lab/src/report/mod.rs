@@ -325,7 +325,10 @@ mod tests {
 
     #[test]
     fn options_become_rows() {
-        assert_eq!(option_rows(&serde_json::json!({"a": "x", "b": 2, "c": null})), [("a".into(), "x".into()), ("b".into(), "2".into()), ("c".into(), "—".into())]);
+        assert_eq!(
+            option_rows(&serde_json::json!({"a": "x", "b": 2, "c": null})),
+            [("a".into(), "x".into()), ("b".into(), "2".into()), ("c".into(), "—".into())]
+        );
         assert!(option_rows(&serde_json::Value::Null).is_empty());
     }
 

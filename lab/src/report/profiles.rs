@@ -196,7 +196,8 @@ mod tests {
 
     fn profiled(flame: Option<&str>) -> Results {
         let mut r = results();
-        let kernel = [("driver", 120.0), ("gro", 30.0), ("ip-rcv", 80.0), ("route", 40.0), ("local", 0.0), ("forward", 90.0), ("xmit", 60.0), ("softirq", 420.0)];
+        let kernel =
+            [("driver", 120.0), ("gro", 30.0), ("ip-rcv", 80.0), ("route", 40.0), ("local", 0.0), ("forward", 90.0), ("xmit", 60.0), ("softirq", 420.0)];
         r.profiles.push(run("kernel", false, &kernel, flame));
         r.profiles.push(run("xnf", true, &[("softirq", 150.0)], None));
         r
@@ -239,7 +240,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("xnf-report-flame-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("kernel-run1.svg");
-        std::fs::write(&file, "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\"><g><title>a&lt;b</title><rect x=\"0\"/></g></svg>\n").unwrap();
+        std::fs::write(
+            &file,
+            "<?xml version=\"1.0\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\"><g><title>a&lt;b</title><rect x=\"0\"/></g></svg>\n",
+        )
+        .unwrap();
         let html = render(&profiled(Some(file.to_str().unwrap())));
         assert!(html.contains("<summary>kernel run 1 flame graph"), "{html}");
         assert!(html.contains("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\"><g><title>a&lt;b</title>"));

@@ -271,16 +271,7 @@ pub struct Chart {
 
 impl Chart {
     pub fn new(title: &str, subtitle: &str, x: Scale, x_label: &str, y: Scale, y_label: &str) -> Chart {
-        Chart {
-            title: title.into(),
-            subtitle: subtitle.into(),
-            x,
-            y,
-            x_label: x_label.into(),
-            y_label: y_label.into(),
-            legend: Vec::new(),
-            marks: Vec::new(),
-        }
+        Chart { title: title.into(), subtitle: subtitle.into(), x, y, x_label: x_label.into(), y_label: y_label.into(), legend: Vec::new(), marks: Vec::new() }
     }
 
     #[cfg(test)]
@@ -306,7 +297,8 @@ impl Chart {
     /// the same x stay apart.
     pub fn series(&mut self, s: &Series, dodge: f64) {
         let pts: Vec<(f64, Pt)> = s.points.iter().filter(|p| p.y.is_finite()).map(|p| (self.px(p.x) + dodge, *p)).collect();
-        let line = (s.style != Style::Hollow && pts.len() > 1).then(|| pts.iter().map(|(x, p)| format!("{x:.1},{:.1}", self.py(p.y))).collect::<Vec<_>>().join(" "));
+        let line =
+            (s.style != Style::Hollow && pts.len() > 1).then(|| pts.iter().map(|(x, p)| format!("{x:.1},{:.1}", self.py(p.y))).collect::<Vec<_>>().join(" "));
         let dash = (s.style == Style::Dashed).then_some("6 4");
         let marks = html! {
             @if s.style != Style::Curve {

@@ -54,14 +54,22 @@ mod tests {
         let a4 = ("198.18.0.1".parse().unwrap(), "198.18.0.2".parse().unwrap());
         let a6 = ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap());
         let cases = [
-            (PacketBuilder::ethernet(mac(1), mac(2)).ipv4(a4.0, a4.1).udp(1000, 7).payload(b"hi").build(),
-             PacketBuilder::ethernet(mac(2), mac(1)).ipv4(a4.1, a4.0).udp(7, 1000).payload(b"hi").build()),
-            (PacketBuilder::ethernet(mac(1), mac(2)).vlan(5).ipv4(a4.0, a4.1).icmpv4_echo(9, 3).payload(b"ping").build(),
-             PacketBuilder::ethernet(mac(2), mac(1)).vlan(5).ipv4(a4.1, a4.0).icmpv4_echo_reply(9, 3).payload(b"ping").build()),
-            (PacketBuilder::ethernet(mac(1), mac(2)).ipv6(a6.0, a6.1).udp(1000, 7).payload(b"hi").build(),
-             PacketBuilder::ethernet(mac(2), mac(1)).ipv6(a6.1, a6.0).udp(7, 1000).payload(b"hi").build()),
-            (PacketBuilder::ethernet(mac(1), mac(2)).ipv6(a6.0, a6.1).icmpv6_echo(9, 3).payload(b"ping").build(),
-             PacketBuilder::ethernet(mac(2), mac(1)).ipv6(a6.1, a6.0).icmpv6_echo_reply(9, 3).payload(b"ping").build()),
+            (
+                PacketBuilder::ethernet(mac(1), mac(2)).ipv4(a4.0, a4.1).udp(1000, 7).payload(b"hi").build(),
+                PacketBuilder::ethernet(mac(2), mac(1)).ipv4(a4.1, a4.0).udp(7, 1000).payload(b"hi").build(),
+            ),
+            (
+                PacketBuilder::ethernet(mac(1), mac(2)).vlan(5).ipv4(a4.0, a4.1).icmpv4_echo(9, 3).payload(b"ping").build(),
+                PacketBuilder::ethernet(mac(2), mac(1)).vlan(5).ipv4(a4.1, a4.0).icmpv4_echo_reply(9, 3).payload(b"ping").build(),
+            ),
+            (
+                PacketBuilder::ethernet(mac(1), mac(2)).ipv6(a6.0, a6.1).udp(1000, 7).payload(b"hi").build(),
+                PacketBuilder::ethernet(mac(2), mac(1)).ipv6(a6.1, a6.0).udp(7, 1000).payload(b"hi").build(),
+            ),
+            (
+                PacketBuilder::ethernet(mac(1), mac(2)).ipv6(a6.0, a6.1).icmpv6_echo(9, 3).payload(b"ping").build(),
+                PacketBuilder::ethernet(mac(2), mac(1)).ipv6(a6.1, a6.0).icmpv6_echo_reply(9, 3).payload(b"ping").build(),
+            ),
         ];
         for (i, (mut q, want)) in cases.into_iter().enumerate() {
             assert!(nfs::answer(&mut q), "case {i}");

@@ -59,7 +59,8 @@ impl<T: Copy> Ring<T> {
                 base.add(off.desc as usize) as *mut T,
             )
         };
-        let mut r = Ring { map: NonNull::new(base).unwrap(), map_len, producer, consumer, flags, descs, mask: size - 1, size, local: 0, cached: 0, _t: PhantomData };
+        let mut r =
+            Ring { map: NonNull::new(base).unwrap(), map_len, producer, consumer, flags, descs, mask: size - 1, size, local: 0, cached: 0, _t: PhantomData };
         // SAFETY: valid pointers into the mapping.
         unsafe {
             if producer_side {

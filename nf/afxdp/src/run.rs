@@ -327,7 +327,13 @@ pub fn run(a: RunArgs) -> Result<()> {
             .iter()
             .enumerate()
             .map(|(i, s)| -> Result<SocketReport> {
-                Ok(SocketReport { queue: s.queue, zero_copy: s.zero_copy, need_wakeup: s.need_wakeup, busy_poll: s.busy_poll.is_some(), stats: set.snapshot(i)? })
+                Ok(SocketReport {
+                    queue: s.queue,
+                    zero_copy: s.zero_copy,
+                    need_wakeup: s.need_wakeup,
+                    busy_poll: s.busy_poll.is_some(),
+                    stats: set.snapshot(i)?,
+                })
             })
             .collect::<Result<_>>()?,
         selector: Reason::ALL.iter().map(|r| (r.name().to_string(), stats.get(*r))).collect(),

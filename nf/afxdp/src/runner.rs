@@ -156,8 +156,8 @@ impl XskSet {
         let umem = Umem::new(umem_cfg)?;
         let mut sockets: Vec<Socket> = Vec::new();
         for (ifindex, ifname, queue) in bindings {
-            let s = Socket::new(&umem, *ifindex, ifname, *queue, sock_cfg, sockets.first())
-                .with_context(|| format!("AF_XDP socket on {ifname} queue {queue}"))?;
+            let s =
+                Socket::new(&umem, *ifindex, ifname, *queue, sock_cfg, sockets.first()).with_context(|| format!("AF_XDP socket on {ifname} queue {queue}"))?;
             sockets.push(s);
         }
         // Half the frames may sit in FILL rings; the rest carry packets

@@ -1,8 +1,8 @@
 //! The AF_XDP selector (`afxdp.bpf.c`): hands the selected traffic to
 //! the AF_XDP socket of its RX queue, leaves the rest to the kernel.
 
-use xnf_core::features::{explain, Feature};
 use std::os::fd::{AsFd, AsRawFd};
+use xnf_core::features::{explain, Feature};
 
 use anyhow::{ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -112,7 +112,11 @@ impl AfxdpProgram {
     pub fn add_socket(&self, queue: u32, fd: impl AsFd) -> Result<()> {
         ensure!(queue < MAX_QUEUES, "queue {queue}: at most {MAX_QUEUES} queues");
         let v = fd.as_fd().as_raw_fd() as u32;
-        self.skel.maps.xsks.update(&queue.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY).with_context(|| format!("putting the socket of queue {queue} in the XSKMAP"))?;
+        self.skel
+            .maps
+            .xsks
+            .update(&queue.to_ne_bytes(), &v.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("putting the socket of queue {queue} in the XSKMAP"))?;
         self.queues.borrow_mut().push(queue);
         Ok(())
     }

@@ -201,7 +201,8 @@ impl Socket {
             opt(SO_BUSY_POLL_BUDGET, bp.budget as libc::c_int, "SO_BUSY_POLL_BUDGET")?;
         }
 
-        let mut s = Socket { fd, fill, comp, rx, tx, ifindex, ifname: ifname.into(), queue, zero_copy: false, need_wakeup: cfg.need_wakeup, busy_poll: cfg.busy_poll };
+        let mut s =
+            Socket { fd, fill, comp, rx, tx, ifindex, ifname: ifname.into(), queue, zero_copy: false, need_wakeup: cfg.need_wakeup, busy_poll: cfg.busy_poll };
         if let Some(first) = shared {
             // A socket sharing a UMEM may not name a mode or need_wakeup
             // (the kernel refuses any flag but XDP_SHARED_UMEM): it gets
@@ -256,7 +257,8 @@ impl Socket {
             sxdp_shared_umem_fd: shared_fd.unwrap_or(0) as u32,
         };
         // SAFETY: sa is a valid sockaddr_xdp of the size passed.
-        let rc = unsafe { libc::bind(self.fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t) };
+        let rc =
+            unsafe { libc::bind(self.fd.as_raw_fd(), &sa as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -328,11 +330,15 @@ pub fn kernel_stats(fd: BorrowedFd<'_>) -> Result<KernelStats> {
 fn bind_error(e: &io::Error, mode: u16, ifname: &str, queue: u32, cfg: &SocketConfig) -> anyhow::Error {
     let zc = mode == libc::XDP_ZEROCOPY;
     let hint = match e.raw_os_error() {
-        Some(libc::EOPNOTSUPP) | Some(libc::EPROTONOSUPPORT) if zc => format!(
-            "zero-copy: the driver of {ifname} has no AF_XDP zero-copy support (veth and generic XDP have copy mode only); use --copy"
-        ),
+        Some(libc::EOPNOTSUPP) | Some(libc::EPROTONOSUPPORT) if zc => {
+            format!("zero-copy: the driver of {ifname} has no AF_XDP zero-copy support (veth and generic XDP have copy mode only); use --copy")
+        }
         Some(libc::EBUSY) => format!("queue {queue} of {ifname} already has an AF_XDP socket (or a zero-copy pool): one socket per queue"),
-        Some(libc::EINVAL) => format!("queue {queue}: {ifname} has no such queue (see `ethtool -l {ifname}`), or a flag combination the kernel refuses (mode {}, need_wakeup {})", if zc { "zero-copy" } else { "copy" }, cfg.need_wakeup),
+        Some(libc::EINVAL) => format!(
+            "queue {queue}: {ifname} has no such queue (see `ethtool -l {ifname}`), or a flag combination the kernel refuses (mode {}, need_wakeup {})",
+            if zc { "zero-copy" } else { "copy" },
+            cfg.need_wakeup
+        ),
         Some(libc::ENODEV) | Some(libc::ENXIO) => format!("{ifname} does not exist in this network namespace"),
         Some(libc::ENETDOWN) => format!("{ifname} is down: `ip link set {ifname} up`"),
         _ => format!("binding to {ifname} queue {queue} in {} mode", if zc { "zero-copy" } else { "copy" }),

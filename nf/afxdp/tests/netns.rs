@@ -5,15 +5,14 @@
 //! (Ctrl-C), never at a deadline: a loaded machine must not fail a test;
 //! its report must balance the UMEM.
 
-
 use std::net::{SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use xnf_testrun::cli::xnf_err;
 use serde_json::Value;
 use xnf_netns::{ifname, veth, Netns};
 use xnf_packet::{MacAddr, PacketBuilder};
+use xnf_testrun::cli::xnf_err;
 
 struct Pair {
     a: Netns,
@@ -95,7 +94,15 @@ impl Raw {
         unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf as *const _ as *const libc::c_void, 4) };
         let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
         // SAFETY: valid timeval.
-        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32) };
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
         Raw { fd }
     }
 
@@ -115,7 +122,9 @@ impl Raw {
             let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
             // SAFETY: buf and sa are valid for the sizes passed.
-            let n = unsafe { libc::recvfrom(self.fd.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0, &mut sa as *mut _ as *mut libc::sockaddr, &mut len) };
+            let n = unsafe {
+                libc::recvfrom(self.fd.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0, &mut sa as *mut _ as *mut libc::sockaddr, &mut len)
+            };
             if n < 0 || sa.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
@@ -231,7 +240,8 @@ fn only_the_selected_traffic_leaves_the_kernel() {
     let r = report(nf);
     assert_eq!(kernel_got, 50, "b's kernel socket on 6000 gets its datagrams, then the fence");
     assert_eq!(r["sockets"][0]["rx_packets"], 200, "exactly the UDP to 5000 went to user space: {r}");
-    let sel: std::collections::HashMap<String, u64> = r["selector"].as_array().unwrap().iter().map(|x| (x[0].as_str().unwrap().to_string(), x[1].as_u64().unwrap())).collect();
+    let sel: std::collections::HashMap<String, u64> =
+        r["selector"].as_array().unwrap().iter().map(|x| (x[0].as_str().unwrap().to_string(), x[1].as_u64().unwrap())).collect();
     assert_eq!(sel["to-user"], 200);
     assert!(sel["no-match"] >= 50, "the rest was the kernel's: {sel:?}");
     assert!(sel["non-ip"] >= 1, "ARP was the kernel's (a resolved b): {sel:?}");

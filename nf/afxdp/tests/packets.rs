@@ -13,8 +13,8 @@ mod fixture;
 use fixture::Bench;
 use xnf_afxdp::selector::{AfxdpProgram, Reason, Stats};
 use xnf_core::class::Class;
-use xnf_testrun::{run_xdp, Verdict, XdpContext};
 use xnf_packet::{EtherType, MacAddr, PacketBuilder, TcpFlags};
+use xnf_testrun::{run_xdp, Verdict, XdpContext};
 
 const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -71,40 +71,161 @@ fn cases() -> Vec<Case> {
         case("TCP to 5000 is not (protocol)", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).tcp(1000, 5000, TcpFlags::SYN).build(), Pass, NoMatch),
         case("ICMP echo is the kernel's (ping keeps working)", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).icmpv4_echo(1, 1).build(), Pass, NoMatch),
         case("IPv6 UDP to 5000 is in the class", Udp5000OrVlan100, 0, eth().ipv6(S6, D6).udp(1000, 5000).build(), Redirect, ToUser),
-        case("IPv6 UDP after a destination-options header: the parser walks to its ports, in the class", Udp5000OrVlan100, 0,
-            eth().ipv6(S6, D6).ipv6_ext(xnf_packet::IpProtocol::from(60u8), &[0; 6]).udp(1000, 5000).build(), Redirect, ToUser),
-        case("IPv4 with options: ports found past them", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).ipv4_options(&[1, 1, 1, 1]).udp(1000, 5000).build(), Redirect, ToUser),
+        case(
+            "IPv6 UDP after a destination-options header: the parser walks to its ports, in the class",
+            Udp5000OrVlan100,
+            0,
+            eth().ipv6(S6, D6).ipv6_ext(xnf_packet::IpProtocol::from(60u8), &[0; 6]).udp(1000, 5000).build(),
+            Redirect,
+            ToUser,
+        ),
+        case(
+            "IPv4 with options: ports found past them",
+            Udp5000OrVlan100,
+            0,
+            eth().ipv4(S4, D4).ipv4_options(&[1, 1, 1, 1]).udp(1000, 5000).build(),
+            Redirect,
+            ToUser,
+        ),
         case("first fragment carries the ports", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(0, true).udp(1000, 5000).build(), Redirect, ToUser),
         // Frames that may be UDP to 5000 but show no ports: to user space
         // (or dropped), never to the kernel behind the NF's back.
-        case("later UDP fragment may be in the port class: to user space", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Redirect, UnsureToUser),
-        case("later UDP fragment, classes that drop the unsure: dropped", Udp5000OrVlan100Drop, 0, eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Verdict::Drop, UnsureDropped),
-        case("later TCP fragment is not UDP: the kernel's", Udp5000OrVlan100, 0, eth().ipv4(S4, D4).fragment(8, false).tcp(1000, 5000, TcpFlags::SYN).build(), Pass, NoMatch),
-        case("IPv6 later UDP fragment: to user space", Udp5000OrVlan100, 0,
-            eth().ipv6(S6, D6).ipv6_ext(xnf_packet::IpProtocol::FRAGMENT, &[0, 8, 0, 0, 0, 1]).udp(1000, 5000).build(), Redirect, UnsureToUser),
-        case("UDP whose ports lie in the Ethernet trailer: unsure, to user space", Udp5000OrVlan100, 0,
-            eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03, 0xe8]).trailer(&[0x13, 0x88, 0, 8]).build(), Redirect, UnsureToUser),
-        case("IPv6 with nine extension headers (protocol unknown): to user space", Udp5000OrVlan100, 0,
-            (0..9).fold(eth().ipv6(S6, D6), |b, _| b.ipv6_ext(xnf_packet::IpProtocol::DSTOPTS, &[0; 6])).udp(1000, 5000).build(), Redirect, UnsureToUser),
-        case("Ethernet padding is not ports: a short UDP header is unsure", Udp5000OrVlan100Drop, 0,
-            eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03]).trailer(&[0xe8, 0x13, 0x88, 0, 0, 0]).build(), Verdict::Drop, UnsureDropped),
+        case(
+            "later UDP fragment may be in the port class: to user space",
+            Udp5000OrVlan100,
+            0,
+            eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(),
+            Redirect,
+            UnsureToUser,
+        ),
+        case(
+            "later UDP fragment, classes that drop the unsure: dropped",
+            Udp5000OrVlan100Drop,
+            0,
+            eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(),
+            Verdict::Drop,
+            UnsureDropped,
+        ),
+        case(
+            "later TCP fragment is not UDP: the kernel's",
+            Udp5000OrVlan100,
+            0,
+            eth().ipv4(S4, D4).fragment(8, false).tcp(1000, 5000, TcpFlags::SYN).build(),
+            Pass,
+            NoMatch,
+        ),
+        case(
+            "IPv6 later UDP fragment: to user space",
+            Udp5000OrVlan100,
+            0,
+            eth().ipv6(S6, D6).ipv6_ext(xnf_packet::IpProtocol::FRAGMENT, &[0, 8, 0, 0, 0, 1]).udp(1000, 5000).build(),
+            Redirect,
+            UnsureToUser,
+        ),
+        case(
+            "UDP whose ports lie in the Ethernet trailer: unsure, to user space",
+            Udp5000OrVlan100,
+            0,
+            eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03, 0xe8]).trailer(&[0x13, 0x88, 0, 8]).build(),
+            Redirect,
+            UnsureToUser,
+        ),
+        case(
+            "IPv6 with nine extension headers (protocol unknown): to user space",
+            Udp5000OrVlan100,
+            0,
+            (0..9).fold(eth().ipv6(S6, D6), |b, _| b.ipv6_ext(xnf_packet::IpProtocol::DSTOPTS, &[0; 6])).udp(1000, 5000).build(),
+            Redirect,
+            UnsureToUser,
+        ),
+        case(
+            "Ethernet padding is not ports: a short UDP header is unsure",
+            Udp5000OrVlan100Drop,
+            0,
+            eth().ipv4(S4, D4).protocol(xnf_packet::IpProtocol::UDP).payload(&[0x03]).trailer(&[0xe8, 0x13, 0x88, 0, 0, 0]).build(),
+            Verdict::Drop,
+            UnsureDropped,
+        ),
         // Found by the fuzzer (tests/fuzz): the selector stopped at the
         // first class that may hold the frame and dropped a frame a later
         // class surely holds.
-        case("later UDP fragment from 198.18.0.1 may be UDP to 5000 and surely is from 198.18.0.0/24: to user space", Udp5000OrSourceDrop, 0,
-            eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(), Redirect, ToUser),
-        case("later UDP fragment from elsewhere may be UDP to 5000 only: dropped", Udp5000OrSourceDrop, 0,
-            eth().ipv4(Ipv4Addr::new(198, 18, 5, 1), D4).fragment(8, false).udp(1000, 5000).build(), Verdict::Drop, UnsureDropped),
-        case("tagged UDP to 5000: the port class is for untagged frames", Udp5000OrVlan100, 0, eth().vlan(7).ipv4(S4, D4).udp(1000, 5000).build(), Pass, NoMatch),
+        case(
+            "later UDP fragment from 198.18.0.1 may be UDP to 5000 and surely is from 198.18.0.0/24: to user space",
+            Udp5000OrSourceDrop,
+            0,
+            eth().ipv4(S4, D4).fragment(8, false).udp(1000, 5000).build(),
+            Redirect,
+            ToUser,
+        ),
+        case(
+            "later UDP fragment from elsewhere may be UDP to 5000 only: dropped",
+            Udp5000OrSourceDrop,
+            0,
+            eth().ipv4(Ipv4Addr::new(198, 18, 5, 1), D4).fragment(8, false).udp(1000, 5000).build(),
+            Verdict::Drop,
+            UnsureDropped,
+        ),
+        case(
+            "tagged UDP to 5000: the port class is for untagged frames",
+            Udp5000OrVlan100,
+            0,
+            eth().vlan(7).ipv4(S4, D4).udp(1000, 5000).build(),
+            Pass,
+            NoMatch,
+        ),
         case("tagged VID 100: the VLAN class", Udp5000OrVlan100, 0, eth().vlan(100).ipv4(S4, D4).udp(1000, 9).build(), Redirect, ToUser),
         case("QinQ is the kernel's", Udp5000OrVlan100, 0, eth().qinq(100).vlan(100).ipv4(S4, D4).udp(1000, 5000).build(), Pass, QinQ),
         case("stacked 802.1Q tags are the kernel's", Udp5000OrVlan100, 0, eth().vlan(100).vlan(100).ipv4(S4, D4).udp(1000, 5000).build(), Pass, QinQ),
         case("ARP is the kernel's", Udp5000OrVlan100, 0, eth().arp_request(A, S4, D4).build(), Pass, NonIp),
         case("LLDP is the kernel's", Udp5000OrVlan100, 0, eth().ethertype(EtherType::from(0x88ccu16)).payload(&[0; 46]).build(), Pass, NonIp),
-        case("IHL 4 is malformed", Udp5000OrVlan100, 0, { let mut f = udp4(5000); f[14] = 0x44; f }, Pass, Malformed),
-        case("total length past the frame is malformed", Udp5000OrVlan100, 0, { let mut f = udp4(5000); f[16] = 0xff; f }, Pass, Malformed),
-        case("IPv6 payload length past the frame is malformed", Udp5000OrVlan100, 0, { let mut f = eth().ipv6(S6, D6).udp(1000, 5000).build(); f[18] = 0xff; f }, Pass, Malformed),
-        case("IP version 6 in an IPv4 ethertype is malformed", Udp5000OrVlan100, 0, { let mut f = udp4(5000); f[14] = 0x65; f }, Pass, Malformed),
+        case(
+            "IHL 4 is malformed",
+            Udp5000OrVlan100,
+            0,
+            {
+                let mut f = udp4(5000);
+                f[14] = 0x44;
+                f
+            },
+            Pass,
+            Malformed,
+        ),
+        case(
+            "total length past the frame is malformed",
+            Udp5000OrVlan100,
+            0,
+            {
+                let mut f = udp4(5000);
+                f[16] = 0xff;
+                f
+            },
+            Pass,
+            Malformed,
+        ),
+        case(
+            "IPv6 payload length past the frame is malformed",
+            Udp5000OrVlan100,
+            0,
+            {
+                let mut f = eth().ipv6(S6, D6).udp(1000, 5000).build();
+                f[18] = 0xff;
+                f
+            },
+            Pass,
+            Malformed,
+        ),
+        case(
+            "IP version 6 in an IPv4 ethertype is malformed",
+            Udp5000OrVlan100,
+            0,
+            {
+                let mut f = udp4(5000);
+                f[14] = 0x65;
+                f
+            },
+            Pass,
+            Malformed,
+        ),
     ];
     // Every truncation of a UDP frame, from the bare Ethernet header on:
     // short of a whole IPv4 header, or past it with a total length the cut
@@ -127,7 +248,10 @@ fn rules(c: Classes) -> Vec<Class> {
             vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { vid: Some(100), ..Default::default() }]
         }
         Classes::Udp5000OrSourceDrop => {
-            vec![Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() }, Class { src: Some("198.18.0.0/24".parse().unwrap()), ..Default::default() }]
+            vec![
+                Class { proto: Some(17), dport: Some((5000, 5000)), ..Default::default() },
+                Class { src: Some("198.18.0.0/24".parse().unwrap()), ..Default::default() },
+            ]
         }
     }
 }

@@ -74,12 +74,8 @@ pub fn apply(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
     let wanted: BTreeMap<&String, &NfSpec> = file.nf.iter().map(|n| (&n.name, n)).collect();
     let nf_gone: Vec<String> = managed.iter().filter(|(k, n)| wanted.get(*k) != Some(&&n.spec)).map(|(k, _)| (*k).clone()).collect();
     let nf_new: Vec<&NfSpec> = file.nf.iter().filter(|n| managed.get(&n.name).is_none_or(|x| x.spec != **n)).collect();
-    let chain_gone: Vec<String> = reg
-        .chains
-        .iter()
-        .filter(|(k, c)| file.chain.iter().find(|x| &x.name == *k) != Some(&c.spec))
-        .map(|(k, _)| k.clone())
-        .collect();
+    let chain_gone: Vec<String> =
+        reg.chains.iter().filter(|(k, c)| file.chain.iter().find(|x| &x.name == *k) != Some(&c.spec)).map(|(k, _)| k.clone()).collect();
     let chain_new: Vec<&ChainSpec> = file.chain.iter().filter(|c| reg.chains.get(&c.name).is_none_or(|x| x.spec != **c)).collect();
     if nf_gone.is_empty() && nf_new.is_empty() && chain_gone.is_empty() && chain_new.is_empty() {
         return Ok((vec!["nothing to change".into()], Vec::new()));
@@ -91,7 +87,12 @@ pub fn apply(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
     successors(&names, &file.chain.iter().collect::<Vec<_>>())?;
     let links = netlink::links()?;
     for c in &file.chain {
-        ensure!(links.iter().any(|l| l.name == c.ingress), "chain {}: ingress {:?} does not exist in this network namespace (see `ip link`)", c.name, c.ingress);
+        ensure!(
+            links.iter().any(|l| l.name == c.ingress),
+            "chain {}: ingress {:?} does not exist in this network namespace (see `ip link`)",
+            c.name,
+            c.ingress
+        );
         for e in &c.egress {
             ensure!(links.iter().any(|l| &l.name == e), "chain {}: egress {e:?} does not exist in this network namespace", c.name);
         }

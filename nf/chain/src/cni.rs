@@ -181,11 +181,8 @@ pub fn parse_conf(input: &[u8]) -> Result<NetConf, CniError> {
 
 /// Lower case, anything outside `[a-z0-9-_]` becomes `-`, no leading `-`/`_`.
 fn sanitize(s: &str) -> String {
-    let s: String = s
-        .chars()
-        .map(|c| c.to_ascii_lowercase())
-        .map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' { c } else { '-' })
-        .collect();
+    let s: String =
+        s.chars().map(|c| c.to_ascii_lowercase()).map(|c| if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' { c } else { '-' }).collect();
     s.trim_start_matches(['-', '_']).to_string()
 }
 

@@ -10,9 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use xnf_core::lifecycle::Lifecycle;
 use xnf_core::sources::Sources;
 use xnf_core::state;
-use xnf_core::lifecycle::Lifecycle;
 use xnf_core::xdp::{veth_peer_warning, XdpLink, XdpMode};
 use xnf_netns::netlink::{self, Link};
 
@@ -118,12 +118,7 @@ pub fn plan(reg: &Registry, links: &[Link], sources: &Sources) -> Result<Plan> {
             }
         }
     }
-    anyhow::ensure!(
-        p.rules.len() <= MAX_RULES as usize,
-        "{} traffic classes in all chains; the classifier holds {}",
-        p.rules.len(),
-        MAX_RULES
-    );
+    anyhow::ensure!(p.rules.len() <= MAX_RULES as usize, "{} traffic classes in all chains; the classifier holds {}", p.rules.len(), MAX_RULES);
     p.warnings.sort();
     p.warnings.dedup();
     Ok(p)

@@ -171,7 +171,8 @@ pub fn xps_per_cpu(ifname: &str) -> Result<()> {
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>).context("making / private (XPS)")?;
     mount(Some("sysfs"), "/sys", Some("sysfs"), MsFlags::empty(), None::<&str>).context("mounting sysfs of the NF's namespace (XPS)")?;
     let dir = format!("/sys/class/net/{ifname}/queues");
-    let queues = std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))?.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("tx-")).count();
+    let queues =
+        std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))?.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("tx-")).count();
     if queues <= 1 {
         return Ok(());
     }

@@ -25,7 +25,8 @@ pub const CNI_PLUGINS: &str = "/usr/lib/cni";
 pub const IMAGE: &str = "localhost/xnf-busybox";
 
 /// What a private podman needs, and the Debian package that has it.
-const NEEDS: [(&str, &str); 4] = [("podman", "/usr/bin/podman"), ("runc", "/usr/bin/runc"), ("busybox-static", "/bin/busybox"), ("containernetworking-plugins", "/usr/lib/cni/ptp")];
+const NEEDS: [(&str, &str); 4] =
+    [("podman", "/usr/bin/podman"), ("runc", "/usr/bin/runc"), ("busybox-static", "/bin/busybox"), ("containernetworking-plugins", "/usr/lib/cni/ptp")];
 
 /// A podman of its own; every container it started is removed on drop
 /// (which runs each one's CNI DEL), then its folder.
@@ -164,7 +165,11 @@ impl Podman {
         let mut lines = snmp.lines().filter(|l| l.starts_with(&prefix));
         let (h, v) = lines.next().zip(lines.next()).with_context(|| format!("no {group} lines in net/snmp"))?;
         let i = h.split_whitespace().position(|k| k == key).with_context(|| format!("no {group} {key} in net/snmp"))?;
-        v.split_whitespace().nth(i).with_context(|| format!("short {group} line in net/snmp"))?.parse().with_context(|| format!("{group} {key} is not a number"))
+        v.split_whitespace()
+            .nth(i)
+            .with_context(|| format!("short {group} line in net/snmp"))?
+            .parse()
+            .with_context(|| format!("{group} {key} is not a number"))
     }
 }
 
@@ -216,7 +221,6 @@ pub fn stale_roots() -> Vec<PathBuf> {
         .map(|e| e.path())
         .collect()
 }
-
 
 /// Makes `c` start in the network namespace at `netns` (setns between
 /// fork and exec, as a runtime running in that namespace starts its

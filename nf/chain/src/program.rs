@@ -3,10 +3,10 @@
 //! counters). The control plane in `xnf chain` keeps them in step with its
 //! registry; the packet tests fill them directly.
 
-use xnf_core::features::{explain, Feature};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use xnf_core::features::{explain, Feature};
 
 use xnf_core::entry::Stage;
 use xnf_core::lifecycle::{StageNf, Target};
@@ -18,9 +18,9 @@ use libbpf_rs::{MapCore, MapFlags, ProgramMut};
 
 use xnf_core::class::Class;
 pub use xnf_core::fwd::Reason;
-pub use xnf_core::sources::Rpf;
 use xnf_core::lifecycle::{pin_maps, PinnedMaps};
-use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, PercpuSums, zero_percpu};
+use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage, percpu_sum, swap, zero_percpu, PercpuSums};
+pub use xnf_core::sources::Rpf;
 
 use crate::skel::chain::{types, ChainSkel, ChainSkelBuilder};
 
@@ -284,9 +284,7 @@ impl ChainMaps {
     }
 
     pub fn clear_nf(&self, slot: u32) -> Result<()> {
-        self.nfs
-            .update(&slot.to_ne_bytes(), as_bytes(&types::xnf_chain_nf::default()), MapFlags::ANY)
-            .context("clearing the NF table")
+        self.nfs.update(&slot.to_ne_bytes(), as_bytes(&types::xnf_chain_nf::default()), MapFlags::ANY).context("clearing the NF table")
     }
 
     pub fn nf(&self, slot: u32) -> Result<NfEntry> {
@@ -297,9 +295,7 @@ impl ChainMaps {
 
     /// Makes `ifindex` a redirect target (an NF port or an egress).
     pub fn add_tx(&self, ifindex: u32) -> Result<()> {
-        self.tx
-            .update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("adding ifindex {ifindex} to the chain's devmap"))
+        self.tx.update(&ifindex.to_ne_bytes(), &ifindex.to_ne_bytes(), MapFlags::ANY).with_context(|| format!("adding ifindex {ifindex} to the chain's devmap"))
     }
 
     pub fn del_tx(&self, ifindex: u32) -> Result<()> {
@@ -406,4 +402,3 @@ impl StageNf for Chain {
         p.as_fd()
     }
 }
-

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::program::{IngressReason, NfStats};
 use anyhow::Result;
 use serde::Serialize;
-use crate::program::{IngressReason, NfStats};
 use xnf_core::fwd::Reason;
 
 use crate::dataplane::{self, present};
@@ -66,8 +66,7 @@ fn listing(reg: &Registry) -> Result<Listing> {
         .chains
         .values()
         .map(|c| {
-            let up = links.iter().any(|l| l.name == c.spec.ingress)
-                && c.spec.nfs.iter().all(|n| reg.nfs.get(n).is_some_and(|nf| present(nf, &links)));
+            let up = links.iter().any(|l| l.name == c.spec.ingress) && c.spec.nfs.iter().all(|n| reg.nfs.get(n).is_some_and(|nf| present(nf, &links)));
             ChainRow {
                 name: c.spec.name.clone(),
                 ingress: c.spec.ingress.clone(),

@@ -4,7 +4,6 @@
 //! by the test: a veth pair between the host and a pod namespace, and a
 //! ptp-like prevResult.
 
-
 mod common;
 
 use common::{chain_pins, cni, fails, list, nf_row, ok, run_plugin_with, xdp_prog, Guard};

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use xnf_chain::ChainFile;
 use xnf_chain::cni::{derive_name, parse_conf};
+use xnf_chain::ChainFile;
 
 fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/kubernetes")
@@ -19,7 +19,8 @@ fn dir() -> PathBuf {
 /// Every document of a YAML file.
 fn documents(name: &str) -> Vec<serde_yaml::Value> {
     let text = std::fs::read_to_string(dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text).map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("{name}: {e}"))).collect();
+    let docs: Vec<serde_yaml::Value> =
+        serde_yaml::Deserializer::from_str(&text).map(|d| serde_yaml::Value::deserialize(d).unwrap_or_else(|e| panic!("{name}: {e}"))).collect();
     for d in &docs {
         for k in ["apiVersion", "kind"] {
             assert!(d[k].as_str().is_some_and(|s| !s.is_empty()), "{name}: a document without {k}");
@@ -49,7 +50,8 @@ fn check_conflist(text: &str) {
 fn daemonset_installs_the_plugin_and_its_conflist_on_every_node() {
     let docs = documents("xnf-cni-daemonset.yaml");
     let cm = of_kind(&docs, "ConfigMap");
-    let conflists: Vec<&str> = cm["data"].as_mapping().unwrap().iter().filter(|(k, _)| k.as_str().unwrap().ends_with(".conflist")).map(|(_, v)| v.as_str().unwrap()).collect();
+    let conflists: Vec<&str> =
+        cm["data"].as_mapping().unwrap().iter().filter(|(k, _)| k.as_str().unwrap().ends_with(".conflist")).map(|(_, v)| v.as_str().unwrap()).collect();
     assert_eq!(conflists.len(), 1);
     check_conflist(conflists[0]);
     let ds = of_kind(&docs, "DaemonSet");

@@ -4,12 +4,11 @@
 //! what arrived at the sink, what the chain counted per hop, and that
 //! dut's kernel forwarding counters did not move when XDP steered.
 
-
 use std::path::PathBuf;
 
-use xnf_testrun::cli::{xnf, xnf_err, xnf_ok, RoutedLine};
 use serde_json::Value;
 use xnf_netns::Netns;
+use xnf_testrun::cli::{xnf, xnf_err, xnf_ok, RoutedLine};
 
 /// Removes every chain and NF in dut before the namespaces go, even when
 /// a test fails half-way.
@@ -196,7 +195,8 @@ fn nf_drop_and_rewrite_are_respected() {
     lab.nf("refl", 1, &["--function", "reflect"]);
     lab.chain("c", &["all"], &["fw", "refl"]);
     // fw drops IPv6 UDP to port 9001 (send_udp's IPv6 port) in its forward hook.
-    let nft = "add table inet xnf\nadd chain inet xnf xfwd { type filter hook forward priority 0; }\nadd rule inet xnf xfwd meta l4proto udp udp dport 9001 drop\n";
+    let nft =
+        "add table inet xnf\nadd chain inet xnf xfwd { type filter hook forward priority 0; }\nadd rule inet xnf xfwd meta l4proto udp udp dport 9001 drop\n";
     let out = lab.nfs[0].command("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).spawn().and_then(|mut c| {
         use std::io::Write;
         c.stdin.take().unwrap().write_all(nft.as_bytes())?;
@@ -432,7 +432,8 @@ fn frames_whose_ports_are_hidden_still_go_through_the_nf() {
     let _g = ChainGuard { dut: lab.dut() };
     lab.nf("fw", 0, &["--forward"]);
     lab.chain("web", &["proto=udp,dport=5000"], &["fw"]);
-    let nft = "add table inet xnf\nadd chain inet xnf xfwd { type filter hook forward priority 0; }\nadd rule inet xnf xfwd meta l4proto udp udp dport 5000 drop\n";
+    let nft =
+        "add table inet xnf\nadd chain inet xnf xfwd { type filter hook forward priority 0; }\nadd rule inet xnf xfwd meta l4proto udp udp dport 5000 drop\n";
     let out = lab.nfs[0].command("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).spawn().and_then(|mut c| {
         use std::io::Write;
         c.stdin.take().unwrap().write_all(nft.as_bytes())?;
@@ -456,7 +457,15 @@ fn frames_whose_ports_are_hidden_still_go_through_the_nf() {
         })
         .collect();
     let fragments: Vec<Vec<u8>> = (0..50u32)
-        .map(|i| PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac).ipv4(l.gen_v4, l.sink_v4).fragment(185, false).ident(i).protocol(IpProtocol::UDP).payload(&[0; 64]).build())
+        .map(|i| {
+            PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac)
+                .ipv4(l.gen_v4, l.sink_v4)
+                .fragment(185, false)
+                .ident(i)
+                .protocol(IpProtocol::UDP)
+                .payload(&[0; 64])
+                .build()
+        })
         .collect();
     send_raw(&lab, dstopts);
     send_raw(&lab, fragments);

@@ -165,7 +165,14 @@ fn cases(f: &Fixture) -> Vec<Case> {
         let unsure2 = Count::Chain { chain: 2, reason: IngressReason::UnsureSteered, nf: Some(0) };
         let input = dst_opts(l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)), 9).build();
         let output = dst_opts(l3(t.to_nf_a(), s6, CHAIN2_6.into(), 64, L4::Udp(5000)), 9).build();
-        t.push("IPv6 with nine extension headers: protocol unknown, may be chain 2's: into its NF", At::Ingress, input, Verdict::Redirect, unsure2, Out::Frame(output));
+        t.push(
+            "IPv6 with nine extension headers: protocol unknown, may be chain 2's: into its NF",
+            At::Ingress,
+            input,
+            Verdict::Redirect,
+            unsure2,
+            Out::Frame(output),
+        );
         let frag = |b: PacketBuilder| b.ipv6_ext(xnf_packet::IpProtocol::FRAGMENT, &[0x05, 0xc8, 0, 0, 0, 7]);
         let input = frag(l3(t.eth_in(), s6, CHAIN2_6.into(), 64, L4::Udp(5000))).build();
         let output = frag(l3(t.to_nf_a(), s6, CHAIN2_6.into(), 64, L4::Udp(5000))).build();
@@ -265,22 +272,52 @@ fn cases(f: &Fixture) -> Vec<Case> {
     for (desc, src, dst) in [("IPv4", s4, IpAddr::from(CHAIN0_4)), ("IPv6", s6, IpAddr::from(CHAIN2_6))] {
         let input = l3(from_b(), src, dst, 64, L4::Udp(5000)).build();
         let output = l3(t.out0(), src, dst, 63, L4::Udp(5000)).build();
-        t.push(format!("{desc} after the last NF is routed out, one hop less"), At::FromNfB, input, Verdict::Redirect, Count::Exit(Reason::Forwarded), Out::Frame(output));
+        t.push(
+            format!("{desc} after the last NF is routed out, one hop less"),
+            At::FromNfB,
+            input,
+            Verdict::Redirect,
+            Count::Exit(Reason::Forwarded),
+            Out::Frame(output),
+        );
     }
     {
         let input = l3(PacketBuilder::ethernet(NFB_MAC, MacAddr([2, 7, 7, 7, 7, 7])), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build();
         let output = l3(t.out0(), s4, CHAIN0_4.into(), 63, L4::Udp(9)).build();
-        t.push("the NF's destination MAC does not matter (a reflector leaves it)", At::FromNfB, input, Verdict::Redirect, Count::Exit(Reason::Forwarded), Out::Frame(output));
+        t.push(
+            "the NF's destination MAC does not matter (a reflector leaves it)",
+            At::FromNfB,
+            input,
+            Verdict::Redirect,
+            Count::Exit(Reason::Forwarded),
+            Out::Frame(output),
+        );
     }
     t.exit_pass("TTL 1 after the last NF: the kernel sends time-exceeded", l3(from_b(), s4, CHAIN0_4.into(), 1, L4::Udp(9)).build(), Reason::Ttl);
     t.exit_pass("next hop without neighbour: the kernel resolves it", l3(from_b(), s4, NO_NEIGH4.into(), 64, L4::Udp(9)).build(), Reason::NoNeigh);
     t.exit_pass("egress not managed by the chain", l3(from_b(), s4, UNMANAGED4.into(), 64, L4::Udp(9)).build(), Reason::NotManaged);
     t.exit_pass("no route", l3(from_b(), s4, NO_ROUTE4.into(), 64, L4::Udp(9)).build(), Reason::Local);
-    t.exit_pass("ARP from the NF's stack goes to the host", PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])).arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), Reason::Multicast);
+    t.exit_pass(
+        "ARP from the NF's stack goes to the host",
+        PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])).arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(),
+        Reason::Multicast,
+    );
     t.exit_pass("ARP unicast from the NF's stack goes to the host", from_b().arp_request(NFB_MAC, SRC4, Ipv4Addr::new(198, 18, 0, 2)).build(), Reason::NonIp);
-    t.exit_pass("IPv4 to a broadcast MAC is not forwarded (not PACKET_HOST)", l3(PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::Multicast);
-    t.exit_pass("IPv4 from one of dut's own addresses is a martian", l3(from_b(), Ipv4Addr::new(198, 18, 1, 1).into(), CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::Martian);
-    t.exit_pass("IPv4 from a subnet's broadcast address is a martian", l3(from_b(), Ipv4Addr::new(198, 18, 0, 255).into(), CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::Martian);
+    t.exit_pass(
+        "IPv4 to a broadcast MAC is not forwarded (not PACKET_HOST)",
+        l3(PacketBuilder::ethernet(NFB_MAC, MacAddr([0xff; 6])), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(),
+        Reason::Multicast,
+    );
+    t.exit_pass(
+        "IPv4 from one of dut's own addresses is a martian",
+        l3(from_b(), Ipv4Addr::new(198, 18, 1, 1).into(), CHAIN0_4.into(), 64, L4::Udp(9)).build(),
+        Reason::Martian,
+    );
+    t.exit_pass(
+        "IPv4 from a subnet's broadcast address is a martian",
+        l3(from_b(), Ipv4Addr::new(198, 18, 0, 255).into(), CHAIN0_4.into(), 64, L4::Udp(9)).build(),
+        Reason::Martian,
+    );
     t.exit_pass("a tagged frame out of an NF goes to the kernel", l3(from_b().vlan(5), s4, CHAIN0_4.into(), 64, L4::Udp(9)).build(), Reason::VlanUnknown);
     t.exit_pass("IPv4 with a bad header checksum", l3(from_b(), s4, CHAIN0_4.into(), 64, L4::Udp(9)).ipv4_checksum(0x1234).build(), Reason::BadCsum);
     t.push(
@@ -330,10 +367,13 @@ fn snapshot(m: &ChainMaps) -> BTreeMap<String, u64> {
 
 /// The counters a case moves, and by how much: all the others stay still.
 fn expected_delta(c: &Case) -> BTreeMap<String, u64> {
-    let (len_in, len_out) = (c.input.len() as u64, match &c.output {
-        Out::Frame(b) => b.len() as u64,
-        Out::Unchanged => c.input.len() as u64,
-    });
+    let (len_in, len_out) = (
+        c.input.len() as u64,
+        match &c.output {
+            Out::Frame(b) => b.len() as u64,
+            Out::Unchanged => c.input.len() as u64,
+        },
+    );
     let mut d = BTreeMap::new();
     let into = |d: &mut BTreeMap<String, u64>, nf: u32| {
         d.insert(format!("nf {nf} in_packets"), 1);

@@ -98,16 +98,11 @@ fn round_trip(line: &RoutedLine, pm: &Podman, container: &str, ifname: &str) {
 fn check_from_cache(dut: &Netns, pm: &Podman, network: &str, container: &str) {
     let id = pm.inspect(container, "{{.Id}}").must();
     let netns = pm.inspect(container, "{{.NetworkSettings.SandboxKey}}").must();
-    let cache: Value = serde_json::from_str(&std::fs::read_to_string(format!("/var/lib/cni/results/{network}-{id}-eth0")).expect("podman's CNI cache entry")).unwrap();
+    let cache: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("/var/lib/cni/results/{network}-{id}-eth0")).expect("podman's CNI cache entry")).unwrap();
     let conflist: Value = serde_json::from_str(&std::fs::read_to_string(pm.path(&format!("net.d/{network}.conflist"))).unwrap()).unwrap();
     let args: Vec<String> = cache["cniArgs"].as_array().unwrap().iter().map(|p| format!("{}={}", p[0].as_str().unwrap(), p[1].as_str().unwrap())).collect();
-    let env = [
-        ("CNI_CONTAINERID", id),
-        ("CNI_NETNS", netns),
-        ("CNI_IFNAME", "eth0".to_string()),
-        ("CNI_ARGS", args.join(";")),
-        ("CNI_PATH", pm.cni_path()),
-    ];
+    let env = [("CNI_CONTAINERID", id), ("CNI_NETNS", netns), ("CNI_IFNAME", "eth0".to_string()), ("CNI_ARGS", args.join(";")), ("CNI_PATH", pm.cni_path())];
     for plugin in conflist["plugins"].as_array().unwrap() {
         let mut conf = plugin.clone();
         conf["cniVersion"] = conflist["cniVersion"].clone();
@@ -243,6 +238,7 @@ fn ten_containers_started_and_removed_at_once() {
     });
     assert!(nf_names(&host).is_empty(), "NFs left after the containers went: {:?}", nf_names(&host));
     assert!(chain_pins(&host).is_empty(), "pins left: {:?}", chain_pins(&host));
-    let cached = std::fs::read_dir("/var/lib/cni/results").map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("xnfpar-")).count()).unwrap_or(0);
+    let cached =
+        std::fs::read_dir("/var/lib/cni/results").map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("xnfpar-")).count()).unwrap_or(0);
     assert_eq!(cached, 0, "podman kept CNI results of removed containers");
 }

@@ -106,7 +106,11 @@ fn digest(list: &PrefixList) -> u64 {
 /// A list path as the file gives it, relative to the file's folder.
 fn list_path(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
-    if p.is_absolute() { p.to_path_buf() } else { base.join(p) }
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
 }
 
 /// Applies the rule file at `path`.

@@ -77,7 +77,8 @@ mod tests {
 
     #[test]
     fn blocklist_format_with_comments_fields_and_duplicates() {
-        let text = "; Spamhaus DROP List\n# and a hash comment\n\n198.18.0.0/24 ; SBL1\n198.18.0.0/24\n2001:db8::/32   # doc\n198.19.1.7\n192.0.2.0/24 SBL123 extra\n";
+        let text =
+            "; Spamhaus DROP List\n# and a hash comment\n\n198.18.0.0/24 ; SBL1\n198.18.0.0/24\n2001:db8::/32   # doc\n198.19.1.7\n192.0.2.0/24 SBL123 extra\n";
         let l = PrefixList::parse(text, "drop.txt").unwrap();
         assert_eq!(l.v4.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["192.0.2.0/24", "198.18.0.0/24", "198.19.1.7/32"]);
         assert_eq!(l.v6.iter().map(|n| n.to_string()).collect::<Vec<_>>(), ["2001:db8::/32"]);

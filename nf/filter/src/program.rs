@@ -94,9 +94,8 @@ impl FilterProgram {
         if let Some(s) = stages {
             xnf_core::entry::reuse_stages(&mut open.maps.xnf_stages, s)?;
         }
-        let skel = open.load().context(
-            "loading the filter into the kernel failed (verifier or missing BPF support: bpf_loop needs Linux 5.17; see `dmesg`)",
-        )?;
+        let skel =
+            open.load().context("loading the filter into the kernel failed (verifier or missing BPF support: bpf_loop needs Linux 5.17; see `dmesg`)")?;
         Ok(Self { skel })
     }
 
@@ -187,17 +186,18 @@ impl FilterMaps {
             ..Default::default()
         };
         let key_size = std::mem::size_of::<types::xnf_filter_lpm_key>() as u32;
-        let trie = MapHandle::create(MapType::LpmTrie, Some("xnf_filter_list"), key_size, 1, LIST_MAX, &opts)
-            .context("creating a prefix list for the data plane")?;
+        let trie =
+            MapHandle::create(MapType::LpmTrie, Some("xnf_filter_list"), key_size, 1, LIST_MAX, &opts).context("creating a prefix list for the data plane")?;
         let keys: Vec<u8> = nets.iter().flat_map(lpm_key).collect();
         let values = vec![1u8; nets.len()];
         for (k, v) in keys.chunks(key_size as usize * 4096).zip(values.chunks(4096)) {
             let n = v.len() as u32;
-            trie.update_batch(k, v, n, MapFlags::ANY, MapFlags::ANY).or_else(|_| {
-                // Kernels without batched LPM updates: one at a time.
-                k.chunks(key_size as usize).try_for_each(|kk| trie.update(kk, &[1], MapFlags::ANY))
-            })
-            .context("filling a prefix list")?;
+            trie.update_batch(k, v, n, MapFlags::ANY, MapFlags::ANY)
+                .or_else(|_| {
+                    // Kernels without batched LPM updates: one at a time.
+                    k.chunks(key_size as usize).try_for_each(|kk| trie.update(kk, &[1], MapFlags::ANY))
+                })
+                .context("filling a prefix list")?;
         }
         let fd = trie.as_fd().as_raw_fd() as u32;
         self.lists.update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("switching a prefix list slot")

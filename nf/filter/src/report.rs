@@ -185,10 +185,7 @@ pub fn stats(json: bool, top: usize, watch: Option<Duration>) -> Result<()> {
         if json {
             println!("{}", serde_json::to_string(&serde_json::json!({ "interval_s": secs, "per_second": counters, "rules_per_second": rules }))?);
         } else {
-            println!(
-                "{:>10.0} rx/s {:>10.0} drop/s {:>10.0} pass/s",
-                counters["rx"] as f64, counters["drop"] as f64, counters["pass"] as f64
-            );
+            println!("{:>10.0} rx/s {:>10.0} drop/s {:>10.0} pass/s", counters["rx"] as f64, counters["drop"] as f64, counters["pass"] as f64);
             for row in rules.iter().filter(|r| r.counters.packets > 0) {
                 println!("    {:<24} {:>10} pkt/s {:>10} drop/s", row.name, row.counters.packets, row.counters.dropped);
             }

@@ -51,11 +51,17 @@ pub enum Action {
     /// Counts the frame as a drop would, and passes it (an audit rule).
     Count,
     /// Per-source token buckets: frames within the rate pass, the rest drop.
-    RateLimit { pps: Option<u64>, bps: Option<u64>, burst: u64 },
+    RateLimit {
+        pps: Option<u64>,
+        bps: Option<u64>,
+        burst: u64,
+    },
     /// SYNs answered from XDP with a cookie, valid cookies and known
     /// connections to the kernel's synproxy, the rest dropped. `mss` is
     /// what the SYN-ACK offers over IPv4 (IPv6: 20 less).
-    SynCookie { mss: u16 },
+    SynCookie {
+        mss: u16,
+    },
 }
 
 /// An address match: a prefix or a named list.
@@ -150,8 +156,7 @@ pub const DEFAULT_MSS: u16 = 1460;
 /// Largest burst: the data plane counts billionths of a packet or byte.
 pub const MAX_BURST: u64 = u64::MAX / 1_000_000_000 / 4;
 
-const TCP_FLAGS: [(&str, u8); 8] =
-    [("FIN", 0x01), ("SYN", 0x02), ("RST", 0x04), ("PSH", 0x08), ("ACK", 0x10), ("URG", 0x20), ("ECE", 0x40), ("CWR", 0x80)];
+const TCP_FLAGS: [(&str, u8); 8] = [("FIN", 0x01), ("SYN", 0x02), ("RST", 0x04), ("PSH", 0x08), ("ACK", 0x10), ("URG", 0x20), ("ECE", 0x40), ("CWR", 0x80)];
 
 fn parse_tcp_flags(s: &str) -> Result<TcpFlags> {
     let mut f = TcpFlags::default();
@@ -206,7 +211,10 @@ impl RuleSet {
             Some(o) => bail!("{origin}: default: {o:?} is not pass or drop"),
         };
         for name in raw.lists.keys() {
-            ensure!(!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{origin}: [lists]: {name:?} is not a list name (letters, digits, - and _)");
+            ensure!(
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                "{origin}: [lists]: {name:?} is not a list name (letters, digits, - and _)"
+            );
         }
         ensure!(raw.lists.len() <= MAX_LISTS, "{origin}: [lists]: {} lists; at most {MAX_LISTS}", raw.lists.len());
         ensure!(raw.rule.len() <= MAX_RULES, "{origin}: {} rules; at most {MAX_RULES}", raw.rule.len());
@@ -320,7 +328,16 @@ fn check(r: &RawRule, name: String, line: usize, lists: &BTreeMap<String, String
         return fail("mss", "only syn-cookie rules offer an MSS".into());
     }
     if rate_fields && !matches!(action, Action::RateLimit { .. }) {
-        return fail(if r.pps.is_some() { "pps" } else if r.bps.is_some() { "bps" } else { "burst" }, "only rate-limit rules have a rate".into());
+        return fail(
+            if r.pps.is_some() {
+                "pps"
+            } else if r.bps.is_some() {
+                "bps"
+            } else {
+                "burst"
+            },
+            "only rate-limit rules have a rate".into(),
+        );
     }
     Ok(Rule { name, line, ipv6: family, src, dst, proto, sport, dport, tcp_flags, icmp_type: r.icmp_type, vlan: r.vlan, length, action })
 }

@@ -109,7 +109,9 @@ pub fn script(rs: &RuleSet) -> String {
 fn nft(script: &str) -> Result<()> {
     let mut child = match Command::new("nft").arg("-f").arg("-").stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn() {
         Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("syn-cookie rules need nft, the kernel's SYNPROXY completes the handshake (apt install nftables)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("syn-cookie rules need nft, the kernel's SYNPROXY completes the handshake (apt install nftables)")
+        }
         Err(e) => return Err(e).context("running nft"),
     };
     child.stdin.take().context("nft's input")?.write_all(script.as_bytes()).context("writing to nft")?;

@@ -82,7 +82,8 @@ fn a_rule_drops_exactly_its_traffic_and_the_router_forwards_the_rest_in_the_same
     assert_eq!((packets, dropped), (600, 600), "the rule took other traffic, or missed some");
     let top = f.stats()["top_sources"].clone();
     for (src, n) in [(f.r.line.gen_v4.to_string(), 300), (f.r.line.gen_v6.to_string(), 300)] {
-        let row = top.as_array().unwrap().iter().find(|t| t["source"] == src.as_str()).unwrap_or_else(|| panic!("{src} not among the top dropped sources: {top}"));
+        let row =
+            top.as_array().unwrap().iter().find(|t| t["source"] == src.as_str()).unwrap_or_else(|| panic!("{src} not among the top dropped sources: {top}"));
         assert_eq!(row["drops"], n, "drops counted against {src}");
     }
     assert_eq!(f.r.redirected() - redirected, 300, "what the filter passed did not continue to the router in XDP");
@@ -153,9 +154,18 @@ fn a_blocklist_reload_under_traffic_never_admits_a_listed_source_nor_drops_an_un
     });
     // The filter's own count first: it dropped exactly the listed
     // source's datagrams; then what arrived.
-    assert_eq!(f.rule("listed"), (sent as u64, sent as u64), "the list rule dropped other traffic or missed some ({} dropped on gen's veth before dut)", f.r.dropped_before_dut() - before_dut);
+    assert_eq!(
+        f.rule("listed"),
+        (sent as u64, sent as u64),
+        "the list rule dropped other traffic or missed some ({} dropped on gen's veth before dut)",
+        f.r.dropped_before_dut() - before_dut
+    );
     let dropped = (socket_buffer_drops(&f) - full_buffer) as usize;
-    assert_eq!(got[1] + dropped, sent, "an unlisted source's datagrams were lost after the filter passed them ({dropped} dropped by the receiving socket's full buffer)");
+    assert_eq!(
+        got[1] + dropped,
+        sent,
+        "an unlisted source's datagrams were lost after the filter passed them ({dropped} dropped by the receiving socket's full buffer)"
+    );
     assert_eq!(got[0], 0, "a listed source got through during a reload");
 }
 
@@ -231,7 +241,11 @@ fn attaching_and_detaching_the_filter_under_traffic_keeps_every_frame_in_xdp() {
     // On a busy machine the receiving thread can fall behind: what its
     // full socket buffer dropped (counted by the sink's kernel) arrived too.
     let dropped = (socket_buffer_drops(&f) - full_buffer) as usize;
-    assert_eq!(arrived + dropped, reached, "datagrams were lost while the filter came and went ({dropped} dropped by the receiving socket's full buffer, {before_dut} before dut)");
+    assert_eq!(
+        arrived + dropped,
+        reached,
+        "datagrams were lost while the filter came and went ({dropped} dropped by the receiving socket's full buffer, {before_dut} before dut)"
+    );
     assert_eq!(f.r.forw_v4(), fw4, "the kernel forwarded frames: a moment without the router");
 }
 
@@ -270,7 +284,11 @@ fn bad_rule_files_give_one_clear_error_and_change_nothing() {
     f.filter(&["apply", &good]);
     files.write("list.txt", "192.0.2.0/24\n198.51.100.300\n");
     let cases: &[(&str, &str, &str)] = &[
-        ("field.toml", "[[rule]]\nproto = \"udp\"\ndport = 9100\naction = \"drop\"\n\n[[rule]]\nname = \"x\"\ndport = 7\naction = \"drop\"\n", "line 6: x: dport: ports need proto"),
+        (
+            "field.toml",
+            "[[rule]]\nproto = \"udp\"\ndport = 9100\naction = \"drop\"\n\n[[rule]]\nname = \"x\"\ndport = 7\naction = \"drop\"\n",
+            "line 6: x: dport: ports need proto",
+        ),
         ("action.toml", "[[rule]]\naction = \"reject\"\n", "line 1: rule 1: action: \"reject\" is not"),
         ("list.toml", "[lists]\nl = \"list.txt\"\n[[rule]]\nsrc = \"@l\"\naction = \"drop\"\n", "list.txt: line 2"),
         ("missing.toml", "[lists]\nl = \"nope.txt\"\n[[rule]]\nsrc = \"@l\"\naction = \"drop\"\n", "nope.txt"),

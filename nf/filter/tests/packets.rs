@@ -276,10 +276,7 @@ proto = "udp"
 action = "count"
 "#,
     ),
-    (
-        "proto-unknown",
-        "[[rule]]\nname = \"udp pass\"\nproto = \"udp\"\naction = \"pass\"\n[[rule]]\nname = \"udp drop\"\nproto = \"udp\"\naction = \"drop\"\n",
-    ),
+    ("proto-unknown", "[[rule]]\nname = \"udp pass\"\nproto = \"udp\"\naction = \"pass\"\n[[rule]]\nname = \"udp drop\"\nproto = \"udp\"\naction = \"drop\"\n"),
 ];
 
 fn nets(list: &[&str]) -> Vec<IpNet> {
@@ -376,7 +373,13 @@ fn default_drop_and_not_rules(t: &mut Table) {
     let web = |b: PacketBuilder| ip_on(b, SRC4, DST4).tcp(40000, 80, TcpFlags::SYN).payload(PAYLOAD).build();
     t.drop("QinQ (802.1ad) meets the default drop, not the pass rule it matches", s, web(eth().qinq(10).vlan(20)), &[Qinq, DefaultDrop], Hit::Default);
     t.drop("stacked 802.1Q tags meet the default drop", s, web(eth().tag(EtherType::VLAN, 20).tag(EtherType::VLAN, 30)), &[Qinq, DefaultDrop], Hit::Default);
-    t.pass("QinQ under a default pass passes, not meeting the drop rule it matches", "actions", udp_on(eth().qinq(10).vlan(20), "198.18.10.1"), &[Qinq, DefaultPass], Hit::Default);
+    t.pass(
+        "QinQ under a default pass passes, not meeting the drop rule it matches",
+        "actions",
+        udp_on(eth().qinq(10).vlan(20), "198.18.10.1"),
+        &[Qinq, DefaultPass],
+        Hit::Default,
+    );
 
     // Malformed: dropped whatever the rules and default (the kernel would drop it).
     let good4 = web(eth());

@@ -208,7 +208,13 @@ fn syn_cookie_table() {
     t.tx("IPv4 SYN carrying data (TFO): the answer carries none", syn(false).payload(&[7; 100]).build(), back(), 40000, false);
     t.tx("IPv4 SYN padded to 60 bytes: the padding goes", syn(false).min_frame_len(60).build(), back(), 40000, false);
     t.tx("IPv4 SYN with ECE and CWR (ECN setup)", seg(false, TcpFlags::SYN | TcpFlags::ECE | TcpFlags::CWR).build(), back(), 40000, false);
-    t.tx("IPv4 SYN in VLAN 100: the answer keeps the tag", seg_on(eth().vlan(100), false, 40000, TcpFlags::SYN).tcp_options(&CLIENT_MSS).build(), back().vlan(100), 40000, false);
+    t.tx(
+        "IPv4 SYN in VLAN 100: the answer keeps the tag",
+        seg_on(eth().vlan(100), false, 40000, TcpFlags::SYN).tcp_options(&CLIENT_MSS).build(),
+        back().vlan(100),
+        40000,
+        false,
+    );
     let c6 = t.tx("IPv6 SYN: MSS 20 less", syn(true).build(), back(), 40000, true);
     t.tx("IPv6 SYN behind a hop-by-hop header: the answer has none", syn(true).ipv6_ext(IpProtocol::HOPOPTS, &[1, 4, 0, 0, 0, 0]).build(), back(), 40000, true);
 
@@ -239,7 +245,12 @@ fn syn_cookie_table() {
     t.drop("IPv4 SYN with a data offset of 16 bytes", short, &[CookieDrop]);
 
     // What the rule does not take.
-    t.pass("TCP SYN to port 81: not the rule's", eth().ip(addr(CLIENT4), addr(SERVER4)).tcp(40000, 81, TcpFlags::SYN).build(), &[DefaultPass], Some(RULE_DEFAULT));
+    t.pass(
+        "TCP SYN to port 81: not the rule's",
+        eth().ip(addr(CLIENT4), addr(SERVER4)).tcp(40000, 81, TcpFlags::SYN).build(),
+        &[DefaultPass],
+        Some(RULE_DEFAULT),
+    );
     t.pass("UDP to port 80", eth().ip(addr(CLIENT4), addr(SERVER4)).udp(40000, 80).build(), &[DefaultPass], Some(RULE_DEFAULT));
     t.pass("QinQ SYN: the default policy", seg_on(eth().qinq(5).vlan(100), false, 40000, TcpFlags::SYN).build(), &[Qinq, DefaultPass], Some(RULE_DEFAULT));
 

@@ -66,4 +66,3 @@ pub fn apply_text(text: &str, origin: &str) -> Result<Outcome> {
     write_json("applied.json", &AppliedFile { origin: origin.to_owned(), text: text.to_owned() })?;
     Ok(Outcome { warnings, plans })
 }
-

@@ -5,8 +5,8 @@
 //! the file is replaced even when the service record looks right.
 //! (That every frame then takes the backend the file says: the fuzzer.)
 
-use crate::tables::{allocate, converge, file_sources, service_key, Ids};
 use crate::program::{LbMaps, LbProgram, RawService};
+use crate::tables::{allocate, converge, file_sources, service_key, Ids};
 use crate::{Config, Table};
 
 fn file(web_weight: u16) -> String {

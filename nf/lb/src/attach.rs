@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 use xnf_core::state;
 
 use crate::config::{Config, Encap};
-use crate::tables::file_sources;
 use crate::program::{addr_words, Counter, LbMaps, LbProgram, RawConfig};
+use crate::tables::file_sources;
 
 /// The lb as a stage network function.
 pub struct Lb;
@@ -124,9 +124,8 @@ pub(crate) fn maps_or_create() -> Result<LbMaps> {
 
 /// The pinned maps, or a message that the lb has no state here.
 pub fn open_maps() -> Result<LbMaps> {
-    Life::maps()?.ok_or_else(|| {
-        anyhow::anyhow!("the lb has no services and no interfaces in this network namespace (`xnf lb apply FILE`, `xnf lb attach IFACE`)")
-    })
+    Life::maps()?
+        .ok_or_else(|| anyhow::anyhow!("the lb has no services and no interfaces in this network namespace (`xnf lb apply FILE`, `xnf lb attach IFACE`)"))
 }
 
 /// The interfaces of this namespace with the lb attached.

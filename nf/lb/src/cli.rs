@@ -27,9 +27,7 @@ pub enum LbCmd {
         ifaces: Vec<String>,
     },
     /// Converge the services to a TOML file (checked whole first; prints what moved).
-    Apply {
-        file: PathBuf,
-    },
+    Apply { file: PathBuf },
     /// Interfaces, services, backends, outer sources, the connection table's fill.
     Status {
         #[arg(long)]
@@ -191,7 +189,8 @@ address = "198.18.1.1"
     #[test]
     fn a_removed_backend_shows_its_share_moving_and_the_collateral() {
         let (old, _) = Config::parse(OLD, "old.toml").unwrap();
-        let new_text = OLD.replace("[[service.backend]]\naddress = \"198.18.1.3\"\n", "").replace("[[service]]\nname = \"dns\"", "[[service]]\nname = \"dns2\"");
+        let new_text =
+            OLD.replace("[[service.backend]]\naddress = \"198.18.1.3\"\n", "").replace("[[service]]\nname = \"dns\"", "[[service]]\nname = \"dns2\"");
         let (new, _) = Config::parse(&new_text, "new.toml").unwrap();
         let text = render(&plan(&old, &new).unwrap(), true);
         assert!(text.contains("service web: changed\n  backend 198.18.1.3: removed\n"), "{text}");

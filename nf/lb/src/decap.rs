@@ -358,7 +358,14 @@ pub struct DecapStatus {
 pub fn status() -> Result<DecapStatus> {
     let interfaces: Vec<DecapIface> = Life::status()?
         .into_iter()
-        .map(|a| DecapIface { gue_port: prog_gue_port(a.prog_id).ok(), name: a.name, ifindex: a.ifindex, mode: a.mode.name(), prog_id: a.prog_id, stages: a.stages })
+        .map(|a| DecapIface {
+            gue_port: prog_gue_port(a.prog_id).ok(),
+            name: a.name,
+            ifindex: a.ifindex,
+            mode: a.mode.name(),
+            prog_id: a.prog_id,
+            stages: a.stages,
+        })
         .collect();
     let (locals, counters) = match Life::maps()? {
         Some(m) => (m.locals(), m.counters()?),

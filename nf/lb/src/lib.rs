@@ -56,7 +56,7 @@ mod skel {
 pub use apply::{apply_file, apply_text};
 pub use attach::{applied, Applied};
 pub use attach::{attach, counters, detach, pinned_program, Lb};
-pub use decap::Decap;
 pub use config::{Backend, Config, HashFields, Mode, Proto, Service};
+pub use decap::Decap;
 pub use maglev::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, NO_BACKEND};
 pub use plan::{disruption, plan, rehashed, Balance, Change, Disruption, ServicePlan, Share, Table};

@@ -185,10 +185,10 @@ impl LbMaps {
         let values: Vec<u8> = entries.iter().flat_map(|e| e.to_ne_bytes()).collect();
         const CHUNK: usize = 65536;
         for (k, v) in keys.chunks(4 * CHUNK).zip(values.chunks(4 * CHUNK)) {
-            inner.update_batch(k, v, (k.len() / 4) as u32, MapFlags::ANY, MapFlags::ANY).or_else(|_| {
-                k.chunks(4).zip(v.chunks(4)).try_for_each(|(kk, vv)| inner.update(kk, vv, MapFlags::ANY))
-            })
-            .context("filling a Maglev table")?;
+            inner
+                .update_batch(k, v, (k.len() / 4) as u32, MapFlags::ANY, MapFlags::ANY)
+                .or_else(|_| k.chunks(4).zip(v.chunks(4)).try_for_each(|(kk, vv)| inner.update(kk, vv, MapFlags::ANY)))
+                .context("filling a Maglev table")?;
         }
         let fd = inner.as_fd().as_raw_fd() as u32;
         self.tables.update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("installing a Maglev table")

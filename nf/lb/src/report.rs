@@ -9,10 +9,10 @@ use serde::Serialize;
 use xnf_core::entry;
 
 use crate::attach::{applied, ids};
-use crate::tables::Ids;
 use crate::attach::{attached_links, open_maps, sources};
 use crate::config::Config;
 use crate::program::{BackendCounters, Counter, Counters, LbMaps, ServiceCounters, CT_ENTRIES};
+use crate::tables::Ids;
 
 #[derive(Serialize)]
 struct IfaceRow {

@@ -180,11 +180,15 @@ fn cases() -> Vec<Case> {
         untouched("plain TCP to this host", eth().ipv4(CLIENT4, LOCAL4).tcp(40000, 22, TcpFlags::SYN).build(), Continue),
         untouched("plain UDP to this host", eth().ipv6(CLIENT6, LOCAL6).udp(40000, 53).payload(PAYLOAD).build(), Continue),
         untouched("ICMP to this host", out4().icmpv4_echo(1, 1).build(), Continue),
-        untouched("IPv4 with its version nibble wrong", {
-            let mut f = tunnel(b4, l4, IPIP, &i4);
-            f[14] = 0x65;
-            f
-        }, Continue),
+        untouched(
+            "IPv4 with its version nibble wrong",
+            {
+                let mut f = tunnel(b4, l4, IPIP, &i4);
+                f[14] = 0x65;
+                f
+            },
+            Continue,
+        ),
     ];
     // RFC 6040: an outer CE mark becomes an ECN-capable inner packet's
     // (its IPv4 checksum patched: check_run verifies it); nothing else
@@ -192,8 +196,7 @@ fn cases() -> Vec<Case> {
     let inner4_ecn = |ecn| eth().ipv4(CLIENT4, VIP4).ecn(ecn).udp(40000, 53).payload(PAYLOAD).build();
     let inner6_ecn = |ecn| eth().ipv6(CLIENT6, VIP6).dscp(10).ecn(ecn).flow_label(0xabcde).tcp(40000, 443, TcpFlags::SYN).payload(PAYLOAD).build();
     let marked = |src: IpAddr, dst: IpAddr, proto, ecn, inner: &[u8]| eth().ip(src, dst).ecn(ecn).protocol(proto).payload(ip(inner)).build();
-    let marked_gue =
-        |src: IpAddr, dst: IpAddr, ecn, inner: &[u8]| eth().ip(src, dst).ecn(ecn).udp(50123, GUE_PORT).payload(ip(inner)).l4_checksum(0).build();
+    let marked_gue = |src: IpAddr, dst: IpAddr, ecn, inner: &[u8]| eth().ip(src, dst).ecn(ecn).udp(50123, GUE_PORT).payload(ip(inner)).l4_checksum(0).build();
     t.extend([
         stripped("4in4 outer CE, inner ECT(0): the inner packet takes CE", marked(b4, l4, IPIP, 3, &inner4_ecn(2)), inner4_ecn(3), Ipip),
         stripped("4in4 outer CE, inner ECT(1): CE", marked(b4, l4, IPIP, 3, &inner4_ecn(1)), inner4_ecn(3), Ipip),

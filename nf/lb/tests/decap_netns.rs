@@ -202,9 +202,8 @@ fn tunnelled_datagrams_reach_vips_on_the_loopback() {
 fn attach_refuses_what_it_cannot_do_and_changes_nothing() {
     let p = pair();
     let be_if = p.be_if.clone();
-    let errors = p
-        .be
-        .run(move || {
+    let errors =
+        p.be.run(move || {
             let one = std::slice::from_ref(&be_if);
             let lo = decap::attach(&["lo".into()], XdpMode::Native, GUE_PORT).unwrap_err();
             let missing = decap::attach(&[be_if.clone(), "xnfnosuchif".into()], XdpMode::Native, GUE_PORT).unwrap_err();
@@ -232,9 +231,8 @@ fn attach_refuses_what_it_cannot_do_and_changes_nothing() {
 fn attach_with_another_gue_port_replaces_the_instance_in_place() {
     let p = pair();
     let be_if = p.be_if.clone();
-    let (report, before, after) = p
-        .be
-        .run(move || {
+    let (report, before, after) =
+        p.be.run(move || {
             let one = std::slice::from_ref(&be_if);
             decap::attach(one, XdpMode::Native, GUE_PORT).unwrap();
             let before = decap::status().unwrap();

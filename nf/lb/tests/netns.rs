@@ -37,7 +37,9 @@ fn backend6(i: usize) -> String {
 fn services(mode: &str, weights: &[u16]) -> String {
     let mut t = String::from("[encap]\nsource_v4 = \"198.18.255.0/24\"\nsource_v6 = \"2001:db8:ff::/64\"\n");
     let ports = ["proto = \"tcp\"\nport = 80", "proto = \"tcp\"\nport = 80", "proto = \"udp\""];
-    for ((name, vip, addr), ports) in [("web4", VIP4, backend4 as fn(usize) -> String), ("web6", VIP6, backend6), ("udp4", VIP4, backend4)].into_iter().zip(ports) {
+    for ((name, vip, addr), ports) in
+        [("web4", VIP4, backend4 as fn(usize) -> String), ("web6", VIP6, backend6), ("udp4", VIP4, backend4)].into_iter().zip(ports)
+    {
         t += &format!("\n[[service]]\nname = \"{name}\"\nvip = \"{vip}\"\n{ports}\nmode = \"{mode}\"\n");
         for (i, w) in weights.iter().enumerate() {
             t += &format!("\n[[service.backend]]\naddress = \"{}\"\nweight = {w}\n", addr(i));
@@ -90,7 +92,10 @@ impl Lab {
             let mut b = ns.batch();
             b.link_up(&k0).unwrap().addr_add(&k0, &format!("{}/24", backend4(i))).unwrap().addr_add(&k0, &format!("{}/64", backend6(i))).unwrap();
             b.addr_add("lo", &format!("{VIP4}/32")).unwrap().addr_add("lo", &format!("{VIP6}/128")).unwrap();
-            b.route_add("default", Some(&format!("198.18.{}.1", 10 + i)), None).unwrap().route_add("::/0", Some(&format!("2001:db8:{}::1", 10 + i)), None).unwrap();
+            b.route_add("default", Some(&format!("198.18.{}.1", 10 + i)), None)
+                .unwrap()
+                .route_add("::/0", Some(&format!("2001:db8:{}::1", 10 + i)), None)
+                .unwrap();
             b.apply().unwrap();
             ns.set_offload(&k0, Offload::TxChecksum, false).unwrap();
             // The backends' replies to the client leave from the VIP on lo.
@@ -150,7 +155,8 @@ impl Lab {
     /// the number of the backend that took it.
     fn connect(&self, vip: &str) -> (TcpStream, usize) {
         let to = SocketAddr::new(vip.parse().unwrap(), 80);
-        let mut s = self.client.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(5))).unwrap().unwrap_or_else(|e| panic!("connecting to {to}: {e}"));
+        let mut s =
+            self.client.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(5))).unwrap().unwrap_or_else(|e| panic!("connecting to {to}: {e}"));
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let who = ask(&mut s);
         (s, who)
@@ -309,7 +315,8 @@ fn a_bad_service_file_changes_nothing_and_two_applies_at_once_leave_one_file_who
     let st: Value = serde_json::from_str(&xnf_ok(&lab.lb, &["lb", "status", "--json"])).unwrap();
     let modes: Vec<&str> = st["services"].as_array().unwrap().iter().map(|s| s["mode"].as_str().unwrap()).collect();
     let drained: Vec<bool> = st["services"][0]["backends"].as_array().unwrap().iter().map(|b| b["drained"].as_bool().unwrap()).collect();
-    let whole = (modes.iter().all(|m| m.starts_with("gue")) && drained == [false, false, false]) || (modes.iter().all(|m| *m == "ipip") && drained == [false, true, false]);
+    let whole = (modes.iter().all(|m| m.starts_with("gue")) && drained == [false, false, false])
+        || (modes.iter().all(|m| *m == "ipip") && drained == [false, true, false]);
     assert!(whole, "after two applies at once the lb holds a mix: {st}");
     let (_, who) = lab.connect(VIP4);
     assert!(who < BACKENDS);

@@ -179,7 +179,19 @@ impl T<'_> {
         self.next_port += 1;
         let src = if s.vip.is_ipv4() { IpAddr::V4(CLIENT4) } else { IpAddr::V6(CLIENT6) };
         let dport = if s.spec.port == 0 { 80 } else { s.spec.port };
-        Pkt { src, dst: s.vip, proto: s.spec.proto, syn: s.spec.proto == Proto::Tcp, sport: self.next_port, dport, tos: (0, 0), payload: PAYLOAD, frame_len: None, pad: 0, dstopts: false }
+        Pkt {
+            src,
+            dst: s.vip,
+            proto: s.spec.proto,
+            syn: s.spec.proto == Proto::Tcp,
+            sport: self.next_port,
+            dport,
+            tos: (0, 0),
+            payload: PAYLOAD,
+            frame_len: None,
+            pad: 0,
+            dstopts: false,
+        }
     }
 
     /// A new flow of a service for which `cond` holds.
@@ -243,7 +255,11 @@ impl T<'_> {
     /// ICMP frag-needed / packet-too-big from the VIP to the client, MACs swapped.
     fn too_big(&self, p: &Pkt, ip: &[u8], mtu: u32) -> Vec<u8> {
         let b = PacketBuilder::ethernet(self.f.in0_mac, GEN_MAC).ip(p.dst, p.src);
-        let b = if p.src.is_ipv4() { b.icmpv4(3, 4, [0, 0, (mtu >> 8) as u8, mtu as u8]).payload(&ip[..64]) } else { b.icmpv6(2, 0, mtu.to_be_bytes()).payload(&ip[..128]) };
+        let b = if p.src.is_ipv4() {
+            b.icmpv4(3, 4, [0, 0, (mtu >> 8) as u8, mtu as u8]).payload(&ip[..64])
+        } else {
+            b.icmpv6(2, 0, mtu.to_be_bytes()).payload(&ip[..128])
+        };
         b.build()
     }
 
@@ -270,7 +286,11 @@ impl T<'_> {
         .build();
         let router: IpAddr = if p.src.is_ipv4() { Ipv4Addr::new(198, 18, 3, 1).into() } else { "2001:db8:3::1".parse().unwrap() };
         let b = self.eth_in().ip(router, p.dst);
-        let b = if p.src.is_ipv4() { b.icmpv4(3, 4, [0, 0, 0x05, 0x00]).payload(&reply[14..14 + 28]) } else { b.icmpv6(2, 0, 1280u32.to_be_bytes()).payload(&reply[14..14 + 1232]) };
+        let b = if p.src.is_ipv4() {
+            b.icmpv4(3, 4, [0, 0, 0x05, 0x00]).payload(&reply[14..14 + 28])
+        } else {
+            b.icmpv6(2, 0, 1280u32.to_be_bytes()).payload(&reply[14..14 + 1232])
+        };
         b.build()
     }
 }
@@ -282,7 +302,16 @@ fn rows(f: &Fixture) -> Vec<Row> {
     // --- Every mode and family: a connection's first packets, DSCP/ECN, UDP.
     // The TCP flow goes to the service's first backend, the UDP one to its
     // last (DSR: the MAC from the file, then the neighbour table's).
-    for (tcp, what) in [("ipip4", "IPIP 4in4"), ("ipip6", "IPIP 6in6"), ("gue44", "GUE 4in4"), ("gue64", "GUE 6in4"), ("gue46", "GUE 4in6"), ("gue66", "GUE 6in6"), ("dsr4", "DSR v4"), ("dsr6", "DSR v6")] {
+    for (tcp, what) in [
+        ("ipip4", "IPIP 4in4"),
+        ("ipip6", "IPIP 6in6"),
+        ("gue44", "GUE 4in4"),
+        ("gue64", "GUE 6in4"),
+        ("gue46", "GUE 4in6"),
+        ("gue66", "GUE 6in6"),
+        ("dsr4", "DSR v4"),
+        ("dsr6", "DSR v6"),
+    ] {
         let s = f.svc(tcp);
         let p = t.flow_where(tcp, |p| s.pick(&p.flow()) == 0);
         t.send(&format!("{what}: TCP SYN without an entry: the table decides"), tcp, p, Ct::Miss, Sent::Out, n);
@@ -295,7 +324,9 @@ fn rows(f: &Fixture) -> Vec<Row> {
     }
 
     // --- Ethernet padding and trailers are trimmed before anything is written.
-    for (svc, what, pad) in [("ipip4-udp", "IPIP 4in4: a 42-byte datagram padded to 60", 18), ("gue64-udp", "GUE 6in4: a 20-byte trailer", 20), ("dsr4-udp", "DSR: padding", 18)] {
+    for (svc, what, pad) in
+        [("ipip4-udp", "IPIP 4in4: a 42-byte datagram padded to 60", 18), ("gue64-udp", "GUE 6in4: a 20-byte trailer", 20), ("dsr4-udp", "DSR: padding", 18)]
+    {
         let p = Pkt { payload: b"", pad, ..t.flow(svc) };
         t.send(&format!("{what} is not sent"), svc, p, Ct::Miss, Sent::Out, n);
     }
@@ -348,7 +379,11 @@ fn rows(f: &Fixture) -> Vec<Row> {
     t.cont("TCP to a VIP's port no service has", Pkt { dport: 8080, ..p }.frame(t.eth_in()), NotService);
     t.cont("TCP to an address that is no VIP", Pkt { dst: "198.18.99.1".parse().unwrap(), ..p }.frame(t.eth_in()), NotService);
     t.cont("IPv6 UDP to an address that is no VIP", Pkt { dst: "2001:db8:99::1".parse().unwrap(), ..p6 }.frame(t.eth_in()), NotService);
-    t.cont("a fragment to an address that is no VIP", t.eth_in().ipv4(CLIENT4, "198.18.99.1".parse().unwrap()).fragment(100, false).protocol(IpProtocol::TCP).payload(PAYLOAD).build(), NotService);
+    t.cont(
+        "a fragment to an address that is no VIP",
+        t.eth_in().ipv4(CLIENT4, "198.18.99.1".parse().unwrap()).fragment(100, false).protocol(IpProtocol::TCP).payload(PAYLOAD).build(),
+        NotService,
+    );
     t.cont("ARP request for the VIP", t.eth_in().arp_request(GEN_MAC, CLIENT4, Ipv4Addr::new(198, 18, 100, 1)).build(), NonIp);
     let mut bad = p.frame(t.eth_in());
     bad[14] = 0x44;
@@ -359,9 +394,17 @@ fn rows(f: &Fixture) -> Vec<Row> {
     let p = t.flow("ipip4");
     let p6 = t.flow("ipip6");
     t.pass("IPv4 first fragment to the VIP", p.on(t.eth_in()).fragment(0, true).ident(7).build(), Fragment);
-    t.pass("IPv4 later fragment to the VIP", t.eth_in().ip(p.src, vip4).fragment(100, false).ident(7).protocol(IpProtocol::TCP).payload(PAYLOAD).build(), Fragment);
+    t.pass(
+        "IPv4 later fragment to the VIP",
+        t.eth_in().ip(p.src, vip4).fragment(100, false).ident(7).protocol(IpProtocol::TCP).payload(PAYLOAD).build(),
+        Fragment,
+    );
     t.pass("IPv6 first fragment to the VIP", p6.on(t.eth_in()).fragment(0, true).ident(7).build(), Fragment);
-    t.pass("IPv6 later fragment to the VIP", t.eth_in().ip(p6.src, p6.dst).fragment(100, false).ident(7).protocol(IpProtocol::TCP).payload(PAYLOAD).build(), Fragment);
+    t.pass(
+        "IPv6 later fragment to the VIP",
+        t.eth_in().ip(p6.src, p6.dst).fragment(100, false).ident(7).protocol(IpProtocol::TCP).payload(PAYLOAD).build(),
+        Fragment,
+    );
     t.pass("IPv4 options to the VIP", p.on(t.eth_in()).ipv4_options(&[0x94, 0x04, 0, 0]).build(), IpOptions);
     t.pass("IPv6 hop-by-hop options to the VIP", p6.on(t.eth_in()).ipv6_ext(IpProtocol::HOPOPTS, &[0u8; 6]).build(), Ipv6Hbh);
     t.pass("VLAN 100 tagged frame to the VIP", p.frame(t.eth_in().vlan(100)), Vlan);
@@ -554,7 +597,19 @@ fn flow_hash_and_table_match_the_model() {
                     } else {
                         std::net::Ipv6Addr::from((0x2001_0db8_u128 << 96) | rng.u128(..1 << 96)).into()
                     };
-                    let p = Pkt { src, dst: s.vip, proto: Proto::Tcp, syn: rng.bool(), sport: rng.u16(1..), dport: 80, tos: (0, 0), payload: PAYLOAD, frame_len: None, pad: 0, dstopts: false };
+                    let p = Pkt {
+                        src,
+                        dst: s.vip,
+                        proto: Proto::Tcp,
+                        syn: rng.bool(),
+                        sport: rng.u16(1..),
+                        dport: 80,
+                        tos: (0, 0),
+                        payload: PAYLOAD,
+                        frame_len: None,
+                        pad: 0,
+                        dstopts: false,
+                    };
                     let flow = p.flow();
                     let input = p.frame(PacketBuilder::ethernet(GEN_MAC, f.in0_mac));
                     let b = s.backends[s.pick(&flow)];
@@ -572,7 +627,12 @@ fn flow_hash_and_table_match_the_model() {
             failures
         })
         .unwrap();
-    assert!(failures.is_empty(), "{} of 4000 flows differ from the model:\n{}", failures.len(), failures.iter().take(10).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of 4000 flows differ from the model:\n{}",
+        failures.len(),
+        failures.iter().take(10).cloned().collect::<Vec<_>>().join("\n")
+    );
 }
 
 /// The expected frames themselves: an encapsulated IPv4 header verifies, and

@@ -15,8 +15,8 @@ use xnf_netns::netlink::{self, Link};
 
 pub use xnf_core::lifecycle::AttachReport;
 
-use crate::tables;
 use crate::program::{FibMode, IfaceEntry, Reason, RouterConfig, RouterMaps, RouterProgram, PROG_NAME};
+use crate::tables;
 
 /// `IfaceEntry::flags` bits: how an interface was attached.
 const FLAG_FIB_DIRECT: u16 = 1 << 0;

@@ -1,16 +1,16 @@
 //! The router program (`router.bpf.c`): loading it, and reading and
 //! writing the maps all its instances share.
 
-use xnf_core::features::{explain, Feature};
 use std::path::Path;
+use xnf_core::features::{explain, Feature};
 
 use anyhow::{ensure, Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
+pub use xnf_core::fwd::Reason;
 use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
-pub use xnf_core::fwd::Reason;
 use xnf_core::xdp::Verdict;
 
 use crate::skel::router::{types, RouterSkel, RouterSkelBuilder};
@@ -107,9 +107,7 @@ impl RouterProgram {
     }
 
     fn load_with(cfg: RouterConfig, pin_dir: Option<&Path>, lease_only: bool) -> Result<Self> {
-        let mut open = RouterSkelBuilder::default()
-            .open(object_storage())
-            .context("opening the router BPF object")?;
+        let mut open = RouterSkelBuilder::default().open(object_storage()).context("opening the router BPF object")?;
         if lease_only {
             open.progs.xnf_router.set_autoload(false);
         }
@@ -375,17 +373,13 @@ impl RouterMaps {
     /// Rewrites an interface's slot (a MAC change), keeping its counters.
     pub fn update_iface(&self, slot: u32, e: IfaceEntry) -> Result<()> {
         let entry = types::xnf_router_iface { mac: e.mac, flags: e.flags, ifindex: e.ifindex, rpf: e.rpf as u8, ..Default::default() };
-        self.ifaces
-            .update(&slot.to_ne_bytes(), as_bytes(&entry), MapFlags::ANY)
-            .context("writing the router's interface table")
+        self.ifaces.update(&slot.to_ne_bytes(), as_bytes(&entry), MapFlags::ANY).context("writing the router's interface table")
     }
 
     /// Empties a slot (ifindex 0 marks it free).
     pub fn clear_iface(&self, slot: u32) -> Result<()> {
         let entry = types::xnf_router_iface::default();
-        self.ifaces
-            .update(&slot.to_ne_bytes(), as_bytes(&entry), MapFlags::ANY)
-            .context("clearing the router's interface table")
+        self.ifaces.update(&slot.to_ne_bytes(), as_bytes(&entry), MapFlags::ANY).context("clearing the router's interface table")
     }
 
     /// `(slot, entry)` of every used slot.
@@ -406,9 +400,7 @@ impl RouterMaps {
     /// A free slot, or an error when all are used.
     pub fn free_slot(&self) -> Result<u32> {
         let used: Vec<u32> = self.ifaces()?.into_iter().map(|(s, _)| s).collect();
-        (0..MAX_IFACES)
-            .find(|s| !used.contains(s))
-            .with_context(|| format!("the router manages {MAX_IFACES} interfaces already; detach some first"))
+        (0..MAX_IFACES).find(|s| !used.contains(s)).with_context(|| format!("the router manages {MAX_IFACES} interfaces already; detach some first"))
     }
 
     pub fn stats(&self, slot: u32) -> Result<Stats> {
@@ -424,9 +416,7 @@ impl RouterMaps {
     fn reset_stats(&self, slot: u32) -> Result<()> {
         let ncpu = libbpf_rs::num_possible_cpus()?;
         let zero = vec![vec![0u8; std::mem::size_of::<RawStats>()]; ncpu];
-        self.stats
-            .update_percpu(&slot.to_ne_bytes(), &zero, MapFlags::ANY)
-            .context("zeroing the router's counters")
+        self.stats.update_percpu(&slot.to_ne_bytes(), &zero, MapFlags::ANY).context("zeroing the router's counters")
     }
 
     /// Adds or replaces a VLAN device in both directions' tables.
@@ -434,12 +424,8 @@ impl RouterMaps {
         let key = types::xnf_vlan_key { ifindex: v.phys_ifindex, vid: v.vid, pad: 0 };
         let egress = types::xnf_vlan_egress { phys_ifindex: v.phys_ifindex, vid: v.vid, pad: 0 };
         let ingress = types::xnf_vlan_ingress { ifindex: v.vlan_ifindex, rpf: v.rpf as u8, ..Default::default() };
-        self.vlan_ingress
-            .update(as_bytes(&key), as_bytes(&ingress), MapFlags::ANY)
-            .context("writing the VLAN ingress table")?;
-        self.vlan_egress
-            .update(&v.vlan_ifindex.to_ne_bytes(), as_bytes(&egress), MapFlags::ANY)
-            .context("writing the VLAN egress table")
+        self.vlan_ingress.update(as_bytes(&key), as_bytes(&ingress), MapFlags::ANY).context("writing the VLAN ingress table")?;
+        self.vlan_egress.update(&v.vlan_ifindex.to_ne_bytes(), as_bytes(&egress), MapFlags::ANY).context("writing the VLAN egress table")
     }
 
     pub fn del_vlan(&self, v: VlanEntry) -> Result<()> {

@@ -194,11 +194,8 @@ fn print_rates(rates: &[(String, Stats)], secs: f64) {
     for (name, s) in rates {
         let pps = |v: Verdict| s.packets(v) as f64 / secs;
         let mbit = s.bytes.iter().sum::<u64>() as f64 * 8.0 / secs / 1e6;
-        let why: Vec<String> = Reason::ALL[1..]
-            .iter()
-            .filter(|r| s.reason(**r) > 0)
-            .map(|r| format!("{} {:.0}", r.name(), s.reason(*r) as f64 / secs))
-            .collect();
+        let why: Vec<String> =
+            Reason::ALL[1..].iter().filter(|r| s.reason(**r) > 0).map(|r| format!("{} {:.0}", r.name(), s.reason(*r) as f64 / secs)).collect();
         println!(
             "{:<16} {:>12.0} {:>12.0} {:>12.0} {:>10.1}  {}",
             name,

@@ -96,15 +96,7 @@ mod tests {
     use super::*;
 
     fn vlan(ifindex: u32, parent: u32, vid: u16) -> Link {
-        Link {
-            ifindex,
-            name: format!("v{vid}"),
-            kind: Some("vlan".into()),
-            vlan_id: Some(vid),
-            parent: Some(parent),
-            ethernet: true,
-            ..Default::default()
-        }
+        Link { ifindex, name: format!("v{vid}"), kind: Some("vlan".into()), vlan_id: Some(vid), parent: Some(parent), ethernet: true, ..Default::default() }
     }
 
     #[test]

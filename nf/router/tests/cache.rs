@@ -61,7 +61,10 @@ fn cached_lookups_answer_and_every_change_is_followed() {
     // (a neighbour probe to dut's address: a lookup, local) may add a
     // few lookups, each a miss.
     let (most, extra) = (2 * 3 * cpus(), (hits + misses).saturating_sub(400));
-    assert!((400..=410).contains(&(hits + misses)) && (2..=most + extra).contains(&misses), "hits {hits}, misses {misses} (2 to {most}, and {extra} not of the 400)");
+    assert!(
+        (400..=410).contains(&(hits + misses)) && (2..=most + extra).contains(&misses),
+        "hits {hits}, misses {misses} (2 to {most}, and {extra} not of the 400)"
+    );
     assert!(r.cache_status()["entries"].as_u64().unwrap() >= 2);
 
     let sink4 = format!("{}/32", r.line.sink_v4);

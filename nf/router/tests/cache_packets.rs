@@ -16,10 +16,10 @@ mod fixture;
 use std::net::{IpAddr, Ipv4Addr};
 
 use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, SRC4, SRC6, VLAN200_SRC4, VLAN_NH_MAC};
+use xnf_packet::{MacAddr, PacketBuilder};
 use xnf_router::program::{CacheOutcome, FibMode, Reason, Stats, ASIDE_V4};
 use xnf_testrun::table::{check_run, Out};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
-use xnf_packet::{MacAddr, PacketBuilder};
 
 /// A frame and what must become of it.
 struct Frame {
@@ -120,11 +120,25 @@ fn rows(f: &Fixture) -> Vec<Row> {
     for outcome in [Miss, Hit] {
         let input = t.udp(eth_in(), src4, v100, 64, 0).build();
         let output = t.udp(PacketBuilder::ethernet(f.v100_mac, VLAN_NH_MAC).vlan(100), src4, v100, 63, 0).build();
-        t.frame("egress on a VLAN device: the tag is pushed whether cached or not", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output), Some(outcome));
+        t.frame(
+            "egress on a VLAN device: the tag is pushed whether cached or not",
+            input,
+            Verdict::Redirect,
+            Reason::Forwarded,
+            Out::Frame(output),
+            Some(outcome),
+        );
     }
     let tagged = t.udp(eth_in().vlan(200), VLAN200_SRC4.into(), fwd4, 64, 0).build();
     let untagged = t.udp(PacketBuilder::ethernet(f.out0_mac, NH_MAC), VLAN200_SRC4.into(), fwd4, 63, 0).build();
-    t.frame("tagged ingress: the VLAN device is the key's ingress, a miss", tagged.clone(), Verdict::Redirect, Reason::Forwarded, Out::Frame(untagged.clone()), Some(Miss));
+    t.frame(
+        "tagged ingress: the VLAN device is the key's ingress, a miss",
+        tagged.clone(),
+        Verdict::Redirect,
+        Reason::Forwarded,
+        Out::Frame(untagged.clone()),
+        Some(Miss),
+    );
     t.frame("tagged ingress again: a hit", tagged, Verdict::Redirect, Reason::Forwarded, Out::Frame(untagged), Some(Hit));
 
     // The follower's steps.
@@ -188,7 +202,8 @@ fn route_cache_packet_table() {
                         (leased, renewed) = (true, std::time::Instant::now());
                     }
                     Row::Entry(dst, want) => {
-                        let got = maps.cache_entry(f.in0, dst, 0).unwrap().filter(|e| e.gen == ctl.gen).map(|e| (e.mtu, MacAddr(e.dmac), e.ifindex, MacAddr(e.smac)));
+                        let got =
+                            maps.cache_entry(f.in0, dst, 0).unwrap().filter(|e| e.gen == ctl.gen).map(|e| (e.mtu, MacAddr(e.dmac), e.ifindex, MacAddr(e.smac)));
                         let want = want.map(|(mtu, mac)| (mtu, mac, f.out0, f.out0_mac));
                         if got != want {
                             failures.push(format!("cache entry for {dst}: {got:?}, want {want:?}"));
@@ -218,7 +233,12 @@ fn route_cache_packet_table() {
                         let got = maps.stats(slot).unwrap().delta(&before);
                         if got != want {
                             let reasons: Vec<_> = Reason::ALL.iter().filter(|r| got.reason(**r) > 0).map(|r| r.name()).collect();
-                            problems.push(format!("counters: reasons {reasons:?} cache {:?}; want {} and cache {:?}", got.cache, c.reason.name(), c.outcome.map(|o| o.name())));
+                            problems.push(format!(
+                                "counters: reasons {reasons:?} cache {:?}; want {} and cache {:?}",
+                                got.cache,
+                                c.reason.name(),
+                                c.outcome.map(|o| o.name())
+                            ));
                         }
                         if !problems.is_empty() {
                             failures.push(format!("{}: {}", c.desc, problems.join("; ")));

@@ -71,7 +71,11 @@ fn silent_mac_change_is_followed(fib: &str) {
         assert!(e.as_ref().is_some_and(|e| e.stale && e.mac == Some(old_mac.0)), "dut's entry is not the old MAC, STALE: {e:?}");
         let t0 = Instant::now();
         while !(r.send_udp(v6_family, 5) == 5 && entry(&r, addr, sink_ifindex).is_some_and(|e| e.mac == Some(NEW_MAC.0))) {
-            assert!(t0.elapsed() < Duration::from_secs(30), "{fib}: dut did not learn {addr}'s new MAC while forwarding to it in 30 s: its entry is {:?}", entry(&r, addr, sink_ifindex));
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{fib}: dut did not learn {addr}'s new MAC while forwarding to it in 30 s: its entry is {:?}",
+                entry(&r, addr, sink_ifindex)
+            );
         }
         eprintln!("{fib}: {addr}'s new MAC learnt after {:?}", t0.elapsed());
         assert_eq!(r.send_udp(v6_family, 20), 20, "{fib}: traffic to {addr} after its new MAC was learnt");

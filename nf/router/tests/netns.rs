@@ -1,7 +1,6 @@
 //! `xnf router` on real veths between namespaces (gen -> dut -> sink),
 //! with real traffic, checking counters on both sides.
 
-
 use std::net::UdpSocket;
 use std::path::Path;
 
@@ -454,9 +453,7 @@ fn sources_the_kernel_refuses_are_not_forwarded() {
     r.resolve_sink();
     let rx = r.sink_socket(false, 7002);
     let from = |src: std::net::Ipv4Addr, n: u32| -> Vec<Vec<u8>> {
-        (0..n)
-            .map(|i| PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac).ipv4(src, l.sink_v4).udp(40000, 7002).payload(&i.to_be_bytes()).build())
-            .collect()
+        (0..n).map(|i| PacketBuilder::ethernet(l.gen_mac, l.dut_gen_mac).ipv4(src, l.sink_v4).udp(40000, 7002).payload(&i.to_be_bytes()).build()).collect()
     };
     let unrouted = std::net::Ipv4Addr::new(198, 18, 99, 1);
     let (martians, redirected) = (r.reason("martian"), r.redirected());

@@ -10,11 +10,10 @@ mod fixture;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use fixture::{dst, Fixture, Ingress, GEN_MAC, NH_MAC, POLICY_SRC4, SKB_NH_MAC, SRC4, SRC6, VLAN200_SRC4, VLAN_NH_MAC};
+use xnf_packet::{EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
 use xnf_router::program::{FibMode, Reason, Stats};
 use xnf_testrun::table::{assert_table, check_run, Out};
 use xnf_testrun::{run_xdp, Verdict, XdpContext};
-use xnf_packet::{EtherType, IpProtocol, MacAddr, PacketBuilder, TcpFlags};
-
 
 struct Case {
     desc: String,
@@ -146,7 +145,13 @@ fn cases(f: &Fixture) -> Vec<Case> {
             let mut input = fl.on(t.eth_in()).frame_len(1300).build();
             input.extend(std::iter::repeat_n(0xa5u8, 214));
             let output = fl.clone().hops(63).on(t.eth_out()).frame_len(1300).build();
-            t.push(format!("{fam} in a 1514-byte frame with a 214-byte trailer is forwarded without it"), input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+            t.push(
+                format!("{fam} in a 1514-byte frame with a 214-byte trailer is forwarded without it"),
+                input,
+                Verdict::Redirect,
+                Reason::Forwarded,
+                Out::Frame(output),
+            );
         }
         // Only the IP packet meets the route's MTU (locked at 1000): the
         // trailer must not make it too big, nor be sent.
@@ -154,7 +159,13 @@ fn cases(f: &Fixture) -> Vec<Case> {
         let mut input = fl.on(t.eth_in()).frame_len(900).build();
         input.extend(std::iter::repeat_n(0u8, 300));
         let output = fl.clone().hops(63).on(t.eth_out()).frame_len(900).build();
-        t.push("IPv4 of 886 bytes in a 1200-byte frame, route MTU 1000: forwarded, trailer trimmed", input, Verdict::Redirect, Reason::Forwarded, Out::Frame(output));
+        t.push(
+            "IPv4 of 886 bytes in a 1200-byte frame, route MTU 1000: forwarded, trailer trimmed",
+            input,
+            Verdict::Redirect,
+            Reason::Forwarded,
+            Out::Frame(output),
+        );
     }
     {
         let fl = Flow::v4(dst::FWD4);
@@ -262,14 +273,14 @@ fn cases(f: &Fixture) -> Vec<Case> {
     t.forward("IPv4 from in0's network address is forwarded, as the kernel does", Flow::v4(dst::FWD4).src(Ipv4Addr::new(198, 18, 0, 0)));
     t.pass("IPv4 to 0.0.0.0/8 is a martian", Flow::v4(Ipv4Addr::new(0, 0, 0, 7)).on(t.eth_in()).build(), Reason::Martian);
     t.pass("IPv6 to a link-local address is never forwarded", Flow::v6("fe80::1".parse().unwrap()).on(t.eth_in()).build(), Reason::Local);
-    t.pass("IPv6 from a link-local address is a martian", Flow::v6(dst::FWD6).src("fe80::1".parse::<Ipv6Addr>().unwrap()).on(t.eth_in()).build(), Reason::Martian);
+    t.pass(
+        "IPv6 from a link-local address is a martian",
+        Flow::v6(dst::FWD6).src("fe80::1".parse::<Ipv6Addr>().unwrap()).on(t.eth_in()).build(),
+        Reason::Martian,
+    );
 
     // --- FIB modes -----------------------------------------------------------
-    t.pass(
-        "full FIB lookup honours a policy rule (to the unmanaged port)",
-        Flow::v4(dst::FWD4).src(POLICY_SRC4).on(t.eth_in()).build(),
-        Reason::NotManaged,
-    );
+    t.pass("full FIB lookup honours a policy rule (to the unmanaged port)", Flow::v4(dst::FWD4).src(POLICY_SRC4).on(t.eth_in()).build(), Reason::NotManaged);
     t.forward("direct FIB lookup skips the policy rule (main table)", Flow::v4(dst::FWD4).src(POLICY_SRC4));
     t.last_mut().fib_direct = true;
     t.forward("direct FIB lookup forwards ordinary IPv6 too", Flow::v6(dst::FWD6));
@@ -325,14 +336,14 @@ fn cases(f: &Fixture) -> Vec<Case> {
         Flow::v4(dst::FWD4).on(t.eth_in()).ipv4_options(&[0x94, 0x04, 0, 0]).build(),
         Reason::IpOptions,
     );
-    t.pass("IPv6 hop-by-hop options: every router reads them", Flow::v6(dst::FWD6).on(t.eth_in()).ipv6_ext(IpProtocol::HOPOPTS, &[0u8; 6]).build(), Reason::Ipv6Hbh);
+    t.pass(
+        "IPv6 hop-by-hop options: every router reads them",
+        Flow::v6(dst::FWD6).on(t.eth_in()).ipv6_ext(IpProtocol::HOPOPTS, &[0u8; 6]).build(),
+        Reason::Ipv6Hbh,
+    );
     t.pass("frame for another MAC", Flow::v4(dst::FWD4).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([2, 9, 9, 9, 9, 9]))).build(), Reason::NotOurMac);
     t.pass("IPv4 to the broadcast MAC", Flow::v4(dst::FWD4).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6]))).build(), Reason::Multicast);
-    t.pass(
-        "broadcast ARP request",
-        PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6])).arp_request(GEN_MAC, SRC4, dst::LOCAL4).build(),
-        Reason::Multicast,
-    );
+    t.pass("broadcast ARP request", PacketBuilder::ethernet(GEN_MAC, MacAddr([0xff; 6])).arp_request(GEN_MAC, SRC4, dst::LOCAL4).build(), Reason::Multicast);
     t.pass(
         "IPv6 to a multicast MAC (neighbour solicitation's 33:33:ff:..)",
         Flow::v6(dst::LOCAL6).l4(L4::Icmp).on(PacketBuilder::ethernet(GEN_MAC, MacAddr([0x33, 0x33, 0xff, 0, 0, 2]))).build(),
@@ -345,11 +356,7 @@ fn cases(f: &Fixture) -> Vec<Case> {
     );
     t.pass("an instance whose interface slot is empty counts everything as unconfigured", Flow::v4(dst::FWD4).on(t.eth_in()).build(), Reason::Unconfigured);
     t.last_mut().ingress = Ingress::In0Unconfigured;
-    t.pass(
-        "ARP request",
-        t.eth_in().arp_request(GEN_MAC, SRC4, dst::LOCAL4).build(),
-        Reason::NonIp,
-    );
+    t.pass("ARP request", t.eth_in().arp_request(GEN_MAC, SRC4, dst::LOCAL4).build(), Reason::NonIp);
     t.pass("LLDP (non-IP ethertype)", t.eth_in().ethertype(EtherType(0x88cc)).payload(&[0u8; 46]).build(), Reason::NonIp);
 
     // --- Broken headers ----------------------------------------------------
@@ -388,12 +395,9 @@ fn cases(f: &Fixture) -> Vec<Case> {
     // truncation_below_ethernet_header checks that separately.)
     let tagged4 = Flow::v4(dst::FWD4).src(VLAN200_SRC4).on(t.eth_in().vlan(200)).build();
     let tagged6 = Flow::v6(dst::FWD6).on(t.eth_in().vlan(200)).build();
-    for (name, frame, headers) in [
-        ("IPv4", &good4, 14 + 20 + 8),
-        ("IPv6", &good6, 14 + 40 + 8),
-        ("VLAN+IPv4", &tagged4, 18 + 20 + 8),
-        ("VLAN+IPv6", &tagged6, 18 + 40 + 8),
-    ] {
+    for (name, frame, headers) in
+        [("IPv4", &good4, 14 + 20 + 8), ("IPv6", &good6, 14 + 40 + 8), ("VLAN+IPv4", &tagged4, 18 + 20 + 8), ("VLAN+IPv6", &tagged6, 18 + 40 + 8)]
+    {
         for len in 14..headers {
             t.pass(format!("{name} truncated to {len} bytes"), frame[..len].to_vec(), Reason::Malformed);
         }

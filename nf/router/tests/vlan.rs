@@ -179,9 +179,7 @@ impl VlanLine {
 fn bind_to_device(s: &UdpSocket, dev: &str) {
     use std::os::fd::AsRawFd;
     // SAFETY: setsockopt on an open socket with a buffer of the given length.
-    let rc = unsafe {
-        libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_BINDTODEVICE, dev.as_ptr().cast(), dev.len() as libc::socklen_t)
-    };
+    let rc = unsafe { libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_BINDTODEVICE, dev.as_ptr().cast(), dev.len() as libc::socklen_t) };
     assert_eq!(rc, 0, "SO_BINDTODEVICE {dev}: {}", std::io::Error::last_os_error());
 }
 

@@ -5,13 +5,11 @@
 
 use std::net::IpAddr;
 
-use ipnet::IpNet;
 use anyhow::{Context, Result};
+use ipnet::IpNet;
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage, AddressScope};
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
-use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
-};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::Rtnl;
@@ -45,10 +43,7 @@ pub(crate) fn ipv6_link_local(rtnl: &mut Rtnl) -> Result<Vec<u32>> {
     let mut request = AddressMessage::default();
     request.header.family = AddressFamily::Inet6;
     rtnl.dump(RouteNetlinkMessage::GetAddress(request), |m| match m {
-        RouteNetlinkMessage::NewAddress(a)
-            if a.header.scope == AddressScope::Link
-                && !a.header.flags.contains(AddressHeaderFlags::Tentative) =>
-        {
+        RouteNetlinkMessage::NewAddress(a) if a.header.scope == AddressScope::Link && !a.header.flags.contains(AddressHeaderFlags::Tentative) => {
             Some(a.header.index)
         }
         _ => None,

@@ -68,9 +68,7 @@ impl Batch {
     /// A link, an address or a per-device setting (netconf) changed.
     pub fn has_link_or_address_change(&self) -> bool {
         use RouteNetlinkMessage as M;
-        self.messages
-            .iter()
-            .any(|m| matches!(m, M::NewLink(_) | M::DelLink(_) | M::SetLink(_) | M::NewAddress(_) | M::DelAddress(_)))
+        self.messages.iter().any(|m| matches!(m, M::NewLink(_) | M::DelLink(_) | M::SetLink(_) | M::NewAddress(_) | M::DelAddress(_)))
             || !self.undecoded.is_empty()
     }
 }

@@ -276,4 +276,3 @@ mod tests {
         assert!(s.shape().v6.is_some());
     }
 }
-

@@ -5,10 +5,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use anyhow::{Context, Result};
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
-use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp,
-    State,
-};
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, InfoVlan, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, LinkXdp, State};
 use netlink_packet_route::RouteNetlinkMessage;
 
 use super::socket::Rtnl;
@@ -119,10 +116,7 @@ pub fn links() -> Result<Vec<Link>> {
 
 /// Looks an interface up by name, with an error that says what to check.
 pub fn link_by_name(name: &str) -> Result<Link> {
-    links()?
-        .into_iter()
-        .find(|l| l.name == name)
-        .with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))
+    links()?.into_iter().find(|l| l.name == name).with_context(|| format!("no interface named {name:?} in this network namespace (see `ip link`)"))
 }
 
 /// Sends one request on a fresh socket and waits for its acknowledgement.
@@ -145,10 +139,7 @@ fn veth_message(name: &str, peer: &str, peer_ns: BorrowedFd<'_>, queues: Option<
     let mut m = LinkMessage::default();
     m.attributes = vec![LinkAttribute::IfName(name.into())];
     queue_attrs(&mut m.attributes);
-    m.attributes.push(LinkAttribute::LinkInfo(vec![
-        LinkInfo::Kind(InfoKind::Veth),
-        LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(p))),
-    ]));
+    m.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Veth), LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(p)))]));
     RouteNetlinkMessage::NewLink(m)
 }
 
@@ -156,11 +147,7 @@ fn veth_message(name: &str, peer: &str, peer_ns: BorrowedFd<'_>, queues: Option<
 /// namespace open as `peer_ns`, both with `queues` RX and TX queues (a
 /// number, or `None` for the kernel's default).
 pub fn create_veth(name: &str, peer: &str, peer_ns: BorrowedFd<'_>, queues: impl Into<Option<u32>>) -> Result<()> {
-    request(
-        veth_message(name, peer, peer_ns, queues.into()),
-        NLM_F_CREATE | NLM_F_EXCL,
-        &format!("creating veth {name} (peer {peer})"),
-    )
+    request(veth_message(name, peer, peer_ns, queues.into()), NLM_F_CREATE | NLM_F_EXCL, &format!("creating veth {name} (peer {peer})"))
 }
 
 /// Moves interface `ifindex` (`name`) into the network namespace open as
@@ -222,10 +209,7 @@ mod tests {
             LinkAttribute::IfName(format!("eth0.{vid}")),
             LinkAttribute::Address(vec![2, 0, 0, 0, 0, 9]),
             LinkAttribute::Link(parent),
-            LinkAttribute::LinkInfo(vec![
-                LinkInfo::Kind(InfoKind::Vlan),
-                LinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(vid)])),
-            ]),
+            LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Vlan), LinkInfo::Data(InfoData::Vlan(vec![InfoVlan::Id(vid)]))]),
         ];
         m
     }

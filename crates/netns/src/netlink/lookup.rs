@@ -18,7 +18,11 @@ use super::Rtnl;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RouteGet {
     /// Forwarded out of `oif`, to `gateway` or (on-link) to the destination.
-    Unicast { oif: u32, gateway: Option<IpAddr>, locked_mtu: Option<u32> },
+    Unicast {
+        oif: u32,
+        gateway: Option<IpAddr>,
+        locked_mtu: Option<u32>,
+    },
     Local,
     Broadcast,
     Multicast,
@@ -196,7 +200,11 @@ pub fn table_routes(table: u32) -> Result<Vec<TableRoute>> {
                 RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some(IpAddr::V6(*a)),
                 _ => None,
             });
-            let addr = addr.unwrap_or(if family == AddressFamily::Inet6 { IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED) } else { IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED) });
+            let addr = addr.unwrap_or(if family == AddressFamily::Inet6 {
+                IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+            } else {
+                IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+            });
             let Ok(dst) = ipnet::IpNet::new(addr, r.header.destination_prefix_length) else { continue };
             out.push(TableRoute { dst, kind: route_kind(&r)? });
         }

@@ -10,8 +10,8 @@ use std::os::fd::AsRawFd;
 
 use anyhow::{bail, Context, Result};
 use netlink_packet_core::{
-    parse_string, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator,
-    Parseable, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    parse_string, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator, Parseable, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP,
+    NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
@@ -43,10 +43,7 @@ impl Default for BatchConfig {
     /// 256 KiB per send, acknowledgement of the last message only: the
     /// fastest measured setting.
     fn default() -> Self {
-        BatchConfig {
-            send_bytes: 256 * 1024,
-            ack_every: false,
-        }
+        BatchConfig { send_bytes: 256 * 1024, ack_every: false }
     }
 }
 
@@ -86,16 +83,9 @@ impl std::error::Error for KernelError {}
 /// netlink-packet-core leaves the part after the error code as bytes: the
 /// request's header (alone with `NLM_F_CAPPED`, else the whole request),
 /// then with `NLM_F_ACK_TLVS` the extended-ack attributes.
-pub(crate) fn decode_error(
-    header: &NetlinkHeader,
-    code: i32,
-    echoed: &[u8],
-) -> Result<(u32, Option<KernelError>)> {
+pub(crate) fn decode_error(header: &NetlinkHeader, code: i32, echoed: &[u8]) -> Result<(u32, Option<KernelError>)> {
     if echoed.len() < NLMSG_HDRLEN {
-        bail!(
-            "malformed netlink error: {} bytes of the request's header, not {NLMSG_HDRLEN}",
-            echoed.len()
-        );
+        bail!("malformed netlink error: {} bytes of the request's header, not {NLMSG_HDRLEN}", echoed.len());
     }
     // Not new_checked: a capped echo is shorter than the length it states.
     let request = NetlinkBuffer::new(echoed);
@@ -105,11 +95,7 @@ pub(crate) fn decode_error(
     }
     let mut message = None;
     if header.flags & NLM_F_ACK_TLVS != 0 {
-        let echoed_len = if header.flags & NLM_F_CAPPED != 0 {
-            NLMSG_HDRLEN
-        } else {
-            request.length() as usize
-        };
+        let echoed_len = if header.flags & NLM_F_CAPPED != 0 { NLMSG_HDRLEN } else { request.length() as usize };
         let tlvs = echoed.get(echoed_len.next_multiple_of(4)..).unwrap_or_default();
         for nla in NlasIterator::new(tlvs).flatten() {
             if nla.kind() == NLMSGERR_ATTR_MSG {
@@ -117,13 +103,7 @@ pub(crate) fn decode_error(
             }
         }
     }
-    Ok((
-        seq,
-        Some(KernelError {
-            errno: -code,
-            message,
-        }),
-    ))
+    Ok((seq, Some(KernelError { errno: -code, message })))
 }
 
 /// The netlink messages in one datagram.
@@ -182,15 +162,7 @@ pub(crate) struct Rtnl {
 fn setsockopt_int(fd: i32, level: i32, name: i32, value: usize) -> std::io::Result<()> {
     let v = libc::c_int::try_from(value).unwrap_or(libc::c_int::MAX);
     // SAFETY: a valid fd and a pointer to a c_int of the given size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    let r = unsafe { libc::setsockopt(fd, level, name, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
     if r == 0 {
         Ok(())
     } else {
@@ -202,8 +174,7 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, value: usize) -> std::io::Resu
 fn set_buffer(fd: i32, force: i32, plain: i32, bytes: usize) -> std::io::Result<()> {
     // *FORCE ignores rmem_max/wmem_max (needs CAP_NET_ADMIN, which
     // changing routes needs anyway); fall back to the capped size.
-    setsockopt_int(fd, libc::SOL_SOCKET, force, bytes)
-        .or_else(|_| setsockopt_int(fd, libc::SOL_SOCKET, plain, bytes))
+    setsockopt_int(fd, libc::SOL_SOCKET, force, bytes).or_else(|_| setsockopt_int(fd, libc::SOL_SOCKET, plain, bytes))
 }
 
 impl Rtnl {
@@ -211,19 +182,12 @@ impl Rtnl {
     /// kernel's reason in errors), errors capped to the request's header
     /// (a batch's failures do not echo whole messages back).
     pub fn open() -> Result<Rtnl> {
-        let mut sock = Socket::new(NETLINK_ROUTE)
-            .context("opening a NETLINK_ROUTE socket (needs Linux netlink)")?;
+        let mut sock = Socket::new(NETLINK_ROUTE).context("opening a NETLINK_ROUTE socket (needs Linux netlink)")?;
         sock.bind_auto().context("binding the netlink socket")?;
-        sock.set_ext_ack(true)
-            .context("enabling netlink extended acks")?;
+        sock.set_ext_ack(true).context("enabling netlink extended acks")?;
         sock.set_cap_ack(true).context("enabling NETLINK_CAP_ACK")?;
-        set_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, RCVBUF)
-            .context("setting SO_RCVBUF on the netlink socket")?;
-        Ok(Rtnl {
-            sock,
-            rx: vec![0; RX_BYTES],
-            seq: 0,
-        })
+        set_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, RCVBUF).context("setting SO_RCVBUF on the netlink socket")?;
+        Ok(Rtnl { sock, rx: vec![0; RX_BYTES], seq: 0 })
     }
 
     /// Opens a socket that receives the multicast `groups` (`RTNLGRP_*`
@@ -234,13 +198,8 @@ impl Rtnl {
         for &g in groups {
             sock.add_membership(g).with_context(|| format!("subscribing to rtnetlink group {g}"))?;
         }
-        set_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf)
-            .context("setting SO_RCVBUF on the netlink event socket")?;
-        Ok(Rtnl {
-            sock,
-            rx: Vec::new(),
-            seq: 0,
-        })
+        set_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, rcvbuf).context("setting SO_RCVBUF on the netlink event socket")?;
+        Ok(Rtnl { sock, rx: Vec::new(), seq: 0 })
     }
 
     pub fn socket(&self) -> &Socket {
@@ -254,11 +213,7 @@ impl Rtnl {
 
     fn send(&self, buf: &[u8]) -> Result<()> {
         let n = self.sock.send(buf, 0).map_err(|e| {
-            let hint = if e.raw_os_error() == Some(libc::EMSGSIZE) {
-                " (batch larger than the socket send buffer: lower BatchConfig::send_bytes)"
-            } else {
-                ""
-            };
+            let hint = if e.raw_os_error() == Some(libc::EMSGSIZE) { " (batch larger than the socket send buffer: lower BatchConfig::send_bytes)" } else { "" };
             anyhow::Error::new(e).context(format!("sending {} bytes of netlink requests{hint}", buf.len()))
         })?;
         if n != buf.len() {
@@ -371,11 +326,7 @@ impl Rtnl {
     /// Dumps what `request` asks for (it gets `NLM_F_DUMP`) and keeps what
     /// `keep` returns. Restarts when the kernel flags the dump as
     /// inconsistent (the table changed meanwhile), five times at most.
-    pub fn dump<T>(
-        &mut self,
-        request: RouteNetlinkMessage,
-        mut keep: impl FnMut(RouteNetlinkMessage) -> Option<T>,
-    ) -> Result<Vec<T>> {
+    pub fn dump<T>(&mut self, request: RouteNetlinkMessage, mut keep: impl FnMut(RouteNetlinkMessage) -> Option<T>) -> Result<Vec<T>> {
         'retry: for _ in 0..5 {
             let seq = self.next_seq();
             let mut out = Vec::new();
@@ -426,18 +377,13 @@ impl Rtnl {
             bail!("at most {} requests per batch", u32::MAX);
         }
         let snd = config.send_bytes * 2 + (64 << 10);
-        set_buffer(self.sock.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, snd)
-            .context("setting SO_SNDBUF on the netlink socket")?;
+        set_buffer(self.sock.as_raw_fd(), libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, snd).context("setting SO_SNDBUF on the netlink socket")?;
         // Request i has sequence number base + i + 1.
         let base = self.seq;
         self.seq = self.seq.wrapping_add(count as u32);
         let ack = if config.ack_every { NLM_F_ACK } else { 0 };
         let mut out = Vec::with_capacity(config.send_bytes + 4096);
-        let mut outcome = BatchOutcome {
-            sends: 0,
-            done: 0,
-            failures: Vec::new(),
-        };
+        let mut outcome = BatchOutcome { sends: 0, done: 0, failures: Vec::new() };
         while outcome.done < count {
             let first = outcome.done;
             out.clear();

@@ -46,17 +46,8 @@ fn describe(e: &KernelError) -> String {
 }
 
 /// Adds `prefixes` `via gateway dev oif` with protocol [`XNF_RTPROT`].
-fn add(
-    rtnl: &mut Rtnl,
-    prefixes: &[IpNet],
-    gateway: IpAddr,
-    oif: u32,
-    config: BatchConfig,
-    stop_on_failure: bool,
-) -> Result<BatchOutcome> {
-    let request = |i: usize| {
-        RouteNetlinkMessage::NewRoute(netlink::route_message(prefixes[i], Some(gateway), Some(oif), XNF_RTPROT))
-    };
+fn add(rtnl: &mut Rtnl, prefixes: &[IpNet], gateway: IpAddr, oif: u32, config: BatchConfig, stop_on_failure: bool) -> Result<BatchOutcome> {
+    let request = |i: usize| RouteNetlinkMessage::NewRoute(netlink::route_message(prefixes[i], Some(gateway), Some(oif), XNF_RTPROT));
     rtnl.batch(prefixes.len(), request, NLM_F_CREATE | NLM_F_EXCL, config, stop_on_failure)
 }
 
@@ -78,11 +69,7 @@ fn destination(m: &RouteMessage) -> Option<IpNet> {
             RouteAttribute::Destination(RouteAddress::Inet6(a)) => Some((*a).into()),
             _ => None,
         })
-        .unwrap_or(if m.header.address_family == Family::V6.af() {
-            IpAddr::from([0u16; 8])
-        } else {
-            IpAddr::from([0u8; 4])
-        });
+        .unwrap_or(if m.header.address_family == Family::V6.af() { IpAddr::from([0u16; 8]) } else { IpAddr::from([0u8; 4]) });
     IpNet::new(ip, len).ok()
 }
 
@@ -91,9 +78,7 @@ fn dump_main(rtnl: &mut Rtnl, family: Family) -> Result<Vec<(IpNet, u8)>> {
     let mut request = RouteMessage::default();
     request.header.address_family = family.af();
     rtnl.dump(RouteNetlinkMessage::GetRoute(request), |m| match m {
-        RouteNetlinkMessage::NewRoute(r) if r.header.table == RouteHeader::RT_TABLE_MAIN => {
-            destination(&r).map(|dst| (dst, u8::from(r.header.protocol)))
-        }
+        RouteNetlinkMessage::NewRoute(r) if r.header.table == RouteHeader::RT_TABLE_MAIN => destination(&r).map(|dst| (dst, u8::from(r.header.protocol))),
         _ => None,
     })
     .with_context(|| format!("dumping the {family} routes"))
@@ -118,13 +103,7 @@ fn send_order(prefixes: &[IpNet]) -> Vec<IpNet> {
 /// be removed; first: PREFIX: REASON".
 fn removal_error(failures: &[Failure], order: &[IpNet]) -> Option<String> {
     let first = failures.first()?;
-    Some(format!(
-        "{} of {} routes could not be removed; first: {}: {}",
-        failures.len(),
-        order.len(),
-        order[first.index],
-        describe(&first.error)
-    ))
+    Some(format!("{} of {} routes could not be removed; first: {}: {}", failures.len(), order.len(), order[first.index], describe(&first.error)))
 }
 
 impl Netns {
@@ -142,13 +121,7 @@ impl Netns {
     }
 
     /// [`Netns::install_routes`] with a chosen batching.
-    pub fn install_routes_with(
-        &self,
-        routes: &RouteSet,
-        gateway: IpAddr,
-        dev: &str,
-        config: BatchConfig,
-    ) -> Result<RouteReport> {
+    pub fn install_routes_with(&self, routes: &RouteSet, gateway: IpAddr, dev: &str, config: BatchConfig) -> Result<RouteReport> {
         check_ifname(dev)?;
         if Family::of(gateway) != routes.family() {
             bail!("gateway {gateway} is not an {} address like the routes", routes.family());
@@ -156,18 +129,10 @@ impl Netns {
         if !is_test_ip(gateway) {
             bail!("gateway {gateway} is not a test address (198.18.0.0/15 or 2001:db8::/32)");
         }
-        let context = || {
-            format!(
-                "installing {} {} routes via {gateway} dev {dev} in namespace {}",
-                routes.len(),
-                routes.family(),
-                self.name()
-            )
-        };
+        let context = || format!("installing {} {} routes via {gateway} dev {dev} in namespace {}", routes.len(), routes.family(), self.name());
         let result = self.run(|| -> Result<RouteReport> {
             let start = Instant::now();
-            let oif = nix::net::if_::if_nametoindex(dev)
-                .with_context(|| format!("no interface {dev} in namespace {}", self.name()))?;
+            let oif = nix::net::if_::if_nametoindex(dev).with_context(|| format!("no interface {dev} in namespace {}", self.name()))?;
             let mut rtnl = Rtnl::open()?;
             let order = send_order(routes.prefixes());
             let outcome = add(&mut rtnl, &order, gateway, oif, config, true)?;
@@ -175,8 +140,7 @@ impl Netns {
                 // Roll back what this call installed: everything sent, except
                 // what failed (a failed prefix may be someone else's route).
                 let failed: HashSet<usize> = outcome.failures.iter().map(|f| f.index).collect();
-                let installed: Vec<IpNet> =
-                    (0..outcome.done).filter(|i| !failed.contains(i)).map(|i| order[i]).collect();
+                let installed: Vec<IpNet> = (0..outcome.done).filter(|i| !failed.contains(i)).map(|i| order[i]).collect();
                 let rollback = match remove(&mut rtnl, &installed, XNF_RTPROT, config) {
                     Ok(_) if installed.is_empty() => "no route was installed".to_owned(),
                     Ok(o) => match removal_error(&o.failures, &installed) {
@@ -189,17 +153,9 @@ impl Netns {
                     1 => String::new(),
                     n => format!(" ({} more failed in the same batch)", n - 1),
                 };
-                bail!(
-                    "route {} was refused: {}{others}; {rollback}",
-                    order[first.index],
-                    describe(&first.error)
-                );
+                bail!("route {} was refused: {}{others}; {rollback}", order[first.index], describe(&first.error));
             }
-            Ok(RouteReport {
-                routes: routes.len(),
-                sends: outcome.sends,
-                seconds: start.elapsed().as_secs_f64(),
-            })
+            Ok(RouteReport { routes: routes.len(), sends: outcome.sends, seconds: start.elapsed().as_secs_f64() })
         });
         result.and_then(|r| r).with_context(context)
     }
@@ -216,15 +172,9 @@ impl Netns {
             if let Some(e) = removal_error(&outcome.failures, &order) {
                 bail!(e);
             }
-            Ok(RouteReport {
-                routes: routes.len(),
-                sends: outcome.sends,
-                seconds: start.elapsed().as_secs_f64(),
-            })
+            Ok(RouteReport { routes: routes.len(), sends: outcome.sends, seconds: start.elapsed().as_secs_f64() })
         });
-        result.and_then(|r| r).with_context(|| {
-            format!("removing {} {} routes from namespace {}", routes.len(), routes.family(), self.name())
-        })
+        result.and_then(|r| r).with_context(|| format!("removing {} {} routes from namespace {}", routes.len(), routes.family(), self.name()))
     }
 
     /// Removes every `family` route of the main table whose protocol is
@@ -233,25 +183,15 @@ impl Netns {
         let result = self.run(|| -> Result<RouteReport> {
             let start = Instant::now();
             let mut rtnl = Rtnl::open()?;
-            let doomed: Vec<IpNet> = dump_main(&mut rtnl, family)?
-                .into_iter()
-                .filter(|(_, p)| *p == protocol)
-                .map(|(prefix, _)| prefix)
-                .collect();
+            let doomed: Vec<IpNet> = dump_main(&mut rtnl, family)?.into_iter().filter(|(_, p)| *p == protocol).map(|(prefix, _)| prefix).collect();
             let doomed = send_order(&doomed);
             let outcome = remove(&mut rtnl, &doomed, protocol, BatchConfig::default())?;
             if let Some(e) = removal_error(&outcome.failures, &doomed) {
                 bail!(e);
             }
-            Ok(RouteReport {
-                routes: doomed.len(),
-                sends: outcome.sends,
-                seconds: start.elapsed().as_secs_f64(),
-            })
+            Ok(RouteReport { routes: doomed.len(), sends: outcome.sends, seconds: start.elapsed().as_secs_f64() })
         });
-        result.and_then(|r| r).with_context(|| {
-            format!("flushing {family} routes of protocol {protocol} in namespace {}", self.name())
-        })
+        result.and_then(|r| r).with_context(|| format!("flushing {family} routes of protocol {protocol} in namespace {}", self.name()))
     }
 
     /// Number of `family` routes in the main table, of protocol `protocol`
@@ -267,9 +207,7 @@ impl Netns {
                 })
                 .count())
         });
-        result
-            .and_then(|r| r)
-            .with_context(|| format!("counting {family} routes in namespace {}", self.name()))
+        result.and_then(|r| r).with_context(|| format!("counting {family} routes in namespace {}", self.name()))
     }
 }
 
@@ -289,12 +227,7 @@ impl<'a> InstalledRoutes<'a> {
     /// dropped or [`InstalledRoutes::remove`]d.
     pub fn new(ns: &'a Netns, routes: RouteSet, gateway: IpAddr, dev: &str) -> Result<Self> {
         let report = ns.install_routes(&routes, gateway, dev)?;
-        Ok(InstalledRoutes {
-            ns,
-            routes,
-            report,
-            removed: false,
-        })
+        Ok(InstalledRoutes { ns, routes, report, removed: false })
     }
 
     /// How the installation went.

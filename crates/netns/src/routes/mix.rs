@@ -160,10 +160,7 @@ mod tests {
 
     #[test]
     fn ipv6_mix_mean_length_matches_the_real_table() {
-        let mean: f64 = IPV6_LENGTH_MIX
-            .iter()
-            .map(|&(l, w)| f64::from(l) * f64::from(w) / 1e6)
-            .sum();
+        let mean: f64 = IPV6_LENGTH_MIX.iter().map(|&(l, w)| f64::from(l) * f64::from(w) / 1e6).sum();
         assert!((42.0..43.5).contains(&mean), "mean IPv6 length {mean}");
     }
 

@@ -22,9 +22,7 @@ mod set;
 mod targets;
 
 pub use install::{InstalledRoutes, RouteReport};
-pub use mix::{
-    IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT, V6_SHIFT,
-};
+pub use mix::{IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN, V4_SLICE_SHIFT, V6_SHIFT};
 pub use set::RouteSet;
 pub use targets::lookup_targets;
 

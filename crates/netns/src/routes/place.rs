@@ -24,15 +24,8 @@ const fn v6(segments: [u16; 2], len: u8) -> IpNet {
 
 /// IPv4 space a table never overlaps: this network, private, loopback,
 /// link-local, multicast and reserved.
-pub(super) const V4_NON_GLOBAL: [IpNet; 7] = [
-    v4(0, 0, 0, 0, 8),
-    v4(10, 0, 0, 0, 8),
-    v4(127, 0, 0, 0, 8),
-    v4(169, 254, 0, 0, 16),
-    v4(172, 16, 0, 0, 12),
-    v4(192, 168, 0, 0, 16),
-    v4(224, 0, 0, 0, 3),
-];
+pub(super) const V4_NON_GLOBAL: [IpNet; 7] =
+    [v4(0, 0, 0, 0, 8), v4(10, 0, 0, 0, 8), v4(127, 0, 0, 0, 8), v4(169, 254, 0, 0, 16), v4(172, 16, 0, 0, 12), v4(192, 168, 0, 0, 16), v4(224, 0, 0, 0, 3)];
 /// All of IPv4.
 pub(super) const V4_ALL: IpNet = v4(0, 0, 0, 0, 0);
 /// 198.18.0.0/15, the lab's range.
@@ -88,26 +81,14 @@ impl Space {
     /// Number of addresses in the space (for proportions).
     pub fn size(&self) -> f64 {
         let size = |p: &IpNet| 2f64.powi(i32::from(p.max_prefix_len() - p.prefix_len()));
-        size(&self.within)
-            - self
-                .excluded
-                .iter()
-                .filter(|e| self.within.contains(*e))
-                .map(size)
-                .sum::<f64>()
+        size(&self.within) - self.excluded.iter().filter(|e| self.within.contains(*e)).map(size).sum::<f64>()
     }
 }
 
 /// Places `counts` (length, how many) into `space`, shortest first, each
 /// either inside an earlier, shorter prefix (with [`NESTED_SHARE`]) or
 /// anywhere in the space; all distinct from `seen`.
-pub(super) fn place(
-    space: &Space,
-    counts: &[(u8, usize)],
-    rng: &mut fastrand::Rng,
-    seen: &mut HashSet<IpNet>,
-    out: &mut Vec<IpNet>,
-) -> Result<()> {
+pub(super) fn place(space: &Space, counts: &[(u8, usize)], rng: &mut fastrand::Rng, seen: &mut HashSet<IpNet>, out: &mut Vec<IpNet>) -> Result<()> {
     let within = space.within;
     // Prefixes placed so far in this space, by length.
     let mut by_len: Vec<Vec<IpNet>> = vec![Vec::new(); usize::from(within.max_prefix_len()) + 1];

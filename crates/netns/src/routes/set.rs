@@ -7,14 +7,10 @@ use std::net::IpAddr;
 use anyhow::{bail, Result};
 use ipnet::IpNet;
 
-use super::mix::{
-    apportion, shifted, IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, V4_SLICE_MIN, V4_SLICE_SHIFT, V6_SHIFT,
-};
 #[cfg(doc)]
 use super::mix::NESTED_SHARE;
-use super::place::{
-    overlaps, place, Space, V4_ALL, V4_LAB, V4_LAB_LINKS, V4_NON_GLOBAL, V6_LAB, V6_LAB_LINKS,
-};
+use super::mix::{apportion, shifted, IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, V4_SLICE_MIN, V4_SLICE_SHIFT, V6_SHIFT};
+use super::place::{overlaps, place, Space, V4_ALL, V4_LAB, V4_LAB_LINKS, V4_NON_GLOBAL, V6_LAB, V6_LAB_LINKS};
 use super::targets::lookup_targets;
 use super::Family;
 
@@ -88,14 +84,8 @@ impl RouteSet {
     /// see the [`RouteSet`] for where they lie. Sorted by address.
     pub fn synthetic_v4(n: usize, seed: u64) -> Result<RouteSet> {
         check_size(n)?;
-        let global = Space {
-            within: V4_ALL,
-            excluded: V4_NON_GLOBAL.iter().copied().chain([V4_LAB]).collect(),
-        };
-        let slice = Space {
-            within: V4_LAB,
-            excluded: vec![V4_LAB_LINKS],
-        };
+        let global = Space { within: V4_ALL, excluded: V4_NON_GLOBAL.iter().copied().chain([V4_LAB]).collect() };
+        let slice = Space { within: V4_LAB, excluded: vec![V4_LAB_LINKS] };
         let proportional = (n as f64 * slice.size() / global.size()).round() as usize;
         let in_slice = n.min(V4_SLICE_MIN.max(proportional));
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x7634_7634);
@@ -114,10 +104,7 @@ impl RouteSet {
     /// the same `n` and `seed`. Sorted by address.
     pub fn synthetic_v6(n: usize, seed: u64) -> Result<RouteSet> {
         check_size(n)?;
-        let space = Space {
-            within: V6_LAB,
-            excluded: vec![V6_LAB_LINKS],
-        };
+        let space = Space { within: V6_LAB, excluded: vec![V6_LAB_LINKS] };
         let mix = shifted(IPV6_LENGTH_MIX, V6_SHIFT, V6_LAB.prefix_len() + 1, 128);
         let mut rng = fastrand::Rng::with_seed(seed ^ 0x7636_7636);
         let mut seen = HashSet::with_capacity(n);
@@ -221,9 +208,7 @@ mod tests {
 
     fn expected(mix: &[(u8, u32)]) -> BTreeMap<u8, f64> {
         let total: u32 = mix.iter().map(|m| m.1).sum();
-        mix.iter()
-            .map(|&(l, w)| (l, f64::from(w) / f64::from(total)))
-            .collect()
+        mix.iter().map(|&(l, w)| (l, f64::from(w) / f64::from(total))).collect()
     }
 
     fn assert_shares(got: &BTreeMap<u8, f64>, want: &BTreeMap<u8, f64>, tolerance: f64) {
@@ -275,15 +260,9 @@ mod tests {
 
     #[test]
     fn about_half_are_more_specifics() {
-        for set in [
-            RouteSet::synthetic_v4(100_000, 3).unwrap(),
-            RouteSet::synthetic_v6(100_000, 3).unwrap(),
-        ] {
+        for set in [RouteSet::synthetic_v4(100_000, 3).unwrap(), RouteSet::synthetic_v6(100_000, 3).unwrap()] {
             let all: HashSet<IpNet> = set.prefixes().iter().copied().collect();
-            let nested = all
-                .iter()
-                .filter(|p| std::iter::successors(p.supernet(), IpNet::supernet).any(|s| all.contains(&s)))
-                .count();
+            let nested = all.iter().filter(|p| std::iter::successors(p.supernet(), IpNet::supernet).any(|s| all.contains(&s))).count();
             let share = nested as f64 / all.len() as f64;
             assert!((0.4..0.65).contains(&share), "{} more-specifics share {share}", set.family());
         }

@@ -14,11 +14,7 @@ use super::Family;
 /// specific prefix covers it), one address it owns. Sorted by prefix.
 fn owned_addresses(table: &[IpNet], region: IpNet, links: IpNet) -> Vec<(IpNet, IpAddr)> {
     let family = Family::of(region.addr());
-    let mut cand: Vec<IpNet> = table
-        .iter()
-        .map(IpNet::trunc)
-        .filter(|p| region.contains(p) && !overlaps(&links, p))
-        .collect();
+    let mut cand: Vec<IpNet> = table.iter().map(IpNet::trunc).filter(|p| region.contains(p) && !overlaps(&links, p)).collect();
     // By first address, then length: descendants follow their ancestors.
     cand.sort_unstable();
     cand.dedup();
@@ -149,10 +145,7 @@ mod tests {
         ];
         let mut t = lookup_targets(&table, 4).unwrap();
         t.sort();
-        let want: Vec<IpAddr> = ["198.18.16.0", "198.18.16.1", "198.18.32.1", "198.18.32.129"]
-            .iter()
-            .map(|s| s.parse().unwrap())
-            .collect();
+        let want: Vec<IpAddr> = ["198.18.16.0", "198.18.16.1", "198.18.32.1", "198.18.32.129"].iter().map(|s| s.parse().unwrap()).collect();
         assert_eq!(t, want);
         assert!(lookup_targets(&table, 5).is_err());
     }

@@ -15,11 +15,7 @@ impl PacketBuilder {
             return Err(Error::Build(e));
         }
         let (ethertype, l3_hdr) = match &self.l3 {
-            L3::None => {
-                return Err(Error::Build(
-                    "no layer 3: call ipv4/ipv6/ip/arp_*/ethertype",
-                ))
-            }
+            L3::None => return Err(Error::Build("no layer 3: call ipv4/ipv6/ip/arp_*/ethertype")),
             L3::Raw(e) => (*e, Vec::new()),
             L3::Arp(a) => (EtherType::ARP, a.to_bytes().to_vec()),
             L3::Ip(ip) => {
@@ -31,23 +27,16 @@ impl PacketBuilder {
                     L4::None => None,
                 };
                 let proto = ip.protocol.or(upper);
-                let proto =
-                    proto.ok_or(Error::Build("no protocol: add an L4 layer or protocol()"))?;
+                let proto = proto.ok_or(Error::Build("no protocol: add an L4 layer or protocol()"))?;
                 ip.header(proto)
             }
         };
         let l4_hdr = self.l4_header();
         let tags = self.stags.len() + self.ctags.len();
         let eth_len = EthernetFrame::<&[u8]>::HEADER_LEN + 4 * tags;
-        let needed =
-            eth_len + l3_hdr.len() + l4_hdr.len() + self.payload.len() + self.trailer.len();
+        let needed = eth_len + l3_hdr.len() + l4_hdr.len() + self.payload.len() + self.trailer.len();
         let total = match self.frame_len {
-            Some(n) if n < needed => {
-                return Err(Error::FrameTooShort {
-                    needed,
-                    requested: n,
-                })
-            }
+            Some(n) if n < needed => return Err(Error::FrameTooShort { needed, requested: n }),
             Some(n) => n,
             None => needed.max(self.min_frame_len),
         };
@@ -121,17 +110,14 @@ impl PacketBuilder {
 
     fn fill_l4(&self, seg: &mut [u8]) -> Result<()> {
         let addrs = match (&self.l3, &self.l4) {
-            (_, L4::None) if self.l4_checksum.is_some() => {
-                return Err(Error::Build("l4_checksum() without an L4 layer"))
-            }
+            (_, L4::None) if self.l4_checksum.is_some() => return Err(Error::Build("l4_checksum() without an L4 layer")),
             (L3::Ip(ip), _) => ip.addrs,
             _ => return Ok(()),
         };
         let at = match (&self.l4, addrs) {
             (L4::None, _) => return Ok(()),
             (L4::Udp(..), _) => {
-                let len =
-                    u16::try_from(seg.len()).map_err(|_| Error::Build("UDP over 65535 bytes"))?;
+                let len = u16::try_from(seg.len()).map_err(|_| Error::Build("UDP over 65535 bytes"))?;
                 let mut u = UdpPacket::new_unchecked(&mut *seg);
                 u.set_len(len);
                 match addrs {

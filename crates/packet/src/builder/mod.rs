@@ -24,8 +24,8 @@
 
 use crate::arp::ArpRepr;
 use crate::{
-    icmpv4, icmpv6, Addrs, Error, EtherType, EthernetFrame, Icmpv4Packet, Icmpv6Packet, IpProtocol,
-    Ipv4Packet, Ipv6Packet, MacAddr, Result, TcpFlags, TcpPacket, UdpPacket,
+    icmpv4, icmpv6, Addrs, Error, EtherType, EthernetFrame, Icmpv4Packet, Icmpv6Packet, IpProtocol, Ipv4Packet, Ipv6Packet, MacAddr, Result, TcpFlags,
+    TcpPacket, UdpPacket,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -83,10 +83,7 @@ enum Need {
 
 impl Need {
     fn accepts(self, addrs: Addrs) -> bool {
-        !matches!(
-            (self, addrs),
-            (Need::V4, Addrs::V6(..)) | (Need::V6, Addrs::V4(..))
-        )
+        !matches!((self, addrs), (Need::V4, Addrs::V6(..)) | (Need::V6, Addrs::V4(..)))
     }
 }
 
@@ -199,26 +196,13 @@ impl PacketBuilder {
     }
 
     /// An ARP request: who has `target_ip`? Tell `sender_ip` at `sender_mac`.
-    pub fn arp_request(
-        self,
-        sender_mac: MacAddr,
-        sender_ip: Ipv4Addr,
-        target_ip: Ipv4Addr,
-    ) -> Self {
+    pub fn arp_request(self, sender_mac: MacAddr, sender_ip: Ipv4Addr, target_ip: Ipv4Addr) -> Self {
         self.set_l3(L3::Arp(ArpRepr::request(sender_mac, sender_ip, target_ip)))
     }
 
     /// An ARP reply: `sender_ip` is at `sender_mac`, to `target_mac`/`target_ip`.
-    pub fn arp_reply(
-        self,
-        sender_mac: MacAddr,
-        sender_ip: Ipv4Addr,
-        target_mac: MacAddr,
-        target_ip: Ipv4Addr,
-    ) -> Self {
-        self.set_l3(L3::Arp(ArpRepr::reply(
-            sender_mac, sender_ip, target_mac, target_ip,
-        )))
+    pub fn arp_reply(self, sender_mac: MacAddr, sender_ip: Ipv4Addr, target_mac: MacAddr, target_ip: Ipv4Addr) -> Self {
+        self.set_l3(L3::Arp(ArpRepr::reply(sender_mac, sender_ip, target_mac, target_ip)))
     }
 
     fn set_ip(self, addrs: Addrs) -> Self {
@@ -257,13 +241,7 @@ impl PacketBuilder {
     }
 
     /// Applies `f` to the IP layer if there is one of the `need`ed version and `valid` holds.
-    fn edit_ip(
-        mut self,
-        what: &'static str,
-        need: Need,
-        valid: bool,
-        f: impl FnOnce(&mut Ip),
-    ) -> Self {
+    fn edit_ip(mut self, what: &'static str, need: Need, valid: bool, f: impl FnOnce(&mut Ip)) -> Self {
         match &mut self.l3 {
             L3::Ip(ip) if valid && need.accepts(ip.addrs) => {
                 f(ip);
@@ -275,17 +253,13 @@ impl PacketBuilder {
 
     /// IPv4 TTL or IPv6 hop limit.
     pub fn ttl(self, ttl: u8) -> Self {
-        self.edit_ip("ttl() needs ipv4/ipv6 first", Need::Any, true, |ip| {
-            ip.ttl = ttl
-        })
+        self.edit_ip("ttl() needs ipv4/ipv6 first", Need::Any, true, |ip| ip.ttl = ttl)
     }
 
     /// DSCP (6 bits) of the IPv4 TOS or IPv6 traffic class.
     pub fn dscp(self, dscp: u8) -> Self {
         let what = "dscp() needs ipv4/ipv6 first and a value < 64";
-        self.edit_ip(what, Need::Any, dscp < 64, |ip| {
-            ip.tos = (ip.tos & 3) | (dscp << 2)
-        })
+        self.edit_ip(what, Need::Any, dscp < 64, |ip| ip.tos = (ip.tos & 3) | (dscp << 2))
     }
 
     /// ECN (2 bits) of the IPv4 TOS or IPv6 traffic class.
@@ -309,9 +283,7 @@ impl PacketBuilder {
 
     /// IPv4 don't-fragment flag.
     pub fn dont_frag(self, df: bool) -> Self {
-        self.edit_ip("dont_frag() needs ipv4 first", Need::V4, true, |ip| {
-            ip.dont_frag = df
-        })
+        self.edit_ip("dont_frag() needs ipv4 first", Need::V4, true, |ip| ip.dont_frag = df)
     }
 
     /// Marks the packet as a fragment: offset in 8-byte units and more-fragments flag. On IPv4
@@ -319,14 +291,12 @@ impl PacketBuilder {
     /// (its identification comes from [`ident`](Self::ident)).
     pub fn fragment(self, offset_units: u16, more: bool) -> Self {
         let what = "fragment() needs ipv4/ipv6 first and an offset < 8192";
-        self.edit_ip(what, Need::Any, offset_units <= 0x1fff, |ip| {
-            match ip.addrs {
-                Addrs::V4(..) => ip.frag = (offset_units, more),
-                Addrs::V6(..) => {
-                    let [a, b] = ((offset_units << 3) | u16::from(more)).to_be_bytes();
-                    ip.frag_ext = Some(ip.ext.len());
-                    ip.ext.push((IpProtocol::FRAGMENT, vec![a, b, 0, 0, 0, 0]));
-                }
+        self.edit_ip(what, Need::Any, offset_units <= 0x1fff, |ip| match ip.addrs {
+            Addrs::V4(..) => ip.frag = (offset_units, more),
+            Addrs::V6(..) => {
+                let [a, b] = ((offset_units << 3) | u16::from(more)).to_be_bytes();
+                ip.frag_ext = Some(ip.ext.len());
+                ip.ext.push((IpProtocol::FRAGMENT, vec![a, b, 0, 0, 0, 0]));
             }
         })
     }
@@ -334,9 +304,7 @@ impl PacketBuilder {
     /// IPv4 options (raw bytes, at most 40), padded to a multiple of 4 with EOL.
     pub fn ipv4_options(self, options: &[u8]) -> Self {
         let what = "ipv4_options() needs ipv4 first and at most 40 bytes";
-        self.edit_ip(what, Need::V4, options.len() <= 40, |ip| {
-            ip.options = pad4(options)
-        })
+        self.edit_ip(what, Need::V4, options.len() <= 40, |ip| ip.options = pad4(options))
     }
 
     /// Appends an IPv6 extension header (HOPOPTS, ROUTING, DSTOPTS, FRAGMENT or AH). `body` is
@@ -344,21 +312,15 @@ impl PacketBuilder {
     /// pads to a multiple of 8 (Pad1/PadN options for HOPOPTS/DSTOPTS, zeros otherwise; AH's
     /// length byte counts 4-byte units minus 2). A FRAGMENT body must be exactly 6 bytes.
     pub fn ipv6_ext(self, kind: IpProtocol, body: &[u8]) -> Self {
-        let valid = kind.is_ipv6_ext()
-            && (kind != IpProtocol::FRAGMENT || body.len() == 6)
-            && body.len() + 2 <= 256 * 8;
+        let valid = kind.is_ipv6_ext() && (kind != IpProtocol::FRAGMENT || body.len() == 6) && body.len() + 2 <= 256 * 8;
         let what = "ipv6_ext() needs ipv6 first, an extension kind and a valid body";
-        self.edit_ip(what, Need::V6, valid, |ip| {
-            ip.ext.push((kind, body.to_vec()))
-        })
+        self.edit_ip(what, Need::V6, valid, |ip| ip.ext.push((kind, body.to_vec())))
     }
 
     /// Sets the IP protocol / final next header explicitly (needed when there is no L4 layer;
     /// overrides the L4 layer's protocol otherwise).
     pub fn protocol(self, p: IpProtocol) -> Self {
-        self.edit_ip("protocol() needs ipv4/ipv6 first", Need::Any, true, |ip| {
-            ip.protocol = Some(p)
-        })
+        self.edit_ip("protocol() needs ipv4/ipv6 first", Need::Any, true, |ip| ip.protocol = Some(p))
     }
 
     fn set_l4(mut self, l4: L4) -> Self {
@@ -385,15 +347,7 @@ impl PacketBuilder {
     /// [`window`](Self::window), [`tcp_options`](Self::tcp_options)).
     pub fn tcp(self, src_port: u16, dst_port: u16, flags: TcpFlags) -> Self {
         let (seq, ack, window, options) = (0, 0, 65535, Vec::new());
-        self.set_l4(L4::Tcp(Tcp {
-            src: src_port,
-            dst: dst_port,
-            flags,
-            seq,
-            ack,
-            window,
-            options,
-        }))
+        self.set_l4(L4::Tcp(Tcp { src: src_port, dst: dst_port, flags, seq, ack, window, options }))
     }
 
     fn edit_tcp(mut self, what: &'static str, valid: bool, f: impl FnOnce(&mut Tcp)) -> Self {

@@ -177,7 +177,8 @@ impl Experiment for Chain {
     /// routes would send it: no reverse-path filter there.
     fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
         let dut_ns = spec.roles.as_ref().context("no [roles]")?.dut_in.split(':').next().unwrap_or_default().to_string();
-        let ns = spec.namespaces.iter_mut().find(|n| n.name == dut_ns).with_context(|| format!("the topology has no namespace {dut_ns} for its dut_in role"))?;
+        let ns =
+            spec.namespaces.iter_mut().find(|n| n.name == dut_ns).with_context(|| format!("the topology has no namespace {dut_ns} for its dut_in role"))?;
         for k in ["net.ipv4.conf.all.rp_filter", "net.ipv4.conf.default.rp_filter"] {
             ns.sysctl.insert(k.into(), "0".into());
         }
@@ -427,7 +428,15 @@ impl Drop for XnfChain<'_> {
 /// NFs in the namespaces at `netns` (NF i in the i-th) and the chain
 /// through them. Also returns the warnings of `xnf nf create` / `xnf chain
 /// create` worth showing.
-pub(crate) fn setup_xnf<'a>(dut: &'a Netns, din: &str, dout: &str, netns: &[String], queues: u32, sink: IpAddr, v: Variant) -> Result<(XnfChain<'a>, Vec<String>)> {
+pub(crate) fn setup_xnf<'a>(
+    dut: &'a Netns,
+    din: &str,
+    dout: &str,
+    netns: &[String],
+    queues: u32,
+    sink: IpAddr,
+    v: Variant,
+) -> Result<(XnfChain<'a>, Vec<String>)> {
     let (function, forward) = match v {
         Variant::Xnf => (Function::Reflect, false),
         _ => (Function::Pass, true),
@@ -522,7 +531,11 @@ impl Running for ChainRun<'_> {
         ensure!(r.len() >= 2, "dut's counters were read {} time(s) during the measurement", r.len());
         let hops = hops::hop_loss(&r[0], &r[1], &self.din, &self.dout, &self.ports, max.received);
         if self.v != Variant::Linux && hops.forwarded > (max.received as i64 / 100).max(100) {
-            bail!("dut's kernel forwarded {} packets while the chain was to steer all {} in XDP: the measurement would be of kernel forwarding", hops.forwarded, max.received);
+            bail!(
+                "dut's kernel forwarded {} packets while the chain was to steer all {} in XDP: the measurement would be of kernel forwarding",
+                hops.forwarded,
+                max.received
+            );
         }
         let variant = crate::engine::driver::variant_name(&self.v);
         let mut all = self.exp.hops.borrow_mut();
@@ -574,7 +587,10 @@ pub fn print_by_length(r: &Results, variants: &[Variant]) {
                     .summary_of(v, &at)
                     .map(|s| {
                         let zl = s.zero_loss_mpps.map_or("-".to_string(), |z| format!("{z:.3}"));
-                        format!("{:.3} ({:.3}-{:.3}); {zl}; {:.0}; {:.0}", s.median_mpps, s.min_mpps, s.max_mpps, s.median_ns_per_packet, s.median_softirq_ns_per_packet)
+                        format!(
+                            "{:.3} ({:.3}-{:.3}); {zl}; {:.0}; {:.0}",
+                            s.median_mpps, s.min_mpps, s.max_mpps, s.median_ns_per_packet, s.median_softirq_ns_per_packet
+                        )
                     })
                     .unwrap_or_else(|| "-".into());
                 print!(" {cell:>36}");

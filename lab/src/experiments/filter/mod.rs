@@ -353,7 +353,16 @@ pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
             (None, None)
         };
         let traffic = flood.traffic(&t, victim_ip)?;
-        let path = probe::Path { gen: (gen_ns, gen_if.clone()), gen_cpu, burst: a.burst, dut: (dut, din.clone(), dout.clone()), victim, rr: &rr, traffic: &traffic, syn: flood.syn };
+        let path = probe::Path {
+            gen: (gen_ns, gen_if.clone()),
+            gen_cpu,
+            burst: a.burst,
+            dut: (dut, din.clone(), dout.clone()),
+            victim,
+            rr: &rr,
+            traffic: &traffic,
+            syn: flood.syn,
+        };
         for run in 0..a.runs {
             for v in alternated(&variants, run) {
                 let l = Labels { variant: variant_name(&v), point: point.clone(), run };

@@ -126,7 +126,15 @@ impl Path<'_> {
     /// an interval of `seconds`, and with `profile` a twin interval with
     /// `xnf profile` attached (not at rate 0: no flood, nothing to divide
     /// by); `each` is told which step is measured.
-    pub fn measure(&self, l: &Labels, setup: &Setup, rates: &[Rate], t: (f64, f64), profile: Option<&xnf_profile::Options>, each: &mut dyn FnMut(usize, bool)) -> Result<Vec<Measured>> {
+    pub fn measure(
+        &self,
+        l: &Labels,
+        setup: &Setup,
+        rates: &[Rate],
+        t: (f64, f64),
+        profile: Option<&xnf_profile::Options>,
+        each: &mut dyn FnMut(usize, bool),
+    ) -> Result<Vec<Measured>> {
         let (warmup, seconds) = t;
         let mut gens: Option<Generator> = None;
         let mut out = Vec::new();

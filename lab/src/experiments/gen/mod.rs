@@ -19,9 +19,9 @@
 pub mod args;
 pub mod path;
 pub mod plan;
-pub mod verify;
 #[cfg(test)]
 mod tests;
+pub mod verify;
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -259,7 +259,10 @@ fn print(r: &Report) {
         gbps
     );
     if let Some(v) = &r.verification {
-        println!("\nverification: {} frames captured, {} not captured (ring full), {} bad checksums, {} not generated", v.captured, v.capture_lost, v.bad_checksums, v.other_frames);
+        println!(
+            "\nverification: {} frames captured, {} not captured (ring full), {} bad checksums, {} not generated",
+            v.captured, v.capture_lost, v.bad_checksums, v.other_frames
+        );
         println!("{:>8} {:>12} {:>12}", "size", "received", "sent");
         for (len, got, want) in &v.sizes {
             println!("{:>8} {:>12} {:>12}{}", len, got, want, if got == want { "" } else { "  <-" });
@@ -268,7 +271,10 @@ fn print(r: &Report) {
             (Some(n), Some(w)) => println!("flows: {} seen of {n}, {w} with a count other than sent", v.flows_seen),
             _ => println!("flows: {} seen (too many to check one by one)", v.flows_seen),
         }
-        println!("{}", if v.exact { "verified: every frame arrived, parsed, checksums valid, sizes and flows exactly as sent" } else { "NOT exact (see above)" });
+        println!(
+            "{}",
+            if v.exact { "verified: every frame arrived, parsed, checksums valid, sizes and flows exactly as sent" } else { "NOT exact (see above)" }
+        );
     }
     if let Some(prof) = &r.profile {
         println!("\nwhere the time went (xnf profile, attached for the whole run):\n{}", xnf_profile::table::render(prof));

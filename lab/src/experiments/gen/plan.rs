@@ -55,11 +55,15 @@ impl Plan {
     }
 
     pub fn what(&self) -> String {
-        format!("{} {}", if self.ipv6 { "IPv6" } else { "IPv4" }, match self.tcp {
-            None => "UDP",
-            Some(TcpKind::Ack) => "TCP ACK",
-            Some(TcpKind::Syn) => "TCP SYN",
-        })
+        format!(
+            "{} {}",
+            if self.ipv6 { "IPv6" } else { "IPv4" },
+            match self.tcp {
+                None => "UDP",
+                Some(TcpKind::Ack) => "TCP ACK",
+                Some(TcpKind::Syn) => "TCP SYN",
+            }
+        )
     }
 
     /// Frame lengths without FCS, in the order sent.
@@ -146,10 +150,7 @@ fn address_range(what: &str, base: IpAddr, count: u64, stride: u64) -> Result<Ve
     for i in 0..count {
         match add_to(base, i as u128 * stride as u128).filter(|a| is_test_ip(*a)) {
             Some(a) => v.push(a),
-            None => bail!(
-                "{count} {what} addresses from {base} (stride {stride}) leave the lab's ranges 198.18.0.0/15 and 2001:db8::/32 at the {}th",
-                i + 1
-            ),
+            None => bail!("{count} {what} addresses from {base} (stride {stride}) leave the lab's ranges 198.18.0.0/15 and 2001:db8::/32 at the {}th", i + 1),
         }
     }
     Ok(v)

@@ -75,7 +75,11 @@ fn sends_exactly_the_count_in_every_size_and_flow_checked_at_the_sink() {
         ("1518 B IPv6 TCP ACK, 20 flows", vec!["--ipv6", "--tcp", "--size", "1518", "--srcs", "4", "--flows", "5"], 20_000),
         ("IMIX IPv4 UDP, 3 flows", vec!["--size", "imix", "--flows", "3"], 996 * 40),
         ("IMIX IPv6 TCP SYN, destinations from a list", vec!["--size", "imix", "--ipv6", "--tcp", "syn", "--dst-list", list.to_str().unwrap()], 996 * 40),
-        ("IPv4 TCP SYN, 10000 destinations, stride 7", vec!["--tcp", "syn", "--dsts", "10000", "--dst-base", "198.18.2.0", "--dst-stride", "7", "--size", "100"], 25_000),
+        (
+            "IPv4 TCP SYN, 10000 destinations, stride 7",
+            vec!["--tcp", "syn", "--dsts", "10000", "--dst-base", "198.18.2.0", "--dst-stride", "7", "--size", "100"],
+            25_000,
+        ),
     ];
     for (what, a, count) in cases {
         let n = count.to_string();

@@ -114,11 +114,7 @@ pub fn verify(cfg: &GenConfig, per_thread: &[u64], t: &Tally, total: SinkCounts,
     // Frames that are not the generator's (a dut's own IPv6 chatter) are
     // reported, not held against it: a generated frame that arrived
     // mangled would be missing from the counts.
-    let exact = total.capture_lost == 0
-        && t.bad_checksums == 0
-        && t.frames() == sent
-        && sizes.iter().all(|s| s.1 == s.2)
-        && flows_wrong == Some(0);
+    let exact = total.capture_lost == 0 && t.bad_checksums == 0 && t.frames() == sent && sizes.iter().all(|s| s.1 == s.2) && flows_wrong == Some(0);
     Ok(Verification {
         captured: t.frames() + t.other,
         capture_lost: total.capture_lost,

@@ -56,11 +56,12 @@ pub fn kmeans(x: &[Vec<f64>], k: usize, restarts: usize, rng: &mut Rng) -> Clust
             let total: f64 = d.iter().sum();
             let pick = if total > 0.0 {
                 let mut r = rng.f64() * total;
-                d.iter().position(|&w| {
-                    r -= w;
-                    r <= 0.0
-                })
-                .unwrap_or(n - 1)
+                d.iter()
+                    .position(|&w| {
+                        r -= w;
+                        r <= 0.0
+                    })
+                    .unwrap_or(n - 1)
             } else {
                 rng.usize(..n)
             };

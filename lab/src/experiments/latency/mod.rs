@@ -181,7 +181,8 @@ pub fn effects(runs: &[Run]) -> Vec<Effect> {
         let values = values
             .into_iter()
             .map(|v| {
-                let mut m: Vec<f64> = afxdp.iter().filter(|r| r.config.params().iter().any(|(k, x)| *k == param && *x == v)).map(|r| r.summary.median).collect();
+                let mut m: Vec<f64> =
+                    afxdp.iter().filter(|r| r.config.params().iter().any(|(k, x)| *k == param && *x == v)).map(|r| r.summary.median).collect();
                 m.sort_by(|a, b| a.total_cmp(b));
                 let n = m.len();
                 (v, n, stats::quantile(&m, 0.5))
@@ -288,13 +289,29 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
             let mean_us = members.iter().map(|r| r.summary.mean).sum::<f64>() / members.len().max(1) as f64;
             let pm = pooled.iter().sum::<f64>() / pooled.len().max(1) as f64;
             let std_us = (pooled.iter().map(|x| (x - pm).powi(2)).sum::<f64>() / pooled.len().saturating_sub(1).max(1) as f64).sqrt();
-            let share = |k: &str, v: &str| members.iter().filter(|m| m.config.params().iter().any(|(k2, v2)| *k2 == k && v2 == v)).count() as f64 / members.len() as f64;
+            let share = |k: &str, v: &str| {
+                members.iter().filter(|m| m.config.params().iter().any(|(k2, v2)| *k2 == k && v2 == v)).count() as f64 / members.len() as f64
+            };
             let mut values: Vec<(&'static str, String)> = members.iter().flat_map(|m| m.config.params()).collect();
             values.sort();
             values.dedup();
             let always = values.iter().filter(|(k, v)| share(k, v) == 1.0).map(|(k, v)| (k.to_string(), v.clone())).collect();
-            let mostly = values.iter().map(|(k, v)| (k, v, share(k, v))).filter(|(_, _, f)| *f >= 0.8 && *f < 1.0).map(|(k, v, f)| (k.to_string(), v.clone(), f)).collect();
-            Cluster { id, runs: members.len(), mean_us, std_us, median_us: stats::quantile(&sorted, 0.5), p99_us: stats::quantile(&sorted, 0.99), always, mostly }
+            let mostly = values
+                .iter()
+                .map(|(k, v)| (k, v, share(k, v)))
+                .filter(|(_, _, f)| *f >= 0.8 && *f < 1.0)
+                .map(|(k, v, f)| (k.to_string(), v.clone(), f))
+                .collect();
+            Cluster {
+                id,
+                runs: members.len(),
+                mean_us,
+                std_us,
+                median_us: stats::quantile(&sorted, 0.5),
+                p99_us: stats::quantile(&sorted, 0.99),
+                always,
+                mostly,
+            }
         })
         .collect();
     Some(Clustering {
@@ -309,7 +326,17 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
 
 pub(crate) fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, o: &Options) -> Result<Run> {
     let r = pingpong::run(p, c, rate, count, o.ping_cpu, o.fwd_cpu).with_context(|| format!("{} at {rate} probes/s", c.label()))?;
-    Ok(Run { config: *c, label: c.label(), rate_pps: rate, repeat, sent: r.sent, lost: r.lost, summary: Summary::of_ns(&r.rtts_ns), rtts_ns: r.rtts_ns, cluster: None })
+    Ok(Run {
+        config: *c,
+        label: c.label(),
+        rate_pps: rate,
+        repeat,
+        sent: r.sent,
+        lost: r.lost,
+        summary: Summary::of_ns(&r.rtts_ns),
+        rtts_ns: r.rtts_ns,
+        cluster: None,
+    })
 }
 
 /// Runs the experiment.
@@ -403,14 +430,20 @@ pub fn best_per_method(runs: &[Run]) -> Vec<&Run> {
 pub fn print(r: &LatencyResults) {
     println!("\nxnf lab latency — kernel {}, {} × {}, xnf {}", r.machine.kernel, r.machine.cores, r.machine.cpu_model, r.machine.xnf_version);
     println!("RTT in µs over {} probes per run at {} probes/s; {} repeats\n", r.options.count, r.options.rate, r.options.repeats);
-    println!("{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5}", "configuration", "mean", "median", "std", "q1", "q3", "p99", "p99.9", "max", "lost");
+    println!(
+        "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5}",
+        "configuration", "mean", "median", "std", "q1", "q3", "p99", "p99.9", "max", "lost"
+    );
     let rows = by_config(&r.runs);
     for ConfigRow { label: l, summary: s, lost, cluster: c } in &rows {
         let l = match c {
             Some(c) => format!("{l} [c{c}]"),
             None => l.to_string(),
         };
-        println!("{l:<44} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>8.1} {lost:>5}", s.mean, s.median, s.std, s.q1, s.q3, s.p99, s.p999, s.max);
+        println!(
+            "{l:<44} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>9.1} {:>8.1} {lost:>5}",
+            s.mean, s.median, s.std, s.q1, s.q3, s.p99, s.p999, s.max
+        );
     }
     if let Some(c) = &r.clustering {
         println!("\nclusters of the AF_XDP runs (k = {} by {}; silhouette {:.2}; features: {}):", c.k, c.criterion, c.silhouette, c.features.join(", "));
@@ -447,7 +480,10 @@ pub fn print(r: &LatencyResults) {
     if !r.saturation.is_empty() {
         println!("\nsaturation (the lowest-median configuration of each method at rising rates):");
         for s in &r.saturation {
-            println!("{:<44} {:>8} probes/s  median {:>7.1} µs  p99 {:>8.1} µs  lost {}/{}", s.label, s.rate_pps, s.summary.median, s.summary.p99, s.lost, s.sent);
+            println!(
+                "{:<44} {:>8} probes/s  median {:>7.1} µs  p99 {:>8.1} µs  lost {}/{}",
+                s.label, s.rate_pps, s.summary.median, s.summary.p99, s.lost, s.sent
+            );
         }
     }
     profiled::print(&r.profiles);
@@ -461,7 +497,18 @@ mod tests {
     use super::*;
 
     fn opts() -> Options {
-        Options { rate: 5000, count: 2000, repeats: 3, batches: vec![1, 64], max_k: 8, saturation_rates: vec![], ping_cpu: 1, fwd_cpu: 0, seed: 1, profiling: ProfileArgs::default() }
+        Options {
+            rate: 5000,
+            count: 2000,
+            repeats: 3,
+            batches: vec![1, 64],
+            max_k: 8,
+            saturation_rates: vec![],
+            ping_cpu: 1,
+            fwd_cpu: 0,
+            seed: 1,
+            profiling: ProfileArgs::default(),
+        }
     }
 
     #[test]

@@ -18,8 +18,8 @@ use std::sync::{mpsc, Arc};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use xnf_afxdp::nfs::L2Fwd;
-use xnf_afxdp::{Batch, BusyPoll, Emit, Mode, NetworkFunction, RunConfig, SocketConfig, UmemConfig, Verdict, Wait, XskSet};
 use xnf_afxdp::selector::AfxdpProgram;
+use xnf_afxdp::{Batch, BusyPoll, Emit, Mode, NetworkFunction, RunConfig, SocketConfig, UmemConfig, Verdict, Wait, XskSet};
 use xnf_core::class::Class;
 use xnf_netns::Netns;
 use xnf_packet::PacketBuilder;
@@ -136,7 +136,12 @@ impl Path {
         fwd.set_offload(&fwd_if, xnf_netns::Offload::TxChecksum, false)?;
         let mut payload = MAGIC.to_vec();
         payload.extend(0u32.to_be_bytes());
-        let mut probe = PacketBuilder::ethernet(ping_mac, fwd_mac).ipv4(PING_ADDR.into(), NOBODY.into()).udp(1024, PROBE_PORT).payload(&payload).frame_len(FRAME_LEN).build();
+        let mut probe = PacketBuilder::ethernet(ping_mac, fwd_mac)
+            .ipv4(PING_ADDR.into(), NOBODY.into())
+            .udp(1024, PROBE_PORT)
+            .payload(&payload)
+            .frame_len(FRAME_LEN)
+            .build();
         // The sequence number changes per probe: IPv4 UDP may go without a checksum.
         probe[14 + 20 + 6] = 0;
         probe[14 + 20 + 7] = 0;
@@ -330,7 +335,12 @@ fn afxdp_side(dev: &str, c: &Config, wait: Wait) -> Result<Side> {
     let link = xnf_netns::netlink::link_by_name(dev)?;
     let prog = AfxdpProgram::load()?;
     prog.set_rules(&[Class { proto: Some(17), dport: Some((PROBE_PORT, PROBE_PORT)), ..Default::default() }], false)?;
-    let mut set = XskSet::new(UmemConfig { frame_size: 4096, frame_count: 2048, headroom: 0 }, &afxdp_socket_config(c), RunConfig { batch: c.batch, wait }, &[(link.ifindex, dev.to_string(), 0)])?;
+    let mut set = XskSet::new(
+        UmemConfig { frame_size: 4096, frame_count: 2048, headroom: 0 },
+        &afxdp_socket_config(c),
+        RunConfig { batch: c.batch, wait },
+        &[(link.ifindex, dev.to_string(), 0)],
+    )?;
     prog.add_socket(0, set.sockets()[0].fd())?;
     set.fill_rings()?; // both sides receive
     let xdp = XdpLink::create(prog.prog().as_fd(), link.ifindex, dev, XdpMode::Native)?;
@@ -381,7 +391,15 @@ fn set_blocking(fd: BorrowedFd<'_>, blocking: bool) {
     if blocking {
         let tv = libc::timeval { tv_sec: 0, tv_usec: 50_000 };
         // SAFETY: valid timeval on a valid fd.
-        unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32) };
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
     } else {
         // SAFETY: fcntl on a valid fd.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
@@ -494,7 +512,13 @@ pub fn udp_pinger(from: std::net::SocketAddr, to: std::net::SocketAddr, interval
 /// take every answer waiting (`recv`: None when there is none, Some(None)
 /// for a frame that is not a probe), sleep in ppoll() until the next send or
 /// an answer when `poll`, else spin.
-fn socket_pinger(mut sched: Schedule, fd: BorrowedFd<'_>, poll: bool, mut send: impl FnMut(u32) -> bool, mut recv: impl FnMut() -> Option<Option<u32>>) -> Recorded {
+fn socket_pinger(
+    mut sched: Schedule,
+    fd: BorrowedFd<'_>,
+    poll: bool,
+    mut send: impl FnMut(u32) -> bool,
+    mut recv: impl FnMut() -> Option<Option<u32>>,
+) -> Recorded {
     loop {
         let now = now_ns();
         if let Some(seq) = sched.due(now) {
@@ -524,7 +548,8 @@ pub fn run(p: &Path, c: &Config, rate_pps: u64, count: u64, ping_cpu: usize, fwd
     let fwd = Forwarder::start(p, c, fwd_cpu)?;
     let enter = pinned_in(&p.ping, ping_cpu)?;
     let interval = 1_000_000_000 / rate_pps.max(1);
-    let r = std::thread::scope(|s| s.spawn(|| enter().and_then(|()| pinger_body(p, c, interval, count))).join()).map_err(|_| anyhow::anyhow!("the pinger panicked"))?;
+    let r = std::thread::scope(|s| s.spawn(|| enter().and_then(|()| pinger_body(p, c, interval, count))).join())
+        .map_err(|_| anyhow::anyhow!("the pinger panicked"))?;
     fwd.stop()?;
     r
 }

@@ -51,7 +51,9 @@ pub fn best_profiled(p: &Path, o: &Options, runs: &[Run], pg: &mut Progress) -> 
         let stacks = prof.stacks.take().map(|s| s.busy());
         let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
         let flame = match (&o.profiling.flame, &stacks) {
-            (Some(dir), Some(st)) => Some(crate::engine::profiling::write_flame(dir, &format!("latency-{}", best.label), &format!("xnf lab latency: {}", best.label), st)?),
+            (Some(dir), Some(st)) => {
+                Some(crate::engine::profiling::write_flame(dir, &format!("latency-{}", best.label), &format!("xnf lab latency: {}", best.label), st)?)
+            }
             _ => None,
         };
         out.push(LatencyProfile {
@@ -82,7 +84,15 @@ pub fn print(v: &[LatencyProfile]) {
         let stage = |n: &str| p.stages.iter().find(|s| s.0 == n).map_or(0.0, |s| s.1);
         let stages: String = names.iter().map(|n| if p.profile.counts_only { format!(" {:>7}", "-") } else { format!(" {:>7.0}", stage(n)) }).collect();
         let top: Vec<String> = p.top.iter().take(3).map(|(n, pct)| format!("{n} {pct:.0}")).collect();
-        println!("{:<44} {:>9.1} {:>9.1} {:>7.1}%{stages} {:>8.0}  {}", p.label, p.median_us, p.profiled_median_us, p.overhead_pct(), stage("softirq"), top.join(", "));
+        println!(
+            "{:<44} {:>9.1} {:>9.1} {:>7.1}%{stages} {:>8.0}  {}",
+            p.label,
+            p.median_us,
+            p.profiled_median_us,
+            p.overhead_pct(),
+            stage("softirq"),
+            top.join(", ")
+        );
         if let Some(f) = &p.flame {
             println!("  flame graph: {f}");
         }

@@ -50,7 +50,11 @@ fn clusters(r: &LatencyResults) -> Markup {
     let mut all = Vec::new();
     for k in &c.clusters {
         let pooled = pooled_us(r.runs.iter().filter(|x| x.cluster == Some(k.id)));
-        charts.extend(density_chart(&format!("Cluster c{}", k.id), &format!("{} runs, mean {:.1} µs", k.runs, k.mean_us), &[(format!("c{}", k.id), colour(k.id), pooled.clone())]));
+        charts.extend(density_chart(
+            &format!("Cluster c{}", k.id),
+            &format!("{} runs, mean {:.1} µs", k.runs, k.mean_us),
+            &[(format!("c{}", k.id), colour(k.id), pooled.clone())],
+        ));
         all.push((format!("c{}", k.id), colour(k.id), pooled));
     }
     for (i, m) in ["udp", "af-packet"].iter().enumerate() {

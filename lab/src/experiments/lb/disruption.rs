@@ -201,7 +201,8 @@ pub fn run(a: &DisruptionArgs, table_size: u32, lines: &mut dyn FnMut(&str)) -> 
     let (c2, _) = xnf_lb::Config::parse(&second, "lab-after.toml")?;
     let plan = xnf_lb::plan(&c1, &c2)?.into_iter().next().context("the plan has no service")?;
     let d = plan.disruption.context("the plan has no disruption for the changed service")?;
-    let planned = Planned { moved: d.moved, removed: 1.0 - d.kept, collateral_of_kept: d.collateral_of_kept(), balance_max: plan.balance.map_or(f64::NAN, |b| b.max) };
+    let planned =
+        Planned { moved: d.moved, removed: 1.0 - d.kept, collateral_of_kept: d.collateral_of_kept(), balance_max: plan.balance.map_or(f64::NAN, |b| b.max) };
     let models = [(Table::of(&c1.services[0])?, c1.services[0].clone()), (Table::of(&c2.services[0])?, c2.services[0].clone())];
 
     lines(&format!("disruption: building its topology, {} flows over {n} backends, then backend {removed} removed", a.established));
@@ -279,7 +280,14 @@ fn decide(prog: &LbProgram, ifindex: u32, src: MacAddr, dst: MacAddr, f: &Flow, 
     // XDP_TX (3) or XDP_REDIRECT (4): sent to a backend in XDP.
     if verdict != 3 && verdict != 4 {
         let c = xnf_lb::counters()?;
-        bail!("the lb returned XDP verdict {verdict} for {}:{} -> {}:{} instead of sending it to a backend ({})", f.src, f.sport, f.dst, f.dport, setup::passed_reasons(&c));
+        bail!(
+            "the lb returned XDP verdict {verdict} for {}:{} -> {}:{} instead of sending it to a backend ({})",
+            f.src,
+            f.sport,
+            f.dst,
+            f.dport,
+            setup::passed_reasons(&c)
+        );
     }
     ensure!(len >= 34 && out[12..14] == [0x08, 0x00] && out[23] == 4, "the lb's output for {}:{} is no IPv4-in-IPv4 packet", f.src, f.sport);
     let outer = IpAddr::V4(Ipv4Addr::new(out[30], out[31], out[32], out[33]));
@@ -305,10 +313,7 @@ pub fn print(d: &Disruption) {
         "\ndisruption: {} established TCP flows, {} backends, backend {} removed, Maglev table of {} entries (xnf lb, ipip, BPF_PROG_TEST_RUN)",
         d.flows, d.backends, d.removed, d.table_size
     );
-    println!(
-        "{:<34} {:>8} {:>19} {:>19} {:>16} {:>13}",
-        "", "moved", "removed's flows", "collateral / kept", "balance max/mean", "model agrees"
-    );
+    println!("{:<34} {:>8} {:>19} {:>19} {:>16} {:>13}", "", "moved", "removed's flows", "collateral / kept", "balance max/mean", "model agrees");
     let pct = |x: u64, of: u64| 100.0 * x as f64 / of.max(1) as f64;
     let row = |what: &str, o: &Outcome, model: bool| {
         let agrees = if model { format!("{:.2} %", pct(o.model_agrees, u64::from(d.flows))) } else { "-".into() };
@@ -324,7 +329,16 @@ pub fn print(d: &Disruption) {
         );
     };
     let b = &d.before;
-    println!("{:<34} {:>8} {:>9} ({:>5.1} %) {:>19} {:>16.3} {:>13}", "before (SYN per flow)", "-", b.removed_flows, pct(b.removed_flows, u64::from(d.flows)), "-", b.max_over_mean, format!("{:.2} %", pct(b.model_agrees, u64::from(d.flows))));
+    println!(
+        "{:<34} {:>8} {:>9} ({:>5.1} %) {:>19} {:>16.3} {:>13}",
+        "before (SYN per flow)",
+        "-",
+        b.removed_flows,
+        pct(b.removed_flows, u64::from(d.flows)),
+        "-",
+        b.max_over_mean,
+        format!("{:.2} %", pct(b.model_agrees, u64::from(d.flows)))
+    );
     row("with the connection table (ACK)", &d.with_table, false);
     row("without it (SYN: the table afresh)", &d.without_table, true);
     let p = &d.plan;
@@ -363,7 +377,12 @@ mod tests {
     #[test]
     fn options_are_checked_naming_the_flag() {
         let a = |e, n, r| DisruptionArgs { established: e, disruption_backends: n, remove: r };
-        for (args, want) in [(a(10, 1, 1), "--disruption-backends 1"), (a(10, 4, 5), "--remove 5"), (a(0, 4, 1), "--established 0"), (a(10_000_000, 4, 1), "--established 10000000")] {
+        for (args, want) in [
+            (a(10, 1, 1), "--disruption-backends 1"),
+            (a(10, 4, 5), "--remove 5"),
+            (a(0, 4, 1), "--established 0"),
+            (a(10_000_000, 4, 1), "--established 10000000"),
+        ] {
             let e = format!("{:#}", args.check().unwrap_err());
             assert!(e.contains(want), "{e} lacks {want}");
         }

@@ -244,7 +244,10 @@ mod tests {
     fn the_kernel_rules_map_every_backend() {
         let bs: Vec<IpAddr> = (1..=2).map(|i| IpAddr::V4(backend(i))).collect();
         let j = nft_ruleset(Proto::Udp, 53, Pick::Jhash, &bs);
-        assert!(j.contains("ip daddr 198.18.5.10 udp dport 53 dnat to jhash ip saddr . udp sport mod 2 seed 0x786e666c map { 0 : 198.18.11.2, 1 : 198.18.12.2 }"), "{j}");
+        assert!(
+            j.contains("ip daddr 198.18.5.10 udp dport 53 dnat to jhash ip saddr . udp sport mod 2 seed 0x786e666c map { 0 : 198.18.11.2, 1 : 198.18.12.2 }"),
+            "{j}"
+        );
         assert!(nft_ruleset(Proto::Tcp, 80, Pick::Numgen, &bs).contains("tcp dport 80 dnat to numgen inc mod 2 map"));
     }
 }

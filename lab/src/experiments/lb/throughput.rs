@@ -193,7 +193,10 @@ impl Experiment for Throughput {
             nft::require("the nft-jhash and nft-numgen variants")?;
             let most = self.flows.iter().copied().max().unwrap_or(0);
             let max: u64 = std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(u64::MAX);
-            ensure!(u64::from(most) <= max, "--flows {most}: more than conntrack holds here (net.netfilter.nf_conntrack_max = {max}); the nft variants would drop new flows");
+            ensure!(
+                u64::from(most) <= max,
+                "--flows {most}: more than conntrack holds here (net.netfilter.nf_conntrack_max = {max}); the nft variants would drop new flows"
+            );
         }
         Ok(())
     }
@@ -235,7 +238,11 @@ impl Experiment for Throughput {
         let n = sources(flows, MAX_SOURCES);
         let mut at = crate::engine::driver::AtPoint::traffic(traffic(t, p, self.proto, self.port)?);
         let ports = flows / n;
-        at.notes.push(format!("{flows} flows: {n} client address{} × {ports} source port{}", if n == 1 { "" } else { "es" }, if ports == 1 { "" } else { "s" }));
+        at.notes.push(format!(
+            "{flows} flows: {n} client address{} × {ports} source port{}",
+            if n == 1 { "" } else { "es" },
+            if ports == 1 { "" } else { "s" }
+        ));
         Ok(at)
     }
 

@@ -170,7 +170,14 @@ pub fn installed() -> bool {
 /// One iperf3 test at `rate`: a server started, the client run to its
 /// end, both JSON reports read; with `profile`, `xnf profile` attached from
 /// before the client starts until it has ended.
-fn interval(path: &Path, l: &Labels, kind: SampleKind, payload: u32, seconds: u64, profile: Option<&xnf_profile::Options>) -> Result<(Sample, Option<xnf_profile::Profile>)> {
+fn interval(
+    path: &Path,
+    l: &Labels,
+    kind: SampleKind,
+    payload: u32,
+    seconds: u64,
+    profile: Option<&xnf_profile::Options>,
+) -> Result<(Sample, Option<xnf_profile::Profile>)> {
     let SampleKind::Load { offered_pps, .. } = kind else { bail!("the iperf3 baseline runs at offered rates") };
     let addr = path.sink_addr.to_string();
     let port = PORT.to_string();

@@ -182,8 +182,17 @@ impl Experiment for Stack {
         let label = params::label(&self.params(), p);
         self.baselines.lock().expect("lock").push((label.clone(), baseline));
         *self.corunner.lock().expect("lock") = Some(co.0.count.clone());
-        let mut notes = vec![format!("RPS steers the sink's packets to CPU {cpu}, where the co-runner ({:.0} units/s alone) and the socket's reader run", baseline)];
-        let path = iperf3::Path { gen: t.endpoint(&roles.gen)?.0, gen_cpu: cpus.gen, sink: ns, sink_dev: &dev, sink_addr: t.addr(&roles.sink, false)?, stack_cpu: cpu, corunner: co.0.count.clone() };
+        let mut notes =
+            vec![format!("RPS steers the sink's packets to CPU {cpu}, where the co-runner ({:.0} units/s alone) and the socket's reader run", baseline)];
+        let path = iperf3::Path {
+            gen: t.endpoint(&roles.gen)?.0,
+            gen_cpu: cpus.gen,
+            sink: ns,
+            sink_dev: &dev,
+            sink_addr: t.addr(&roles.sink, false)?,
+            stack_cpu: cpu,
+            corunner: co.0.count.clone(),
+        };
         notes.extend(self.iperf3.lock().expect("lock").at(&path, p, &label, p.u32("size")?, pg));
         let traffic = measure::udp_traffic(t, p)?;
         Ok(AtPoint { guard: Box::new(co), traffic, notes })
@@ -205,7 +214,8 @@ impl Experiment for Stack {
     /// The iperf3 baseline, the co-runner's baselines, the stack CPU and the table's rows.
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
         self.iperf3.lock().expect("lock").finish(res);
-        let b: serde_json::Map<String, serde_json::Value> = self.baselines.lock().expect("lock").iter().map(|(l, r)| (l.clone(), serde_json::json!(r))).collect();
+        let b: serde_json::Map<String, serde_json::Value> =
+            self.baselines.lock().expect("lock").iter().map(|(l, r)| (l.clone(), serde_json::json!(r))).collect();
         res.details.insert("baselines".into(), serde_json::Value::Object(b));
         if let Some(o) = res.options.as_object_mut() {
             o.insert("stack_cpu_used".into(), serde_json::json!(self.stack_cpu(cpus)));
@@ -231,7 +241,14 @@ impl Running for Run<'_> {
             Some(r) => Box::new(|| Ok(r.0.count.load(Ordering::Relaxed))),
             None => Box::new(|| Ok(self.attachment.action_counts()?.0)),
         };
-        Ok(Counters { dut_in: (ns, dev), dut_out: None, received, on_read: None, corunner: Some(Box::new(|| Ok(self.corunner.load(Ordering::Relaxed)))), during: None })
+        Ok(Counters {
+            dut_in: (ns, dev),
+            dut_out: None,
+            received,
+            on_read: None,
+            corunner: Some(Box::new(|| Ok(self.corunner.load(Ordering::Relaxed)))),
+            during: None,
+        })
     }
 }
 
@@ -330,7 +347,17 @@ pub fn print(r: &Results) {
     for x in &rows {
         println!(
             "{:<10} {:>8.3} {:>9.3} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>8.0} {:>9.0} {:>10.0} {:>6.2}",
-            x.variant, x.offered_mpps, x.mpps, x.driver, x.gro, x.ip_rcv, x.local, x.softirq, x.stack_cpu_softirq, x.corunner_ns, x.corunner_ns / x.stack_cpu_softirq
+            x.variant,
+            x.offered_mpps,
+            x.mpps,
+            x.driver,
+            x.gro,
+            x.ip_rcv,
+            x.local,
+            x.softirq,
+            x.stack_cpu_softirq,
+            x.corunner_ns,
+            x.corunner_ns / x.stack_cpu_softirq
         );
     }
     println!("(Mpps; ip-rcv includes route; co-runner = the co-runner's lost share of the stack CPU per frame offered, the receive-path profiling paper's `openssl speed` inference; ratio = co-runner / stack-cpu softirq: above 1 is time the stages do not see: the reader, the scheduler, waking the CPU)");

@@ -80,7 +80,14 @@ fn selectors(seed: u64) -> Vec<(Selector, u8)> {
         (sel("no classes", vec![], false), 10),
         (sel("ports", ports.clone(), false), 15),
         (sel("ports, unsure dropped", ports, true), 10),
-        (sel("prefixes", classes(&["src=198.18.0.0/24", "dst=2001:db8:1::/48", "src=2001:db8::/120,dst=2001:db8::/32", "dst=198.19.1.0/31,proto=udp,dport=53"]), false), 15),
+        (
+            sel(
+                "prefixes",
+                classes(&["src=198.18.0.0/24", "dst=2001:db8:1::/48", "src=2001:db8::/120,dst=2001:db8::/32", "dst=198.19.1.0/31,proto=udp,dport=53"]),
+                false,
+            ),
+            15,
+        ),
         (sel("vlans", classes(&["vlan=100", "vlan=200,family=ipv6", "vlan=300,proto=tcp,dport=80", "family=ipv4,proto=icmp"]), false), 15),
         (sel("protocols, unsure dropped", classes(&["proto=icmpv6", "proto=50", "proto=udp,src=198.18.0.0/15"]), true), 10),
         (sel("16 random classes", full, false), 15),
@@ -98,15 +105,38 @@ fn block_seed(seed: u64, frame: u64) -> u64 {
 
 fn pick(rng: &mut fastrand::Rng, weights: &[u8]) -> usize {
     let mut n = rng.u8(..100);
-    weights.iter().position(|w| n < *w || { n -= w; false }).expect("weights add up to 100")
+    weights
+        .iter()
+        .position(|w| {
+            n < *w || {
+                n -= w;
+                false
+            }
+        })
+        .expect("weights add up to 100")
 }
 
 /// Addresses inside the prefixes above and just outside, VIDs and ports
 /// of the classes and their neighbours.
 fn world() -> World {
     let addrs = [
-        "198.18.0.1", "198.18.0.255", "198.18.0.128", "198.18.1.0", "198.19.1.0", "198.19.1.1", "198.19.1.2", "198.17.255.255", "198.20.0.0",
-        "2001:db8:1::1", "2001:db8:1:ffff:ffff:ffff:ffff:ffff", "2001:db8:2::1", "2001:db8::5", "2001:db8::100", "2001:db8:8000::1", "2001:db8:7fff::1", "fe80::1",
+        "198.18.0.1",
+        "198.18.0.255",
+        "198.18.0.128",
+        "198.18.1.0",
+        "198.19.1.0",
+        "198.19.1.1",
+        "198.19.1.2",
+        "198.17.255.255",
+        "198.20.0.0",
+        "2001:db8:1::1",
+        "2001:db8:1:ffff:ffff:ffff:ffff:ffff",
+        "2001:db8:2::1",
+        "2001:db8::5",
+        "2001:db8::100",
+        "2001:db8:8000::1",
+        "2001:db8:7fff::1",
+        "fe80::1",
     ];
     World {
         macs: vec![xnf_packet::MacAddr([2, 0, 0, 0, 0, 1])],

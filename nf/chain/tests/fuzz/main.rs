@@ -46,8 +46,14 @@ fn base(f: &Fixture) -> Plan {
     let mut p = Plan::default();
     p.ports.insert(f.in0, Port::Ingress { mac: f.in0_mac.octets(), slot: 0 });
     p.ports.insert(f.in1, Port::Ingress { mac: f.in1_mac.octets(), slot: 1 });
-    let nfs: [(u32, u32, Option<u32>, MacAddr); 6] =
-        [(0, f.nfa, Some(1), NFA_MAC), (1, f.nfb, None, NFB_MAC), (2, f.nfc, None, NFC_MAC), (3, f.nfd, None, NFD_MAC), (4, f.nfe, Some(5), NFE_MAC), (5, f.nfg, None, NFG_MAC)];
+    let nfs: [(u32, u32, Option<u32>, MacAddr); 6] = [
+        (0, f.nfa, Some(1), NFA_MAC),
+        (1, f.nfb, None, NFB_MAC),
+        (2, f.nfc, None, NFC_MAC),
+        (3, f.nfd, None, NFD_MAC),
+        (4, f.nfe, Some(5), NFE_MAC),
+        (5, f.nfg, None, NFG_MAC),
+    ];
     for (slot, ifindex, next, nf_mac) in nfs {
         let rpf = sources.rpf(ifindex, &f.name(ifindex)).expect("rp_filter");
         p.ports.insert(ifindex, Port::Nf { slot, rpf });
@@ -134,8 +140,21 @@ fn reader() -> CounterReader {
 /// routes'), to the MAC of the port they arrive on.
 fn world(f: &Fixture, ifindex: u32) -> World {
     let v4 = [
-        SRC4, DOWN_SRC4, OTHER4, dst::FWD4, fixture::CHAIN3_4, dst::NO_NEIGH4, dst::UNMANAGED4, dst::BLACKHOLE4, dst::UNREACHABLE4, dst::PROHIBIT4,
-        dst::SMALL_MTU4, dst::NFC_NET4, dst::NFC_ADDR4, dst::LOCAL4, dst::NO_ROUTE4,
+        SRC4,
+        DOWN_SRC4,
+        OTHER4,
+        dst::FWD4,
+        fixture::CHAIN3_4,
+        dst::NO_NEIGH4,
+        dst::UNMANAGED4,
+        dst::BLACKHOLE4,
+        dst::UNREACHABLE4,
+        dst::PROHIBIT4,
+        dst::SMALL_MTU4,
+        dst::NFC_NET4,
+        dst::NFC_ADDR4,
+        dst::LOCAL4,
+        dst::NO_ROUTE4,
     ];
     let v6 = [SRC6, dst::FWD6, dst::NO_NEIGH6, dst::UNMANAGED6, dst::BLACKHOLE6, dst::UNREACHABLE6, dst::SMALL_MTU6, dst::LOCAL6, dst::NO_ROUTE6];
     let mut addrs: Vec<IpAddr> = v4.iter().map(|a| IpAddr::V4(*a)).chain(v6.iter().map(|a| IpAddr::V6(*a))).collect();
@@ -168,7 +187,15 @@ fn the_chain_does_what_its_contract_and_the_kernel_rules_say_on_every_frame() {
             let fuzz = Fuzz::from_env("chain", DEFAULT_FRAMES);
             fuzz.run(|rng| {
                 let mut n = rng.u8(..100);
-                let which = at.iter().position(|(_, _, w)| n < *w || { n -= w; false }).expect("weights add up to 100");
+                let which = at
+                    .iter()
+                    .position(|(_, _, w)| {
+                        n < *w || {
+                            n -= w;
+                            false
+                        }
+                    })
+                    .expect("weights add up to 100");
                 let (set, ifindex, _) = at[which];
                 let (prog, maps) = &loaded[set];
                 let input = frame(rng, &worlds[which]);
@@ -201,7 +228,8 @@ fn the_chain_does_what_its_contract_and_the_kernel_rules_say_on_every_frame() {
                         _ => problems.push("the frame routed out has a bad IPv4 header checksum or not one hop less".into()),
                     }
                 }
-                let verdict = if problems.is_empty() { Ok(()) } else { Err(format!("rule set {} port {}: {}", ["A", "B"][set], f.name(ifindex), problems.join("; "))) };
+                let verdict =
+                    if problems.is_empty() { Ok(()) } else { Err(format!("rule set {} port {}: {}", ["A", "B"][set], f.name(ifindex), problems.join("; "))) };
                 (input, verdict)
             });
             let histogram: Vec<_> = seen.iter().map(|(s, n)| format!("{} {n}", s.name())).collect();

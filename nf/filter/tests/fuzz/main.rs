@@ -27,8 +27,8 @@ use model::{Expect, Model, Seen};
 use xnf_filter::program::{Counter, Counters, RuleCounters, RULE_DEFAULT};
 use xnf_packet::MacAddr;
 use xnf_testrun::frames::{frame, hex, World};
-use xnf_testrun::kernel::{view, Frag, Ports, L3};
 use xnf_testrun::fuzz::{Fuzz, DEFAULT_FRAMES};
+use xnf_testrun::kernel::{view, Frag, Ports, L3};
 use xnf_testrun::Verdict;
 
 /// Frames under one rule file. An apply costs an RCU grace period per map
@@ -124,7 +124,11 @@ fn proto(rng: &mut Rng, fam: Option<bool>) -> String {
         13 | 14 => {
             // Others by name and number (1 and 58 would fix the family).
             let n = [0, 2, 47, 50, 59, 132, 253, rng.u8(..)][rng.usize(..8)];
-            if matches!(n, 1 | 58) { "253".into() } else { n.to_string() }
+            if matches!(n, 1 | 58) {
+                "253".into()
+            } else {
+                n.to_string()
+            }
         }
         _ => String::new(),
     }
@@ -195,11 +199,12 @@ fn rule_file(rng: &mut Rng, n: u64) -> (String, BTreeMap<String, Vec<IpNet>>) {
     // Each list costs the apply an RCU grace period: lists in some files.
     let n_lists = if rng.u8(..5) < 2 { rng.usize(1..4) } else { 0 };
     for i in 0..n_lists {
-        let nets = (0..rng.usize(..8)).map(|_| {
-            let v6 = rng.bool();
-            prefix(rng, v6)
-        })
-        .collect();
+        let nets = (0..rng.usize(..8))
+            .map(|_| {
+                let v6 = rng.bool();
+                prefix(rng, v6)
+            })
+            .collect();
         lists.insert(format!("l{i}"), nets);
     }
     let names: Vec<String> = lists.keys().cloned().collect();
@@ -226,7 +231,9 @@ fn vary_l4(rng: &mut Rng, f: &mut [u8]) {
     let Some(ip) = v.ip().filter(|ip| ip.frag != Frag::Later && ip.proto.is_some() && rng.u8(..4) > 0) else { return };
     let (off, end) = (model::l4_offset(f, ip), ip.l3_off + ip.ip_len);
     match ip.proto {
-        Some(6) if matches!(ip.ports, Ports::Known(..)) && off + 14 <= end => f[off + 13] = [0x02, 0x12, 0x10, 0x04, 0x11, 0x18, 0xc2, rng.u8(..)][rng.usize(..8)],
+        Some(6) if matches!(ip.ports, Ports::Known(..)) && off + 14 <= end => {
+            f[off + 13] = [0x02, 0x12, 0x10, 0x04, 0x11, 0x18, 0xc2, rng.u8(..)][rng.usize(..8)]
+        }
         Some(1 | 58) if off < end => f[off] = [0, 8, 3, 11, 128, 129, 135, rng.u8(..)][rng.usize(..8)],
         _ => {}
     }
@@ -268,11 +275,18 @@ impl Run {
         let Some(live) = self.live.take() else { return vec![] };
         self.buckets += live.model.buckets();
         let got = |slot: u32| self.filter.maps.rule_counters(slot).unwrap();
-        let wrong: Vec<String> = live.want.iter().filter(|(s, w)| got(*s) != *w).map(|(s, w)| format!("{} {} (model {})", slot_name(*s), show(&got(*s)), show(w))).collect();
+        let wrong: Vec<String> =
+            live.want.iter().filter(|(s, w)| got(*s) != *w).map(|(s, w)| format!("{} {} (model {})", slot_name(*s), show(&got(*s)), show(w))).collect();
         if wrong.is_empty() {
             return wrong;
         }
-        vec![format!("at the end of rule file {} (from frame {}), rule counters differ: {}\n{}", live.n, live.first, wrong.join(", "), describe(&live.text, &live.lists))]
+        vec![format!(
+            "at the end of rule file {} (from frame {}), rule counters differ: {}\n{}",
+            live.n,
+            live.first,
+            wrong.join(", "),
+            describe(&live.text, &live.lists)
+        )]
     }
 
     /// Makes rule file `n` live (from frame `first`); reloads the filter

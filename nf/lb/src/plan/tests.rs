@@ -185,7 +185,9 @@ fn hashing_changes_alone_are_expected_values() {
 /// says so.
 #[test]
 fn a_new_mac_is_a_change() {
-    let dsr = |mac: &str| format!("[[service]]\nname = \"web\"\nvip = \"198.18.0.10\"\nproto = \"tcp\"\nmode = \"dsr\"\nbackend = [{{ address = \"198.18.1.1\", mac = \"{mac}\" }}]\n");
+    let dsr = |mac: &str| {
+        format!("[[service]]\nname = \"web\"\nvip = \"198.18.0.10\"\nproto = \"tcp\"\nmode = \"dsr\"\nbackend = [{{ address = \"198.18.1.1\", mac = \"{mac}\" }}]\n")
+    };
     let p = plan(&config(&dsr("02:00:00:00:00:01")), &config(&dsr("02:00:00:00:00:02"))).unwrap();
     assert_eq!((p[0].change, p[0].notes.clone()), (Change::Changed, vec!["backend 198.18.1.1: mac changed".to_string()]));
     assert_eq!(p[0].disruption.unwrap().moved, 0.0);

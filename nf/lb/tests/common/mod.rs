@@ -49,7 +49,8 @@ pub const HOST6: u32 = 0xffff;
 
 /// dut's interfaces, in this order: in0 (ingress, and egress toward the
 /// backends behind NH), out0 (in tx_ports), oth0 (not), each with a fixed MAC.
-const DEVS: [(&str, [&str; 2]); 3] = [("in0", ["198.18.0.2/24", "2001:db8::2/64"]), ("out0", ["198.18.1.1/24", "2001:db8:1::1/64"]), ("oth0", ["198.18.2.1/24", "2001:db8:2::1/64"])];
+const DEVS: [(&str, [&str; 2]); 3] =
+    [("in0", ["198.18.0.2/24", "2001:db8::2/64"]), ("out0", ["198.18.1.1/24", "2001:db8:1::1/64"]), ("oth0", ["198.18.2.1/24", "2001:db8:2::1/64"])];
 
 /// Neighbours: device (index in DEVS), address, MAC. 198.18.0.50 and the
 /// next hops 198.18.0.99 / 2001:db8::99 have none.

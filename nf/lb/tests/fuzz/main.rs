@@ -27,8 +27,8 @@ use std::net::IpAddr;
 use fastrand::Rng;
 use libbpf_rs::MapCore;
 use model::{l4_offset, Model};
-use xnf_lb::tables::{allocate, converge, file_sources, Ids};
 use xnf_lb::program::{raw_flow, BackendCounters, Counter, Counters, LbMaps, LbProgram, ServiceCounters, CT_ENTRIES};
+use xnf_lb::tables::{allocate, converge, file_sources, Ids};
 use xnf_lb::{Config, Table};
 use xnf_netns::{ifname, veth, Netns};
 use xnf_packet::{MacAddr, PacketBuilder, TcpFlags};
@@ -74,23 +74,45 @@ const SPECS: &[Spec] = &[
     spec(("web4", "198.18.100.1", "tcp", Some(80), "ipip"), &[("198.18.0.11", 1, None), ("198.18.0.12", 3, None), ("198.18.0.13", 0, None)], "198.18.0.14"),
     Spec {
         sizes: (1009, 1013),
-        ..spec(("all6", "2001:db8:100::1", "udp", None, "ipip"), &[("2001:db8::11", 1, None), ("2001:db8::12", 1, None), ("2001:db8::13", 3, None)], "2001:db8::14")
+        ..spec(
+            ("all6", "2001:db8:100::1", "udp", None, "ipip"),
+            &[("2001:db8::11", 1, None), ("2001:db8::12", 1, None), ("2001:db8::13", 3, None)],
+            "2001:db8::14",
+        )
     },
     spec(("dns6", "2001:db8:100::1", "udp", Some(53), "ipip"), &[("2001:db8::15", 1, None)], "2001:db8::16"),
     spec(("any4", "198.18.100.2", "tcp", None, "ipip"), &[("198.18.0.21", 1, None), ("198.18.0.22", 1, None)], "198.18.0.25"),
     spec(("ssh4", "198.18.100.2", "tcp", Some(22), "ipip"), &[("198.18.0.23", 1, None), ("198.18.0.24", 3, None)], "198.18.0.26"),
     Spec {
         gue_port: Some(7000),
-        ..spec(("gue46", "198.18.100.3", "tcp", Some(443), "gue"), &[("2001:db8::31", 1, None), ("2001:db8::32", 3, None), ("2001:db8::33", 0, None)], "2001:db8::34")
+        ..spec(
+            ("gue46", "198.18.100.3", "tcp", Some(443), "gue"),
+            &[("2001:db8::31", 1, None), ("2001:db8::32", 3, None), ("2001:db8::33", 0, None)],
+            "2001:db8::34",
+        )
     },
     Spec {
         sizes: (1009, 1013),
-        ..spec(("gue64", "2001:db8:100::3", "udp", Some(53), "gue"), &[("198.18.0.41", 1, None), ("198.18.0.42", 1, None), ("198.18.0.43", 1, None)], "198.18.0.44")
+        ..spec(
+            ("gue64", "2001:db8:100::3", "udp", Some(53), "gue"),
+            &[("198.18.0.41", 1, None), ("198.18.0.42", 1, None), ("198.18.0.43", 1, None)],
+            "198.18.0.44",
+        )
     },
-    spec(("dsr4", "198.18.100.4", "tcp", None, "dsr"), &[("198.18.0.51", 1, Some("02:00:00:00:aa:51")), ("198.18.0.52", 1, None), ("198.18.0.53", 0, None)], "198.18.0.54"),
+    spec(
+        ("dsr4", "198.18.100.4", "tcp", None, "dsr"),
+        &[("198.18.0.51", 1, Some("02:00:00:00:aa:51")), ("198.18.0.52", 1, None), ("198.18.0.53", 0, None)],
+        "198.18.0.54",
+    ),
     spec(("dsr6", "2001:db8:100::4", "udp", Some(80), "dsr"), &[("2001:db8::51", 1, Some("02:00:00:00:bb:51")), ("2001:db8::52", 3, None)], "2001:db8::54"),
-    Spec { hash3: true, ..spec(("udp3", "198.18.100.5", "udp", None, "ipip"), &[("198.18.0.61", 1, None), ("198.18.0.62", 1, None), ("198.18.0.63", 3, None)], "198.18.0.64") },
-    Spec { drain: true, ..spec(("drained", "2001:db8:100::6", "tcp", Some(80), "ipip"), &[("2001:db8::71", 1, None), ("2001:db8::72", 3, None)], "2001:db8::73") },
+    Spec {
+        hash3: true,
+        ..spec(("udp3", "198.18.100.5", "udp", None, "ipip"), &[("198.18.0.61", 1, None), ("198.18.0.62", 1, None), ("198.18.0.63", 3, None)], "198.18.0.64")
+    },
+    Spec {
+        drain: true,
+        ..spec(("drained", "2001:db8:100::6", "tcp", Some(80), "ipip"), &[("2001:db8::71", 1, None), ("2001:db8::72", 3, None)], "2001:db8::73")
+    },
 ];
 
 const CLIENTS: [&str; 6] = ["198.18.50.1", "198.18.50.2", "198.18.51.7", "2001:db8:50::1", "2001:db8:50::2", "2001:db8:51::7"];
@@ -462,7 +484,10 @@ impl Run {
         }
         let replay = format!("XNF_FUZZ_SEED={} XNF_FUZZ_FIRST={} XNF_FUZZ_FRAMES={} replays the run up to its end", self.seed, self.first, i - self.first);
         let (n, text, wrong) = (epoch.n, epoch.text, wrong.join("\n    "));
-        vec![format!("at the end of service file {n} (frames {}..{i}), statistics differ ({replay}):\n    {wrong}\n--- service file {n} ---\n{text}---", n * EPOCH)]
+        vec![format!(
+            "at the end of service file {n} (frames {}..{i}), statistics differ ({replay}):\n    {wrong}\n--- service file {n} ---\n{text}---",
+            n * EPOCH
+        )]
     }
 
     /// Frame `i`: what differs from the model.
@@ -524,7 +549,11 @@ impl Run {
 #[test]
 fn the_lb_does_what_its_documentation_says_on_every_frame() {
     let documented = (model::QUOTE4 as u32, model::QUOTE6 as u32, model::OUTER_TTL);
-    assert_eq!(documented, (xnf_lb::program::QUOTE4, xnf_lb::program::QUOTE6, xnf_lb::program::OUTER_TTL), "lb.h changed its quotes or TTL: update the model on purpose");
+    assert_eq!(
+        documented,
+        (xnf_lb::program::QUOTE4, xnf_lb::program::QUOTE6, xnf_lb::program::OUTER_TTL),
+        "lb.h changed its quotes or TTL: update the model on purpose"
+    );
     let net = Net::new().expect("the fuzz namespace (run as root)");
     net.ns
         .run(|| {

@@ -23,10 +23,10 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use xnf_lb::tables::Ids;
 use xnf_lb::config::Encap;
 use xnf_lb::flow::Flow;
 use xnf_lb::program::{BackendCounters, Counter, ServiceCounters};
+use xnf_lb::tables::Ids;
 use xnf_lb::{Config, Mode, Proto, Service, Table, NO_BACKEND};
 use xnf_packet::checksum::{checksum, transport_v6};
 use xnf_packet::MacAddr;

@@ -45,7 +45,15 @@ const INGRESSES: [(Ingress, FibMode, u8); 7] = [
 
 fn pick(rng: &mut fastrand::Rng) -> usize {
     let mut n = rng.u8(..100);
-    INGRESSES.iter().position(|(_, _, w)| n < *w || { n -= w; false }).expect("weights add up to 100")
+    INGRESSES
+        .iter()
+        .position(|(_, _, w)| {
+            n < *w || {
+                n -= w;
+                false
+            }
+        })
+        .expect("weights add up to 100")
 }
 
 /// The FIB changes at these fractions of the default run: the policy
@@ -60,8 +68,12 @@ fn enter_phase(f: &Fixture, from: u8, to: u8) {
         f.dut.ip(&["rule", "del", "pref", "100"]).expect("deleting the policy rule");
     }
     if from < 2 && to >= 2 {
-        f.dut.ip(&["neigh", "replace", "198.18.1.2", "lladdr", "02:00:00:00:01:03", "nud", "permanent", "dev", &f.name(f.out0)]).expect("changing the next hop's MAC");
-        f.dut.ip(&["neigh", "replace", "2001:db8:1::2", "lladdr", "02:00:00:00:01:03", "nud", "permanent", "dev", &f.name(f.out0)]).expect("changing the next hop's MAC");
+        f.dut
+            .ip(&["neigh", "replace", "198.18.1.2", "lladdr", "02:00:00:00:01:03", "nud", "permanent", "dev", &f.name(f.out0)])
+            .expect("changing the next hop's MAC");
+        f.dut
+            .ip(&["neigh", "replace", "2001:db8:1::2", "lladdr", "02:00:00:00:01:03", "nud", "permanent", "dev", &f.name(f.out0)])
+            .expect("changing the next hop's MAC");
     }
 }
 
@@ -141,7 +153,22 @@ fn key_of(input: &[u8], fib_iif: u32) -> Option<Key> {
 /// interface they arrive on.
 fn world(f: &Fixture, ingress: Ingress) -> World {
     use std::net::IpAddr;
-    let v4 = [SRC4, VLAN200_SRC4, POLICY_SRC4, dst::FWD4, dst::NO_NEIGH4, dst::UNMANAGED4, dst::BLACKHOLE4, dst::UNREACHABLE4, dst::PROHIBIT4, dst::SMALL_MTU4, dst::VLAN100_4, dst::LOCAL4, dst::NO_ROUTE4, dst::SKB4];
+    let v4 = [
+        SRC4,
+        VLAN200_SRC4,
+        POLICY_SRC4,
+        dst::FWD4,
+        dst::NO_NEIGH4,
+        dst::UNMANAGED4,
+        dst::BLACKHOLE4,
+        dst::UNREACHABLE4,
+        dst::PROHIBIT4,
+        dst::SMALL_MTU4,
+        dst::VLAN100_4,
+        dst::LOCAL4,
+        dst::NO_ROUTE4,
+        dst::SKB4,
+    ];
     let v6 = [SRC6, dst::FWD6, dst::NO_NEIGH6, dst::UNMANAGED6, dst::BLACKHOLE6, dst::UNREACHABLE6, dst::SMALL_MTU6, dst::VLAN100_6, dst::LOCAL6, dst::SKB6];
     let mut addrs: Vec<IpAddr> = v4.iter().map(|a| IpAddr::V4(*a)).chain(v6.iter().map(|a| IpAddr::V6(*a))).collect();
     // Next hops, the interfaces' own, network and broadcast addresses.

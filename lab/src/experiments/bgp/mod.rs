@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
-use ipnet::IpNet;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use serde::Serialize;
@@ -115,6 +114,9 @@ pub struct Bgp {
 }
 
 /// `1000/s` or `1000`.
+mod bird;
+use bird::{dut_config, peer_config};
+
 fn parse_rate(s: &str) -> Result<u32, String> {
     s.trim().trim_end_matches("/s").trim().parse::<u32>().map_err(|e| format!("`{s}`: {e} (prefix changes per second, e.g. 1000/s)"))
 }
@@ -204,7 +206,12 @@ impl Experiment for Bgp {
     }
 
     fn sweep(&self) -> Vec<(&'static str, Vec<params::Value>)> {
-        vec![("size", params::values(&[self.size()])), ("flows", params::values(&[self.flows])), ("ipv6", params::values(&[self.ipv6])), ("routes", params::values(std::slice::from_ref(&self.routes)))]
+        vec![
+            ("size", params::values(&[self.size()])),
+            ("flows", params::values(&[self.flows])),
+            ("ipv6", params::values(&[self.ipv6])),
+            ("routes", params::values(std::slice::from_ref(&self.routes))),
+        ]
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -239,7 +246,14 @@ impl Experiment for Bgp {
         let dut = roles.dut_in.split(':').next().unwrap_or("dut").to_string();
         ensure!(!spec.namespaces.iter().any(|n| n.name == "peer"), "the topology has a namespace `peer` already: bgp adds its own");
         spec.namespaces.push(NamespaceSpec { name: "peer".into(), forwarding: false, sysctl: Default::default() });
-        spec.links.push(LinkSpec { a: format!("{dut}:peer"), b: "peer:peer".into(), queues: None, mtu: None, a_addr: vec!["198.18.2.1/24".into(), "2001:db8:2::1/64".into()], b_addr: vec!["198.18.2.2/24".into(), "2001:db8:2::2/64".into()] });
+        spec.links.push(LinkSpec {
+            a: format!("{dut}:peer"),
+            b: "peer:peer".into(),
+            queues: None,
+            mtu: None,
+            a_addr: vec!["198.18.2.1/24".into(), "2001:db8:2::1/64".into()],
+            b_addr: vec!["198.18.2.2/24".into(), "2001:db8:2::2/64".into()],
+        });
         for (to, via) in [("198.18.0.0/15", "198.18.2.1"), ("2001:db8::/32", "2001:db8:2::1")] {
             spec.routes.push(RouteSpec { ns: "peer".into(), to: to.into(), via: Some(via.into()), dev: None, count: None });
         }
@@ -300,7 +314,12 @@ impl Experiment for Bgp {
             }
             peer.alive()?;
             dutd.alive()?;
-            ensure!(t0.elapsed() < limit, "BIRD installed {n} of {total} routes in dut in {} s (see {})", limit.as_secs(), Bird::log_path(dir.path(), "dut").display());
+            ensure!(
+                t0.elapsed() < limit,
+                "BIRD installed {n} of {total} routes in dut in {} s (see {})",
+                limit.as_secs(),
+                Bird::log_path(dir.path(), "dut").display()
+            );
             pg.message(&format!("BIRD: {n} of {total} routes in dut's kernel ({:.0} s)", t0.elapsed().as_secs_f64()));
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -309,7 +328,11 @@ impl Experiment for Bgp {
         let dsts = crate::engine::routes::targets(&table.set, self.flows as usize)?;
         let traffic = super::router::template(t, p, &dsts)?;
         let notes = vec![
-            format!("routes: {} + {} probe prefixes, announced by BIRD over iBGP and installed in dut's kernel by BIRD in {secs:.1} s", table.about, plan.probes.len()),
+            format!(
+                "routes: {} + {} probe prefixes, announced by BIRD over iBGP and installed in dut's kernel by BIRD in {secs:.1} s",
+                table.about,
+                plan.probes.len()
+            ),
             format!("the flows go to {} destinations in distinct prefixes of the table", super::router::spread(self.flows, dsts.len())),
             format!("churn: {} prefixes in {groups} groups of {group_len}, {}/s prefix changes while measuring", groups * group_len, self.churn),
         ];
@@ -384,42 +407,6 @@ impl Experiment for Bgp {
             println!("{:<10} {:>8} {:>10} {:>8} {:>12.0} {:>8} {:>10.0}", r.variant, r.changes, r.received, r.late, r.max_late_us, r.stale, r.churn_per_s);
         }
     }
-}
-
-/// The peer's BIRD: the fixed part of the table (included), the churn
-/// groups and probes as pairs of static protocols, the next hop chosen by
-/// protocol on export.
-fn peer_config(plan: &Plan, dir: &std::path::Path, groups: &[Vec<IpNet>]) -> String {
-    let af = plan.af();
-    let mut c = format!("router id 198.18.2.2;\nlog \"{}\" all;\nprotocol device {{}}\nprotocol static tbl {{ {af};\ninclude \"{}\";\n}}\n", crate::engine::bird::Bird::log_path(dir, "peer").display(), dir.join("table.conf").display());
-    let pair = |c: &mut String, name: &str, nets: &[String]| {
-        let routes: String = nets.iter().map(|n| format!(" route {n} blackhole;")).collect();
-        c.push_str(&format!("protocol static {name}p {{ {af} {{ preference 200; }};{routes} }}\nprotocol static {name}a {{ {af} {{ preference 100; }};{routes} }}\n"));
-    };
-    for (g, nets) in groups.iter().enumerate() {
-        pair(&mut c, &format!("g{g}_"), &nets.iter().map(ToString::to_string).collect::<Vec<_>>());
-    }
-    for (i, a) in plan.probes.iter().enumerate() {
-        pair(&mut c, &format!("p{i}_"), &[format!("{a}/{}", plan.host())]);
-    }
-    c.push_str(&format!(
-        "filter nh {{\n if proto ~ \"p*_p\" then bgp_next_hop = {};\n else if proto ~ \"p*_a\" then bgp_next_hop = {};\n else if proto ~ \"g*_a\" then bgp_next_hop = {};\n else bgp_next_hop = {};\n accept;\n}}\n",
-        plan.peer, plan.gen, plan.sink2, plan.sink
-    ));
-    c.push_str(&format!("protocol bgp dut {{ local {} as 64512; neighbor {} as 64512; connect retry time 1; {af} {{ import none; export filter nh; }}; }}\n", plan.peer, plan.dut));
-    c
-}
-
-/// dut's BIRD: BGP routes into the kernel (next hops resolved through
-/// the connected networks), left there when it is killed.
-fn dut_config(plan: &Plan, dir: &std::path::Path) -> String {
-    let af = plan.af();
-    format!(
-        "router id 198.18.2.1;\nlog \"{}\" all;\nprotocol device {{}}\nprotocol direct {{ {af}; }}\nprotocol kernel {{ persist; scan time 3600; {af} {{ import none; export where source = RTS_BGP; }}; }}\nprotocol bgp peer {{ local {} as 64512; neighbor {} as 64512; connect retry time 1; {af} {{ import all; export none; }}; }}\n",
-        crate::engine::bird::Bird::log_path(dir, "dut").display(),
-        plan.dut,
-        plan.peer
-    )
 }
 
 /// Changes to the probes' routes as dut's rtnetlink reports them:
@@ -595,7 +582,14 @@ struct Set<'a> {
 impl Running for Set<'_> {
     fn counters(&self) -> Result<Counters<'_>> {
         let received: measure::Received = Box::new(|| self.sink.packets());
-        Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out: Some((self.dut, self.dout.clone())), received, on_read: None, during: None, corunner: None })
+        Ok(Counters {
+            dut_in: (self.dut, self.din.clone()),
+            dut_out: Some((self.dut, self.dout.clone())),
+            received,
+            on_read: None,
+            during: None,
+            corunner: None,
+        })
     }
 
     /// Churn stopped, the stream read and classified; then the table is
@@ -608,7 +602,11 @@ impl Running for Set<'_> {
         s.stream.stop();
         let t0 = Instant::now();
         while s.dut.route_count(s.family, Some(RTPROT_BIRD))? < s.total {
-            ensure!(t0.elapsed() < Duration::from_secs(60), "the table did not come back whole in dut within 60 s after the churn (see BIRD's logs next to {})", s.ctl.display());
+            ensure!(
+                t0.elapsed() < Duration::from_secs(60),
+                "the table did not come back whole in dut within 60 s after the churn (see BIRD's logs next to {})",
+                s.ctl.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         let (changes, overflows) = s.listener.stop();
@@ -653,7 +651,12 @@ mod tests {
         let size = |args: &[&str]| driver::parse_options::<Bgp>(args).unwrap().size();
         assert_eq!((size(&[]), size(&["--ipv6"]), size(&["--ipv6", "--size", "128"])), (64, 66, 128));
         let cpus = Cpus { gen: 0, count: 2 };
-        for (args, want) in [(&["--routes", "0"][..], "--routes 0"), (&["--flows", "0"][..], "--flows 0"), (&["--probe-rate", "5"][..], "--probe-rate 5"), (&["--ipv6", "--size", "64"][..], "IPv6 UDP needs at least 66")] {
+        for (args, want) in [
+            (&["--routes", "0"][..], "--routes 0"),
+            (&["--flows", "0"][..], "--flows 0"),
+            (&["--probe-rate", "5"][..], "--probe-rate 5"),
+            (&["--ipv6", "--size", "64"][..], "IPv6 UDP needs at least 66"),
+        ] {
             let e = format!("{:#}", driver::parse_options::<Bgp>(args).unwrap().check(cpus).unwrap_err());
             assert!(e.contains(want), "{e}");
         }
