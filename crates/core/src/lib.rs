@@ -10,6 +10,7 @@ pub mod cenum;
 pub mod class;
 pub mod entry;
 pub mod features;
+pub mod files;
 pub mod fwd;
 pub mod lifecycle;
 pub mod maps;

@@ -297,6 +297,14 @@ impl<N: StageNf> Lifecycle<N> {
         entry::installed(ifindex, N::STAGE, N::PROG_NAME)
     }
 
+    /// The options `ifindex` runs it with (None: it does not).
+    pub fn options_of(ifindex: u32) -> Result<Option<N::Options>> {
+        if Self::stage_prog(ifindex).is_none() {
+            return Ok(None);
+        }
+        N::options(&Self::open_maps()?, ifindex).map(Some)
+    }
+
     /// The interfaces of this network namespace running it.
     pub fn attached_links() -> Result<Vec<Link>> {
         Ok(netlink::links()?.into_iter().filter(|l| Self::stage_prog(l.ifindex).is_some()).collect())

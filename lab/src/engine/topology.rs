@@ -143,7 +143,7 @@ fn split_endpoint(ep: &str) -> Result<(&str, &str)> {
 impl TopologySpec {
     /// Parses TOML; errors carry `origin`, the line and the field.
     pub fn parse(text: &str, origin: &str) -> Result<TopologySpec> {
-        let spec: TopologySpec = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {}", e.to_string().trim_end()))?;
+        let spec: TopologySpec = toml::from_str(text).map_err(|e| xnf_core::files::toml_error(origin, text, &e))?;
         spec.validate().with_context(|| format!("{origin}: invalid topology"))?;
         Ok(spec)
     }

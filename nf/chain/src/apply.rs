@@ -33,7 +33,7 @@ use crate::registry::{Chain, Locked};
 use crate::{build_nf, commit, unbuild_nf};
 use xnf_netns::netlink;
 
-#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChainFile {
     #[serde(default)]
@@ -44,7 +44,7 @@ pub struct ChainFile {
 
 impl ChainFile {
     pub fn parse(text: &str, origin: &str) -> Result<ChainFile> {
-        let f: ChainFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {}", e.to_string().trim().replace('\n', " ")))?;
+        let f: ChainFile = toml::from_str(text).map_err(|e| xnf_core::files::toml_error(origin, text, &e))?;
         let mut seen = BTreeSet::new();
         for n in &f.nf {
             ensure!(seen.insert(&n.name), "{origin}: NF {} is declared twice", n.name);
@@ -60,7 +60,44 @@ impl ChainFile {
 /// Converges to `path`; returns what changed (one line each) and warnings.
 pub fn apply(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let file = ChainFile::parse(&text, &path.display().to_string())?;
+    apply_file(&ChainFile::parse(&text, &path.display().to_string())?)
+}
+
+/// The NFs and chains xnf made (not the CNI plugin's), as a file that
+/// [`apply_file`] converges to without a change.
+pub fn running() -> Result<ChainFile> {
+    let reg = Locked::open()?.reg;
+    let nf = reg.nfs.values().filter(|n| n.origin != Origin::Cni).map(|n| n.spec.clone()).collect();
+    let chain = reg.chains.values().map(|c| c.spec.clone()).collect();
+    Ok(ChainFile { nf, chain })
+}
+
+/// What converging to `file` would change, one line each, changing nothing.
+pub fn changes(file: &ChainFile) -> Result<Vec<String>> {
+    let reg = Locked::open()?.reg;
+    let managed: BTreeMap<&String, _> = reg.nfs.iter().filter(|(_, n)| n.origin != Origin::Cni).collect();
+    let mut out = Vec::new();
+    for (name, nf) in &managed {
+        match file.nf.iter().find(|n| &&n.name == name) {
+            None => out.push(format!("nf {name}: deleted")),
+            Some(n) if *n != nf.spec => out.push(format!("nf {name}: rebuilt")),
+            Some(_) => {}
+        }
+    }
+    out.extend(file.nf.iter().filter(|n| !managed.contains_key(&n.name)).map(|n| format!("nf {}: created", n.name)));
+    for (name, c) in &reg.chains {
+        match file.chain.iter().find(|x| &x.name == name) {
+            None => out.push(format!("chain {name}: deleted")),
+            Some(x) if *x != c.spec => out.push(format!("chain {name}: changed")),
+            Some(_) => {}
+        }
+    }
+    out.extend(file.chain.iter().filter(|c| !reg.chains.contains_key(&c.name)).map(|c| format!("chain {}: created", c.name)));
+    Ok(out)
+}
+
+/// Converges to `file`; returns what changed (one line each) and warnings.
+pub fn apply_file(file: &ChainFile) -> Result<(Vec<String>, Vec<String>)> {
     let mut l = Locked::open()?;
     let reg = &l.reg;
 

@@ -17,7 +17,7 @@ pub mod program;
 mod registry;
 mod report;
 
-pub use apply::ChainFile;
+pub use apply::{apply_file, changes, running, ChainFile};
 pub use ns::xps_per_cpu;
 pub use report::{ChainStats, HopStats, Snapshot};
 

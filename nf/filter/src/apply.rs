@@ -96,7 +96,9 @@ fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-fn digest(list: &PrefixList) -> u64 {
+/// A digest of a list's content: an apply reloads a list whose digest
+/// changed, and keeps the slot of one whose did not.
+pub fn list_digest(list: &PrefixList) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     list.v4.hash(&mut h);
     list.v6.hash(&mut h);
@@ -121,9 +123,15 @@ pub fn apply_file(path: &Path, confirm_within: Option<Duration>) -> Result<Outco
 }
 
 /// Applies a rule file's text (`origin` names it in messages; list paths
-/// are relative to `base`).
+/// are absolute).
 pub fn apply_text(text: &str, origin: &str) -> Result<Outcome> {
     apply(text, origin, Path::new("/"), None)
+}
+
+/// Applies a rule file's text whose list paths are relative to `base`,
+/// as a pending change with `confirm_within` (see the module's doc).
+pub fn apply_text_in(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>) -> Result<Outcome> {
+    apply(text, origin, base, confirm_within)
 }
 
 fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>) -> Result<Outcome> {
@@ -150,7 +158,7 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
     let mut new_lists = BTreeMap::new();
     let mut to_fill = Vec::new();
     for (name, (path, list)) in &lists {
-        let d = digest(list);
+        let d = list_digest(list);
         let keep = current.as_ref().and_then(|a| a.lists.get(name)).filter(|l| l.digest == d && maps.list_used(l.slot));
         let slot = match keep {
             Some(l) => l.slot,

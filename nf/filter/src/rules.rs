@@ -204,7 +204,7 @@ fn line_of(text: &str, at: usize) -> usize {
 impl RuleSet {
     /// Parses and checks a rule file's text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<RuleSet> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{origin}: {}", e.to_string().trim().replace('\n', " ")))?;
+        let raw: RawFile = toml::from_str(text).map_err(|e| xnf_core::files::toml_error(origin, text, &e))?;
         let default_drop = match raw.default.as_deref() {
             None | Some("pass") => false,
             Some("drop") => true,

@@ -27,7 +27,7 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use xnf_core::state;
 
 use crate::attach::{applied, ids, lock, maps_or_create, run_dir, sources, AppliedFile};
@@ -65,4 +65,39 @@ pub fn apply_text(text: &str, origin: &str) -> Result<Outcome> {
     converge(&maps, &config, &tables, &ids, &sources(&config.encap)?)?;
     write_json("applied.json", &AppliedFile { origin: origin.to_owned(), text: text.to_owned() })?;
     Ok(Outcome { warnings, plans })
+}
+
+/// What `restore` needs to put the lb's services back exactly: the live
+/// file and the ids its services and backends hold.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub applied: Option<AppliedFile>,
+    pub ids: crate::tables::Ids,
+}
+
+/// The live services, as [`restore`] takes them.
+pub fn snapshot() -> Result<Snapshot> {
+    let applied = applied()?.map(|a| AppliedFile { origin: a.origin, text: a.text });
+    Ok(Snapshot { applied, ids: ids()? })
+}
+
+/// Puts the services of `s` back, with the ids they had: every backend
+/// record with its generation, so connection-table entries made before
+/// match again (an apply of the same file would hand out new generations
+/// to backends it had removed meanwhile).
+pub fn restore(s: &Snapshot) -> Result<()> {
+    let _lock = lock()?;
+    let maps = maps_or_create()?;
+    let (text, origin) = s.applied.as_ref().map_or(("", "(no services)"), |a| (a.text.as_str(), a.origin.as_str()));
+    let (config, _) = Config::parse(text, origin)?;
+    let tables = config.services.iter().map(Table::of).collect::<Result<Vec<_>>>()?;
+    write_json("ids.json", &s.ids)?;
+    converge(&maps, &config, &tables, &s.ids, &sources(&config.encap)?)?;
+    match &s.applied {
+        Some(a) => write_json("applied.json", a),
+        None => match std::fs::remove_file(run_dir()?.join("applied.json")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        },
+    }
 }

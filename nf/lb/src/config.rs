@@ -254,7 +254,7 @@ impl Config {
     /// Parses and checks a service file's text; `origin` names it in errors
     /// and warnings. Returns the file and its warnings, one line each.
     pub fn parse(text: &str, origin: &str) -> Result<(Config, Vec<String>)> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| anyhow!("{origin}: {}", e.to_string().trim().replace('\n', " ")))?;
+        let raw: RawFile = toml::from_str(text).map_err(|e| xnf_core::files::toml_error(origin, text, &e))?;
         ensure!(raw.service.len() <= MAX_SERVICES, "{origin}: {} services; at most {MAX_SERVICES}", raw.service.len());
         let mut services = Vec::with_capacity(raw.service.len());
         let mut warnings = Vec::new();
