@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all build demo demo-containers peers test test-host test-kernels fmt fmt-check fuzz clippy clean
+.PHONY: all build demo demo-containers peers test test-host test-kernels fmt fmt-check fuzz clippy clean man
 
 all: build
 
@@ -76,6 +76,15 @@ peers: deps-build
 ## per program from a fixed seed.
 fuzz: deps-test
 	@scripts/fuzz.sh
+
+## man: the manual pages of xnf and of every subcommand, the lab's too
+## (xnf.1, xnf-router.1, xnf-router-attach.1, xnf-lab-router.1, ...), from
+## the release binaries into target/man/man1: `man -M target/man
+## xnf-router` reads one; install them with `cp target/man/man1/*.1
+## /usr/local/share/man/man1/`.
+man: build
+	@rm -rf target/man
+	$(XNF) man --out target/man/man1
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

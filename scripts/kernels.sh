@@ -281,7 +281,7 @@ lab_kernel() {
 		esac
 		prev=$a
 	done
-	cargo build --release -q -p xnf
+	cargo build --release -q -p xnf -p xnf-lab
 	out=$root/target/kernels/$series-lab
 	rm -rf "$out"
 	mkdir -p "$out"

@@ -59,17 +59,49 @@ pub fn on_interrupt(f: impl FnOnce(&str) + Send + 'static) -> Result<()> {
     Ok(())
 }
 
-/// Starts this very binary as `xnf ARGS...`, detached: in a session of its
-/// own (it outlives the terminal that started it), stdin closed, output to
-/// `log`. Returns its pid. Through the kernel's link to the binary rather
-/// than a path: under `ip netns exec`, xnf has joined the host's mount
-/// namespace (state::join_host_mount_ns), where the path the kernel gives
-/// for the binary may lead nowhere (`/debug/xnf` when it lives on a mount
-/// of its own, as target/ does in the kernel matrix's guests).
+/// The `xnf` binary [`spawn_detached`] starts in a binary other than `xnf`
+/// (`xnf-lab`): the one beside it, opened by [`use_xnf_beside_this_binary`]
+/// (or the path where it was missing).
+static XNF_BESIDE: std::sync::OnceLock<std::result::Result<std::fs::File, std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// For a binary other than `xnf` that starts xnf commands (`xnf-lab`, whose
+/// experiments attach the router and so start `xnf router follow`): makes
+/// [`spawn_detached`] run the `xnf` binary beside this one rather than
+/// this one. Call it first, before `state::join_host_mount_ns`: the binary
+/// is opened here, while its path still leads to it. When it is missing,
+/// nothing fails yet (most commands start no xnf); `spawn_detached` does,
+/// in one line.
+pub fn use_xnf_beside_this_binary() {
+    let found = std::env::current_exe().map_err(|_| std::path::PathBuf::from("xnf")).and_then(|exe| {
+        let xnf = exe.with_file_name("xnf");
+        std::fs::File::open(&xnf).map_err(|_| xnf)
+    });
+    let _ = XNF_BESIDE.set(found);
+}
+
+/// Starts `xnf ARGS...`, detached: in a session of its own (it outlives the
+/// terminal that started it), stdin closed, output to `log`. Returns its
+/// pid. The binary is this very one, or in `xnf-lab` the `xnf` beside it
+/// ([`use_xnf_beside_this_binary`]); either way through a link the kernel
+/// keeps (`/proc/self/exe`, `/proc/self/fd/N`) rather than a path: under
+/// `ip netns exec`, xnf has joined the host's mount namespace
+/// (state::join_host_mount_ns), where the path the kernel gives for the
+/// binary may lead nowhere (`/debug/xnf` when it lives on a mount of its
+/// own, as target/ does in the kernel matrix's guests).
 pub fn spawn_detached(args: &[&str], log: &std::path::Path) -> Result<u32> {
+    use std::os::unix::io::AsRawFd;
     use std::os::unix::process::CommandExt;
+    let program = match XNF_BESIDE.get() {
+        None => "/proc/self/exe".to_string(),
+        Some(Ok(xnf)) => format!("/proc/self/fd/{}", xnf.as_raw_fd()),
+        Some(Err(missing)) => anyhow::bail!(
+            "cannot start `xnf {}`: the xnf binary is not beside this one ({} not found); build it with `cargo build -p xnf`",
+            args.join(" "),
+            missing.display()
+        ),
+    };
     let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let mut cmd = std::process::Command::new("/proc/self/exe");
+    let mut cmd = std::process::Command::new(program);
     cmd.arg0("xnf");
     cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: setsid, sigemptyset and sigprocmask are async-signal-safe.
@@ -87,4 +119,38 @@ pub fn spawn_detached(args: &[&str], log: &std::path::Path) -> Result<u32> {
     }
     let child = cmd.spawn().with_context(|| format!("starting `xnf {}`", args.join(" ")))?;
     Ok(child.id())
+}
+
+/// Parses the command line of binary `prog` (`xnf`, `xnf lab`); usage
+/// errors become one line, like every other error, and exit with status 2
+/// (help and version print as usual).
+pub fn parse_args<P: clap::Parser>(prog: &str) -> P {
+    match P::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            let parts: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .map(|l| l.strip_prefix("error: ").unwrap_or(l))
+                .collect();
+            eprintln!("{prog}: error: {} (see `{prog} --help`)", parts.join(" "));
+            std::process::exit(2);
+        }
+    }
+}
+
+/// The exit status of a command of binary `prog`: success, or failure
+/// after one line on stderr with the error and its causes.
+pub fn exit_code(prog: &str, result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("{prog}: error: {}", msg.join(": "));
+            std::process::ExitCode::FAILURE
+        }
+    }
 }

@@ -35,7 +35,7 @@ fn sibling_bin(name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     let dir = exe.parent().and_then(|d| if d.ends_with("deps") { d.parent() } else { Some(d) }).expect("target folder");
     let bin = dir.join(name);
-    assert!(bin.exists(), "{} is missing: build it first with `cargo build -p xnf` (`make test` does)", bin.display());
+    assert!(bin.exists(), "{} is missing: build it first with `cargo build -p xnf -p xnf-lab` (`make test` does)", bin.display());
     bin
 }
 

@@ -39,9 +39,9 @@ pub(super) fn podman(dut: &Netns) -> Result<Podman> {
     Ok(pm)
 }
 
-/// `xnf-cni` of this build: beside the running `xnf`.
+/// `xnf-cni` of this build: beside the running `xnf-lab` (and `xnf`).
 fn xnf_cni() -> Result<PathBuf> {
-    let bin = std::env::current_exe().context("finding the xnf binary")?.with_file_name("xnf-cni");
+    let bin = std::env::current_exe().context("finding the running binary")?.with_file_name("xnf-cni");
     ensure!(bin.exists(), "{} is missing: the container variants need it (cargo build -p xnf builds it beside xnf)", bin.display());
     Ok(bin)
 }

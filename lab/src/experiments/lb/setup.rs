@@ -140,7 +140,7 @@ impl LbGuard {
 
     /// The lb's counters summed over CPUs (indexed by [`Counter`]).
     pub fn counters(&self) -> Result<Counters> {
-        xnf_netns::run_in(&self.ns, || xnf_lb::counters())?
+        xnf_netns::run_in(&self.ns, xnf_lb::counters)?
     }
 }
 
