@@ -122,3 +122,24 @@ fn a_rule_file_by_path_or_pasted_but_not_both() {
     assert!(orphan[0].contains("[filter.rules] without [filter]"), "{orphan:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The README's example box file checks (with its two files made here).
+#[test]
+fn the_readmes_example_checks() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
+    let start = readme.find("```toml\n[router]").expect("the README's example box file") + "```toml\n".len();
+    let text = &readme[start..start + readme[start..].find("```").unwrap()];
+    let dir = std::env::temp_dir().join(format!("xnf-config-readme-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("bogons.txt"), "198.18.99.0/24\n").unwrap();
+    std::fs::write(
+        dir.join("services.toml"),
+        "[[service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nproto = \"tcp\"\nport = 80\n[[service.backend]]\naddress = \"198.18.0.11\"\n",
+    )
+    .unwrap();
+    let text = text.replace("/etc/xnf/bogons.txt", &dir.join("bogons.txt").display().to_string());
+    let c = parse(&text, "README.md", &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let c = c.unwrap_or_else(|e| panic!("{e:#?}"));
+    assert!(c.router.is_some() && c.filter.is_some() && c.lb.is_some() && c.decap.is_some() && c.chains.chain.len() == 1);
+}

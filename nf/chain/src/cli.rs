@@ -86,6 +86,10 @@ pub enum ChainCmd {
     },
     /// Remove a chain; its traffic takes the kernel path again.
     Delete { name: String },
+    /// Converge the NFs and chains alone to a file of [[nf]] and [[chain]]
+    /// tables (idempotent; what it no longer has is removed). `xnf apply`
+    /// takes the same tables as part of the whole box's file.
+    Apply { file: std::path::PathBuf },
     /// NFs and chains, with their state.
     List {
         #[arg(long)]
@@ -126,6 +130,7 @@ pub fn chain(cmd: ChainCmd) -> Result<()> {
             println!("created chain {name}");
             Ok(())
         }
+        ChainCmd::Apply { file } => apply(&file),
         ChainCmd::Delete { name } => {
             warn(&crate::chain_delete(&name)?);
             println!("deleted chain {name}");

@@ -1,0 +1,211 @@
+//! The box file through the real binary on real veths (gen -> dut -> sink):
+//! check, diff, apply, show and apply again, a failure in the middle of a
+//! multi-function apply that leaves the box exactly as it was (its file
+//! and every pinned map's contents), and confirm-within.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use xnf_netns::Netns;
+use xnf_testrun::cli::{wait_for, xnf, xnf_err, xnf_ok, RoutedLine, TempFiles};
+
+/// Everything the box runs is removed when the test ends, pass or fail.
+struct Boxed {
+    r: RoutedLine,
+    files: TempFiles,
+}
+
+impl Boxed {
+    fn new() -> Boxed {
+        Boxed { r: RoutedLine::new(&[]), files: TempFiles::new("config") }
+    }
+
+    fn dut(&self) -> &Netns {
+        self.r.dut()
+    }
+
+    /// A box file: the router on both of dut's ends, the filter on its
+    /// ingress dropping UDP to `drop_port`, the lb with one service on
+    /// `vip`, decap on the egress.
+    fn file(&self, name: &str, drop_port: u16, vip: &str, extra_router: &str) -> String {
+        let (g, s) = (&self.r.line.dut_gen_if, &self.r.line.dut_sink_if);
+        let text = format!(
+            "# the box\n[router]\ninterfaces = [\"{g}\", \"{s}\"{extra_router}]\nfib = \"full\"\n\n\
+             [filter]\ninterfaces = [\"{g}\"]\n[filter.rules]\ndefault = \"pass\"\n[[filter.rules.rule]]\nname = \"no-{drop_port}\"\n\
+             proto = \"udp\"\ndport = {drop_port}\naction = \"drop\"\n\n\
+             [lb]\ninterfaces = [\"{g}\"]\n[lb.services.encap]\nsource_v4 = \"198.18.200.0/24\"\n[[lb.services.service]]\nname = \"web\"\n\
+             vip = \"{vip}\"\nproto = \"tcp\"\nport = 80\n[[lb.services.service.backend]]\naddress = \"198.18.0.11\"\n\
+             [[lb.services.service.backend]]\naddress = \"198.18.0.12\"\n\n\
+             [decap]\ninterfaces = [\"{s}\"]\ngue_port = 7000\n"
+        );
+        self.files.write(name, &text)
+    }
+
+    fn show(&self) -> String {
+        xnf_ok(self.dut(), &["show"])
+    }
+}
+
+impl Drop for Boxed {
+    fn drop(&mut self) {
+        let _ = xnf(self.dut(), &["rollback"]);
+        let empty = self.files.write("empty.toml", "");
+        let _ = xnf(self.dut(), &["apply", &empty]);
+    }
+}
+
+/// Every map pinned under `dir`, read whole: key -> value bytes; a map of
+/// maps by its inner maps' contents (their ids change with every swap), a
+/// per-CPU map by every CPU's value.
+fn dump(dir: &Path) -> BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>> {
+    use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+    fn read(m: &MapHandle) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        for k in m.keys() {
+            let v = match m.map_type() {
+                MapType::PercpuArray | MapType::PercpuHash | MapType::LruPercpuHash => {
+                    m.lookup_percpu(&k, MapFlags::ANY).ok().flatten().map(|v| v.concat()).unwrap_or_default()
+                }
+                MapType::ArrayOfMaps | MapType::HashOfMaps => {
+                    let id = m.lookup(&k, MapFlags::ANY).ok().flatten().map(|v| u32::from_ne_bytes(v[..4].try_into().unwrap()));
+                    id.and_then(|id| MapHandle::from_map_id(id).ok())
+                        .map(|inner| read(&inner).into_iter().flat_map(|(a, b)| [a, b].concat()).collect())
+                        .unwrap_or_default()
+                }
+                _ => m.lookup(&k, MapFlags::ANY).ok().flatten().unwrap_or_default(),
+            };
+            if m.map_type() != MapType::ProgArray {
+                out.push((k, v));
+            }
+        }
+        out
+    }
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(m) = MapHandle::from_pinned_path(&p) {
+                if m.map_type() != MapType::RingBuf {
+                    out.insert(p.strip_prefix(dir).unwrap().display().to_string(), read(&m));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn pins(ns: &Netns) -> BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>> {
+    ns.run(|| {
+        use std::os::unix::fs::MetadataExt;
+        let key = format!("net-{}", std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino());
+        dump(&Path::new("/sys/fs/bpf/xnf").join(key))
+    })
+    .unwrap()
+}
+
+#[test]
+fn apply_then_show_then_apply_again_changes_nothing() {
+    let b = Boxed::new();
+    let f = b.file("box.toml", 9999, "198.18.100.1", "");
+    assert!(xnf_ok(b.dut(), &["check", &f]).trim().ends_with(": ok"));
+    let diff = xnf_ok(b.dut(), &["diff", &f]);
+    let (g, s) = (&b.r.line.dut_gen_if, &b.r.line.dut_sink_if);
+    for want in [
+        format!("filter: attach {g} (native)"),
+        "filter: rules: 1 rules, default pass".into(),
+        format!("lb: attach {g} (native)"),
+        "lb: service web: added".into(),
+        format!("decap: attach {s} (native, GUE port 7000)"),
+        format!("router: attach {g} (native, fib full)"),
+    ] {
+        assert!(diff.lines().any(|l| l == want), "{want:?} not in the diff:\n{diff}");
+    }
+    assert_eq!(xnf_ok(b.dut(), &["apply", &f]), diff, "apply says what diff said");
+
+    // The router forwards, the filter in front of it drops its port.
+    b.r.resolve_sink();
+    let redir = b.r.redirected();
+    assert_eq!(b.r.send_udp(false, 100), 100);
+    assert_eq!(b.r.redirected() - redir, 100, "the router did not forward in XDP");
+
+    assert_eq!(xnf_ok(b.dut(), &["apply", &f]).trim(), "nothing to change");
+    let shown = b.show();
+    let again = b.files.write("shown.toml", &shown);
+    assert_eq!(xnf_ok(b.dut(), &["diff", &again]).trim(), "nothing to change", "show:\n{shown}");
+    assert_eq!(xnf_ok(b.dut(), &["apply", &again]).trim(), "nothing to change");
+    assert_eq!(b.show(), shown);
+    assert!(shown.contains("[[filter.rules.rule]]") && shown.contains("[[lb.services.service]]") && shown.contains("gue_port = 7000"), "{shown}");
+
+    // A file without the lb: it goes, state and all; the rest stays.
+    let without = shown.split("[lb]").next().unwrap().to_string() + &shown[shown.find("[decap]").unwrap()..];
+    let f2 = b.files.write("nolb.toml", &without);
+    assert_eq!(xnf_ok(b.dut(), &["apply", &f2]).trim(), format!("lb: detach {g}"));
+    assert!(!b.show().contains("[lb]"));
+}
+
+#[test]
+fn a_failure_in_the_middle_leaves_the_box_exactly_as_it_was() {
+    let b = Boxed::new();
+    xnf_ok(b.dut(), &["apply", &b.file("a.toml", 9999, "198.18.100.1", "")]);
+    let (show, maps) = (b.show(), pins(b.dut()));
+    assert!(maps.keys().any(|k| k.starts_with("filter/")) && maps.keys().any(|k| k.starts_with("lb/")), "{:?}", maps.keys());
+    // New rules and services are applied before the router's turn; the
+    // router then fails on an interface that does not exist.
+    // Backend .12 gives way to .13: re-applying the old file afterwards
+    // would hand .12 a new generation; only a restore gives back its own.
+    let bad = b.file("b.toml", 7777, "198.18.100.2", ", \"xnfnosuch0\"");
+    std::fs::write(&bad, std::fs::read_to_string(&bad).unwrap().replace("198.18.0.12", "198.18.0.13")).unwrap();
+    assert!(xnf_ok(b.dut(), &["check", &bad]).contains("ok"), "check does not look at the system's interfaces");
+    let err = xnf_err(b.dut(), &["apply", &bad]);
+    assert!(err.contains("xnfnosuch0") && err.contains("nothing was changed: every step done was undone"), "{err}");
+    assert_eq!(b.show(), show, "the running configuration changed");
+    let after = pins(b.dut());
+    assert_eq!(after.keys().collect::<Vec<_>>(), maps.keys().collect::<Vec<_>>());
+    // The route cache's control word, generations, entries and neighbour
+    // stamps move by themselves: the follower renews its lease every 100 ms.
+    let live = ["router/fib_ctl", "router/fib_kgen", "router/fib_cache", "router/neigh_use"];
+    for (name, contents) in maps.iter().filter(|(n, _)| !live.contains(&n.as_str())) {
+        assert!(after[name] == *contents, "pinned map {name} differs after the rolled-back apply");
+    }
+    assert!(maps.len() > live.len() + 10, "too few maps compared: {:?}", maps.keys());
+}
+
+#[test]
+fn confirm_within_rolls_back_by_itself_unless_confirmed() {
+    let b = Boxed::new();
+    xnf_ok(b.dut(), &["apply", &b.file("a.toml", 9999, "198.18.100.1", "")]);
+    let before = b.show();
+    let next = b.file("b.toml", 7777, "198.18.100.2", "");
+    let out = xnf_ok(b.dut(), &["apply", &next, "--confirm-within", "2"]);
+    assert!(out.contains("lb: service web: changed") && out.contains("rolls back in 2 s"), "{out}");
+    assert!(b.show().contains("dport = 7777"));
+    let err = xnf_err(b.dut(), &["apply", &next]);
+    assert!(err.contains("awaits confirmation"), "{err}");
+    wait_for("the unconfirmed change to roll back", || b.show() == before);
+
+    xnf_ok(b.dut(), &["apply", &next, "--confirm-within", "60"]);
+    assert_eq!(xnf_ok(b.dut(), &["rollback"]).trim(), "rolled back");
+    assert_eq!(b.show(), before);
+
+    xnf_ok(b.dut(), &["apply", &next, "--confirm-within", "60"]);
+    assert_eq!(xnf_ok(b.dut(), &["confirm"]).trim(), "confirmed");
+    assert!(xnf_err(b.dut(), &["rollback"]).contains("no change awaits confirmation"));
+    assert!(b.show().contains("dport = 7777"), "the confirmed change stays");
+}
+
+#[test]
+fn a_bad_file_changes_nothing_and_names_every_fault() {
+    let b = Boxed::new();
+    let f = b.files.write("bad.toml", "[router]\ninterfaces = [\"eth0\"]\nfib = \"fast\"\n[decap]\ngue_port = \"x\"\n[bgp]\n");
+    let out = xnf(b.dut(), &["apply", &f]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 4, "three faults and the summary:\n{err}");
+    assert!(lines[3].ends_with("bad.toml: 3 error(s), nothing changed"), "{err}");
+    assert!(err.contains("fib: \"fast\"") && err.contains("line 5") && err.contains("[bgp]"), "{err}");
+    assert_eq!(b.show(), "", "nothing runs");
+}
