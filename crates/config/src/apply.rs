@@ -79,9 +79,20 @@ pub fn show() -> Result<String> {
     Running::read()?.show()
 }
 
+/// How an apply runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ApplyOptions {
+    /// Roll back by itself after this unless confirmed.
+    pub confirm_within: Option<Duration>,
+    /// The caller follows the router itself (`xnf daemon`): start no
+    /// `xnf router follow` process.
+    pub own_follower: bool,
+}
+
 /// Converges the box to `want`; returns what changed, one line each
 /// (`nothing to change` when nothing did) and warnings.
-pub fn apply(want: &BoxConfig, confirm_within: Option<Duration>) -> Result<(Vec<String>, Vec<String>)> {
+pub fn apply(want: &BoxConfig, opts: ApplyOptions) -> Result<(Vec<String>, Vec<String>)> {
+    let confirm_within = opts.confirm_within;
     let _lock = lock()?;
     roll_back_if_overdue()?;
     if let Some(p) = pending()? {
@@ -95,7 +106,7 @@ pub fn apply(want: &BoxConfig, confirm_within: Option<Duration>) -> Result<(Vec<
     let mut undo = Undo::default();
     let mut warnings = Vec::new();
     let mut filter_pending = false;
-    let r = converge(want, &before, &lb_before, filter_window(confirm_within), &mut undo, &mut warnings, &mut filter_pending);
+    let r = converge(want, &before, &lb_before, filter_window(confirm_within), opts.own_follower, &mut undo, &mut warnings, &mut filter_pending);
     if let Err(e) = r {
         let failed = undo.run();
         if failed.is_empty() {
@@ -124,6 +135,7 @@ fn converge(
     before: &Running,
     lb_before: &xnf_lb::Snapshot,
     filter_window: Duration,
+    own_follower: bool,
     undo: &mut Undo,
     warnings: &mut Vec<String>,
     filter_pending: &mut bool,
@@ -153,7 +165,7 @@ fn converge(
     }
     let router = stage::wanted(want.router.as_ref());
     stage::add::<Router>(&before.router, &router, undo)?;
-    if !router.is_empty() {
+    if !router.is_empty() && !own_follower {
         // The route cache's lease, VLANs and neighbours (an exit alone when one runs).
         xnf_router::spawn_follower()?;
     }

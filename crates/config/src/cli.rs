@@ -75,7 +75,8 @@ pub fn run(cmd: BoxCmd) -> Result<()> {
         }
         BoxCmd::Apply { file, confirm_within } => {
             let want = load(&file)?;
-            let (lines, warnings) = crate::apply::apply(&want, confirm_within.map(Duration::from_secs))?;
+            let opts = crate::apply::ApplyOptions { confirm_within: confirm_within.map(Duration::from_secs), own_follower: false };
+            let (lines, warnings) = crate::apply::apply(&want, opts)?;
             warnings.iter().for_each(|w| eprintln!("xnf: warning: {w}"));
             lines.iter().for_each(|l| println!("{l}"));
             if let Some(secs) = confirm_within {

@@ -60,6 +60,29 @@ pub struct BoxConfig {
     /// The GUE port is decap's option.
     pub decap: Option<Deploy<u16>>,
     pub chains: xnf_chain::ChainFile,
+    /// `xnf daemon`'s own settings (no network function).
+    pub daemon: DaemonSettings,
+}
+
+/// Where `xnf daemon` serves `/metrics`, `/healthz` and `/readyz`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9460";
+
+/// `[daemon]`: the daemon's own settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonSettings {
+    pub listen: std::net::SocketAddr,
+}
+
+impl Default for DaemonSettings {
+    fn default() -> Self {
+        DaemonSettings { listen: DEFAULT_LISTEN.parse().expect("the default address") }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    listen: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -85,7 +108,7 @@ struct RawStage {
 }
 
 /// The top-level tables a box file may have.
-const SECTIONS: [&str; 6] = ["router", "filter", "lb", "decap", "nf", "chain"];
+const SECTIONS: [&str; 7] = ["router", "filter", "lb", "decap", "nf", "chain", "daemon"];
 
 /// Reads and checks the box file at `path`.
 pub fn load(path: &Path) -> Result<BoxConfig, Vec<String>> {
@@ -113,6 +136,7 @@ pub fn parse(text: &str, origin: &str, base: &Path) -> Result<BoxConfig, Vec<Str
     keep(stage(text, origin, base, "lb", "services").map(|r| cfg.lb = r));
     keep(decap(text, origin).map(|r| cfg.decap = r));
     keep(chains(text, origin).map(|c| cfg.chains = c));
+    keep(daemon(text, origin).map(|d| cfg.daemon = d));
     if let Some((_, c)) = &cfg.filter {
         keep(check_rules(c).map_err(|e| format!("{e:#}")));
     }
@@ -209,6 +233,13 @@ fn chains(text: &str, origin: &str) -> Result<xnf_chain::ChainFile, String> {
         return Ok(xnf_chain::ChainFile::default());
     };
     xnf_chain::ChainFile::parse(&t, origin).map_err(|e| format!("{e:#}"))
+}
+
+fn daemon(text: &str, origin: &str) -> Result<DaemonSettings, String> {
+    let Some(d) = section::<RawDaemon>(text, origin, "daemon")? else { return Ok(DaemonSettings::default()) };
+    let listen = d.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = listen.parse().map_err(|_| format!("{origin}: [daemon] listen: {listen:?} is not an address and port (e.g. 127.0.0.1:9460)"))?;
+    Ok(DaemonSettings { listen })
 }
 
 /// The filter's rules and every list they name, read as an apply would.

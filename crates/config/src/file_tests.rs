@@ -71,6 +71,10 @@ fn a_good_file_says_what_each_function_runs() {
     assert_eq!(cfg.services[0].name, "web");
     assert_eq!(c.decap.unwrap().opts, 7000);
     assert_eq!((c.chains.nf.len(), c.chains.chain.len()), (1, 1));
+    assert_eq!(c.daemon.listen.to_string(), "127.0.0.1:9460", "the default address");
+    let d = check("[daemon]\nlisten = \"0.0.0.0:9999\"\n").unwrap();
+    assert_eq!(d.daemon.listen.to_string(), "0.0.0.0:9999");
+    assert!(check("[daemon]\nlisten = \"localhost\"\n").unwrap_err()[0].contains("[daemon] listen"));
 }
 
 #[test]

@@ -51,6 +51,10 @@ pub enum Command {
     /// The box's one file: check, diff, apply, confirm, rollback, show.
     #[command(flatten)]
     Box(xnf_config::cli::BoxCmd),
+    /// Keep the box as its file says: apply it at start and on SIGHUP or a
+    /// change, follow the router, serve /metrics, /healthz and /readyz
+    /// (systemd Type=notify). The data plane never needs it.
+    Daemon(xnf_daemon::DaemonArgs),
     /// Where the kernel's network path spends its time: stages of the
     /// receive path from tracepoints, drops by reason, NAPI and XDP per
     /// device, sampled stacks and a flame graph.
@@ -119,6 +123,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Nf(cmd) => xnf_chain::cli::nf(cmd),
         Command::Chain(cmd) => xnf_chain::cli::chain(cmd),
         Command::Box(cmd) => xnf_config::cli::run(cmd),
+        Command::Daemon(a) => xnf_daemon::run(a),
         Command::Profile(a) => xnf_profile::cli::run(a),
         Command::Lab { args } => crate::lab::exec(cli.netns.as_deref(), &args),
         Command::Afxdp(cmd) => xnf_afxdp::cli::run(cmd),

@@ -39,6 +39,7 @@ mod skel {
 
 pub use apply::{applied, apply_file, apply_text, apply_text_in, confirm, list_digest, pending_seconds, rollback, Applied, Outcome};
 pub use attach::{attach, attached_links, detach, Filter};
+pub use report::{rule_stats, RuleRow};
 /// The kernel's half of the syn-cookie action alone (nftables SYNPROXY),
 /// as the lab's `nft-synproxy` variant runs it.
 pub use synproxy::{converge as synproxy_converge, remove as synproxy_remove};

@@ -90,12 +90,12 @@ pub fn status(json: bool) -> Result<()> {
 
 /// One rule's counters, for JSON.
 #[derive(Serialize, Clone)]
-struct RuleRow {
-    index: u32,
-    name: String,
-    action: String,
+pub struct RuleRow {
+    pub index: u32,
+    pub name: String,
+    pub action: String,
     #[serde(flatten)]
-    counters: RuleCounters,
+    pub counters: RuleCounters,
 }
 
 #[derive(Serialize)]
@@ -141,6 +141,13 @@ fn snapshot(maps: &FilterMaps, rs: &Option<RuleSet>) -> Result<(Counters, Vec<Ru
     let default = if rs.as_ref().is_some_and(|r| r.default_drop) { "drop" } else { "pass" };
     rows.push(RuleRow { index: RULE_DEFAULT, name: "(default)".into(), action: default.into(), counters: maps.rule_counters(RULE_DEFAULT)? });
     Ok((maps.counters()?, rows))
+}
+
+/// Every rule's counters now, the default's last (`(default)`); none when
+/// the filter has no state here.
+pub fn rule_stats() -> Result<Vec<RuleRow>> {
+    let Some(maps) = xnf_core::lifecycle::Lifecycle::<crate::Filter>::maps()? else { return Ok(Vec::new()) };
+    Ok(snapshot(&maps, &rule_set(&applied()?))?.1)
 }
 
 fn named(c: &Counters) -> BTreeMap<&'static str, u64> {

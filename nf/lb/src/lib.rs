@@ -60,3 +60,4 @@ pub use config::{Backend, Config, HashFields, Mode, Proto, Service};
 pub use decap::Decap;
 pub use maglev::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, NO_BACKEND};
 pub use plan::{disruption, plan, rehashed, Balance, Change, Disruption, ServicePlan, Share, Table};
+pub use report::{service_stats, ServiceStats};

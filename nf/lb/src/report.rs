@@ -140,11 +140,11 @@ pub fn status(json: bool) -> Result<()> {
 }
 
 #[derive(Clone, Serialize)]
-struct ServiceStats {
-    name: String,
+pub struct ServiceStats {
+    pub name: String,
     #[serde(flatten)]
-    counters: ServiceCounters,
-    backends: BTreeMap<IpAddr, BackendCounters>,
+    pub counters: ServiceCounters,
+    pub backends: BTreeMap<IpAddr, BackendCounters>,
 }
 
 #[derive(Serialize)]
@@ -168,6 +168,14 @@ fn snapshot(maps: &LbMaps, config: &Config, ids: &Ids) -> Result<(Counters, Vec<
         out.push(ServiceStats { name: s.name.clone(), counters: maps.service_counters(sid.id)?, backends });
     }
     Ok((maps.counters()?, out))
+}
+
+/// Every service's and backend's counters now, and the connection
+/// table's entries; none when the lb has no state here.
+pub fn service_stats() -> Result<(Vec<ServiceStats>, u64)> {
+    let Some(maps) = xnf_core::lifecycle::Lifecycle::<crate::Lb>::maps()? else { return Ok((Vec::new(), 0)) };
+    let config = applied()?.map(|a| a.config).unwrap_or_default();
+    Ok((snapshot(&maps, &config, &ids()?)?.1, maps.conntrack_fill()))
 }
 
 fn named(c: &Counters) -> BTreeMap<&'static str, u64> {

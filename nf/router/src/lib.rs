@@ -25,7 +25,8 @@ mod report;
 mod tables;
 
 pub use attach::{attach, attached, detach, lock, open_maps, pin_dir, AttachOptions, AttachReport, Attached, Router};
-pub use follow::spawn as spawn_follower;
+pub use follow::{run as run_follower, running_pid as follower_pid, spawn as spawn_follower};
+pub use report::interface_stats;
 
 mod skel {
     //! Generated skeleton.

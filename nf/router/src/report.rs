@@ -123,6 +123,11 @@ impl IfaceStats {
     }
 }
 
+/// Every attached interface's counters now, by name.
+pub fn interface_stats() -> Result<Vec<(String, Stats)>> {
+    snapshot()
+}
+
 fn snapshot() -> Result<Vec<(String, Stats)>> {
     let (_, maps) = open_maps()?;
     attached()?.into_iter().map(|a| Ok((a.name, maps.stats(a.slot)?))).collect()

@@ -1,0 +1,180 @@
+//! `xnf daemon`: one resident process per network namespace that keeps the
+//! box as its file says. It applies the file at start — adopting what is
+//! pinned and attached already, which an apply of the same file leaves
+//! untouched — and again on SIGHUP or when the file changes, checked
+//! first: a file that does not check keeps the running configuration, one
+//! log line per fault. It follows the router (the VLAN, MAC and source
+//! tables, the route cache's lease and generations, neighbour
+//! confirmation: the follower's loop, in a thread of its own instead of
+//! an `xnf router follow` process), serves `/metrics`, `/healthz` and
+//! `/readyz`, and tells systemd when it is ready and alive (`Type=notify`,
+//! watchdog).
+//!
+//! The data plane never needs it: programs and maps are pinned. Killed
+//! (even with -9), forwarding goes on; what degrades until it is back is
+//! what the follower keeps current — the route cache's lease lapses within
+//! about a second and the router looks every route up in the kernel's FIB
+//! again (slower, never wrong), VLAN devices, MAC and address changes are
+//! not picked up, and STALE neighbours it sends to are not confirmed (the
+//! kernel probes them and may drop them) — and nothing reloads the file.
+//!
+//! Log lines are `xnf daemon: event=NAME key=value ...`.
+
+mod http;
+mod metrics;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use sd_notify::NotifyState;
+use xnf_config::{ApplyOptions, BoxConfig};
+
+pub use metrics::{gather, Family};
+
+/// `xnf daemon`'s options.
+#[derive(clap::Args)]
+pub struct DaemonArgs {
+    /// The box file.
+    #[arg(long, default_value = xnf_config::cli::DEFAULT_FILE)]
+    pub config: PathBuf,
+}
+
+static RELOAD: AtomicBool = AtomicBool::new(false);
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only atomics here: the loop does the work.
+    if sig == libc::SIGHUP {
+        RELOAD.store(true, Ordering::SeqCst);
+    } else {
+        STOP.store(true, Ordering::SeqCst);
+    }
+}
+
+fn install_signals() {
+    for sig in [libc::SIGHUP, libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to atomics (async-signal-safe).
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+fn log(event: &str, rest: &str) {
+    eprintln!("xnf daemon: event={event}{}{rest}", if rest.is_empty() { "" } else { " " });
+}
+
+fn notify(states: &[NotifyState]) {
+    // Not under systemd (no NOTIFY_SOCKET): nothing to tell.
+    let _ = sd_notify::notify(states);
+}
+
+/// The file's content, to see that it changed (an editor may replace it).
+fn fingerprint(path: &Path) -> Option<Vec<u8>> {
+    std::fs::read(path).ok()
+}
+
+/// Checks and applies `path`; on a file that does not check, or an apply
+/// that failed (and rolled itself back), the running configuration stays.
+fn apply(path: &Path) -> Result<BoxConfig> {
+    let cfg = xnf_config::load(path).map_err(|errors| {
+        for e in &errors {
+            log("check", &format!("result=error error={e:?}"));
+        }
+        anyhow::anyhow!("{}: {} error(s), the running configuration stays", path.display(), errors.len())
+    })?;
+    let (lines, warnings) = xnf_config::apply(&cfg, ApplyOptions { confirm_within: None, own_follower: true })?;
+    for w in warnings {
+        log("warning", &format!("message={w:?}"));
+    }
+    let changed: Vec<&String> = lines.iter().filter(|l| *l != "nothing to change").collect();
+    log("apply", &format!("result=ok changes={}", changed.len()));
+    for l in changed {
+        log("change", &format!("what={l:?}"));
+    }
+    Ok(cfg)
+}
+
+/// The router's follower, in a thread of this process, whenever the
+/// router runs here and nobody else follows it.
+#[derive(Default)]
+struct Follower(Option<std::thread::JoinHandle<()>>);
+
+impl Follower {
+    fn keep(&mut self) {
+        if self.0.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let router = xnf_core::lifecycle::Lifecycle::<xnf_router::Router>::maps().ok().flatten().is_some();
+        if !router || xnf_router::follower_pid().is_some() {
+            return;
+        }
+        log("follower", "state=started");
+        self.0 = std::thread::Builder::new()
+            .name("xnf-follow".into())
+            .spawn(|| {
+                if let Err(e) = xnf_router::run_follower() {
+                    log("follower", &format!("state=failed error={:?}", format!("{e:#}")));
+                }
+            })
+            .ok();
+    }
+}
+
+/// Runs until SIGTERM or SIGINT.
+pub fn run(args: DaemonArgs) -> Result<()> {
+    install_signals();
+    let path = args.config;
+    let cfg = apply(&path)?;
+    let health = Arc::new(http::Health::default());
+    health.beat.store(http::now(), Ordering::Relaxed);
+    http::serve(cfg.daemon.listen, health.clone())?;
+    log("listen", &format!("address={}", cfg.daemon.listen));
+    health.ready.store(true, Ordering::Relaxed);
+    let mut follower = Follower::default();
+    follower.keep();
+    notify(&[NotifyState::Ready, NotifyState::Status("applied")]);
+    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let (mut last_dog, mut last_check) = (Instant::now(), Instant::now());
+    let mut seen = fingerprint(&path);
+    let mut listen = cfg.daemon.listen;
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(250));
+        health.beat.store(http::now(), Ordering::Relaxed);
+        if watchdog.is_some_and(|d| last_dog.elapsed() >= d) {
+            notify(&[NotifyState::Watchdog]);
+            last_dog = Instant::now();
+        }
+        let hup = RELOAD.swap(false, Ordering::SeqCst);
+        let changed = last_check.elapsed() >= Duration::from_secs(1) && {
+            last_check = Instant::now();
+            let now = fingerprint(&path);
+            let c = now != seen;
+            seen = now;
+            c
+        };
+        if hup || changed {
+            log("reload", &format!("cause={}", if hup { "sighup" } else { "file-changed" }));
+            notify(&[NotifyState::Reloading]);
+            match apply(&path) {
+                Ok(c) => {
+                    health.ready.store(true, Ordering::Relaxed);
+                    if c.daemon.listen != listen {
+                        log("listen", &format!("address={} note=\"a new address takes effect at restart\"", c.daemon.listen));
+                        listen = c.daemon.listen;
+                    }
+                    notify(&[NotifyState::Ready, NotifyState::Status("applied")]);
+                }
+                Err(e) => {
+                    log("reload", &format!("result=error error={:?}", format!("{e:#}")));
+                    notify(&[NotifyState::Ready, NotifyState::Status("reload failed: running configuration kept")]);
+                }
+            }
+        }
+        follower.keep();
+    }
+    log("stop", "note=\"the data plane stays\"");
+    notify(&[NotifyState::Stopping]);
+    Ok(())
+}

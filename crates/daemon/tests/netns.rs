@@ -1,0 +1,184 @@
+//! `xnf daemon` on real veths (gen -> dut -> sink), through the real
+//! binary: it adopts what runs without a frame lost or slow-pathed, serves
+//! metrics that `promtool` accepts and that move by what was sent,
+//! reloads on a changed file and on SIGHUP, keeps the running
+//! configuration and the traffic when the new file is bad, and once
+//! killed with -9 the data plane forwards on.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+use xnf_netns::Netns;
+use xnf_testrun::cli::{wait_for, xnf_bin, xnf_ok, ChildGuard, RoutedLine, TempFiles};
+
+/// A port of its own per test (tests of one binary run in parallel, each
+/// in its own namespaces, so one port would do; this names them apart).
+fn box_file(r: &RoutedLine, drop_port: u16, listen_port: u16) -> String {
+    let (g, s) = (&r.line.dut_gen_if, &r.line.dut_sink_if);
+    format!(
+        "[daemon]\nlisten = \"127.0.0.1:{listen_port}\"\n\n[router]\ninterfaces = [\"{g}\", \"{s}\"]\nfib = \"cache\"\n\n\
+         [filter]\ninterfaces = [\"{g}\"]\n[filter.rules]\n[[filter.rules.rule]]\nname = \"no-{drop_port}\"\nproto = \"udp\"\n\
+         dport = {drop_port}\naction = \"drop\"\n\n[lb]\ninterfaces = [\"{g}\"]\n[[lb.services.service]]\nname = \"web\"\n\
+         vip = \"198.18.100.1\"\nproto = \"tcp\"\nport = 80\n[[lb.services.service.backend]]\naddress = \"198.18.0.11\"\n"
+    )
+}
+
+/// `xnf --netns dut daemon`, its log in a file; killed when dropped.
+struct Daemon {
+    child: ChildGuard,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    fn start(ns: &Netns, file: &str, files: &TempFiles) -> Daemon {
+        let log = files.dir().join("daemon.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(xnf_bin())
+            .args(["--netns", ns.name(), "daemon", "--config", file])
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("starting xnf daemon");
+        Daemon { child: ChildGuard(child), log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child.
+        assert_eq!(unsafe { libc_kill(self.child.0.id() as i32, sig) }, 0);
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// GET `path` from 127.0.0.1:`port` in `ns`: (status, body).
+fn get(ns: &Netns, port: u16, path: &str) -> Option<(u16, String)> {
+    let path = path.to_string();
+    ns.run(move || -> Option<(u16, String)> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let status = text.split_whitespace().nth(1)?.parse().ok()?;
+        Some((status, text.split_once("\r\n\r\n")?.1.to_string()))
+    })
+    .ok()
+    .flatten()
+}
+
+/// The samples of a Prometheus text page: `name{labels}` -> value.
+fn samples(page: &str) -> BTreeMap<String, f64> {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+fn metric(page: &str, key: &str) -> f64 {
+    *samples(page).get(key).unwrap_or_else(|| panic!("no sample {key} in:\n{page}"))
+}
+
+#[test]
+fn metrics_move_by_what_was_sent_and_promtool_accepts_them() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let (port, drop_port) = (9461, 9999);
+    let f = files.write("xnf.toml", &box_file(&r, drop_port, port));
+    let d = Daemon::start(r.dut(), &f, &files);
+    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    assert_eq!(get(r.dut(), port, "/healthz").map(|(c, _)| c), Some(200));
+    r.resolve_sink();
+    let g = &r.line.dut_gen_if;
+    let redirect = format!("xnf_router_packets_total{{interface=\"{g}\",verdict=\"redirect\"}}");
+    let dropped = format!("xnf_filter_rule_dropped_packets_total{{rule=\"no-{drop_port}\"}}");
+    let (_, before) = get(r.dut(), port, "/metrics").unwrap();
+    assert_eq!(r.send_udp(false, 100), 100);
+    let rx = r.sink_socket(false, drop_port);
+    let tx = r.gen_socket(false);
+    xnf_testrun::cli::send_paced(&tx, r.sink_addr(false, drop_port), 50);
+    assert_eq!(xnf_testrun::cli::count_received(&rx, 0), 0, "the filter let its port through");
+    let (code, after) = get(r.dut(), port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(metric(&after, &redirect) - metric(&before, &redirect), 100.0, "redirects counted");
+    assert_eq!(metric(&after, &dropped) - metric(&before, &dropped), 50.0, "the rule's drops counted");
+    assert_eq!(metric(&after, "xnf_build_info{version=\"0.1.0\"}"), 1.0);
+    assert!(after.contains("xnf_lb_service_packets_total{service=\"web\"}") && after.contains("xnf_lb_conntrack_entries"), "{after}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package: make test installs it)");
+    promtool.stdin.take().unwrap().write_all(after.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(out.status.success(), "promtool check metrics: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}
+
+#[test]
+fn reloads_keep_traffic_and_a_bad_file_keeps_the_running_configuration() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let port = 9462;
+    let f = files.write("xnf.toml", &box_file(&r, 9999, port));
+    let d = Daemon::start(r.dut(), &f, &files);
+    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    r.resolve_sink();
+    // A changed file is applied by itself.
+    std::fs::write(&f, box_file(&r, 7777, port)).unwrap();
+    wait_for("the changed file to be applied", || xnf_ok(r.dut(), &["show"]).contains("dport = 7777"));
+    // SIGHUP with a file that does not check: logged, nothing changes.
+    std::fs::write(&f, box_file(&r, 7777, port).replace("fib = \"cache\"", "fib = \"fast\"")).unwrap();
+    d.signal(1);
+    wait_for("the bad file to be refused", || d.log().contains("event=check result=error") && d.log().contains("fast"));
+    let shown = xnf_ok(r.dut(), &["show"]);
+    assert!(shown.contains("dport = 7777") && shown.contains("fib = \"cache\""), "{shown}");
+    assert_eq!(r.send_udp(false, 100), 100, "traffic after the refused reload");
+    assert_eq!(get(r.dut(), port, "/readyz").map(|(c, _)| c), Some(200));
+    // Killed with -9: the data plane forwards on, in XDP.
+    d.signal(9);
+    wait_for("the daemon to die", || get(r.dut(), port, "/healthz").is_none());
+    let redir = r.redirected();
+    assert_eq!(r.send_udp(false, 100), 100, "traffic without the daemon");
+    assert_eq!(r.redirected() - redir, 100, "forwarded in XDP without the daemon");
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}
+
+#[test]
+fn starting_on_what_runs_adopts_it_without_a_frame_lost_or_slow_pathed() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let port = 9463;
+    let f = files.write("xnf.toml", &box_file(&r, 9999, port));
+    xnf_ok(r.dut(), &["apply", &f]);
+    r.resolve_sink();
+    let (redir, fw, passed) = (r.redirected(), r.forw_v4(), r.ingress_stats()["packets"]["pass"].as_u64().unwrap());
+    const N: usize = 20_000;
+    let d = std::thread::scope(|s| {
+        let traffic = s.spawn(|| r.send_udp(false, N));
+        // Start it while the traffic flows.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let d = Daemon::start(r.dut(), &f, &files);
+        wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+        assert_eq!(traffic.join().unwrap(), N, "frames lost while the daemon started");
+        d
+    });
+    assert!(d.log().contains("event=apply result=ok changes=0"), "the daemon changed something:\n{}", d.log());
+    assert_eq!(r.redirected() - redir, N as u64, "every frame forwarded in XDP");
+    assert_eq!(r.forw_v4(), fw, "the kernel forwarded some");
+    assert_eq!(r.ingress_stats()["packets"]["pass"].as_u64().unwrap(), passed, "frames left to the kernel");
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}
