@@ -74,6 +74,32 @@ pub fn diff(want: &BoxConfig) -> Result<Vec<String>> {
     Running::read()?.diff(want)
 }
 
+/// What `xnf status` prints: what runs, and how the file at `path`
+/// differs from it (or why the file does not check).
+pub fn status(path: &Path) -> Result<Vec<String>> {
+    let running = Running::read()?;
+    let mut out = vec!["running:".to_string()];
+    out.extend(running.summary().into_iter().map(|l| format!("  {l}")));
+    match crate::file::load(path) {
+        Ok(want) => {
+            let diff = running.diff(&want)?;
+            if diff.is_empty() {
+                out.push(format!("{}: the box runs it", path.display()));
+            } else {
+                out.push(format!("{}: differs (`xnf apply` would):", path.display()));
+                out.extend(diff.into_iter().map(|l| format!("  {l}")));
+            }
+        }
+        Err(errors) => {
+            out.push(format!("{}: does not check ({} error(s); `xnf check`)", path.display(), errors.len()));
+        }
+    }
+    if let Some(s) = pending_seconds()? {
+        out.push(format!("pending: a change rolls back in {s} s unless `xnf confirm`"));
+    }
+    Ok(out)
+}
+
 /// What `xnf show` prints.
 pub fn show() -> Result<String> {
     Running::read()?.show()
@@ -87,6 +113,48 @@ pub struct ApplyOptions {
     /// The caller follows the router itself (`xnf daemon`): start no
     /// `xnf router follow` process.
     pub own_follower: bool,
+    /// Interfaces the file names that do not exist (yet) are left out, with
+    /// a warning, instead of failing the apply: `xnf daemon` applies again
+    /// when one appears.
+    pub wait_for_interfaces: bool,
+}
+
+/// `want` with only the interfaces that exist now; a warning for each other.
+fn present_only(want: &BoxConfig, warnings: &mut Vec<String>) -> Result<BoxConfig> {
+    let links: Vec<String> = xnf_netns::netlink::links()?.into_iter().map(|l| l.name).collect();
+    let mut w = want.clone();
+    let mut keep = |name: &str, ifaces: &mut Vec<String>| {
+        ifaces.retain(|i| {
+            let here = links.contains(i);
+            if !here {
+                warnings.push(format!("{name}: {i} does not exist (yet): attached when it appears"));
+            }
+            here
+        })
+    };
+    if let Some(d) = &mut w.router {
+        keep("router", &mut d.interfaces);
+    }
+    if let Some((d, _)) = &mut w.filter {
+        keep("filter", &mut d.interfaces);
+    }
+    if let Some((d, _)) = &mut w.lb {
+        keep("lb", &mut d.interfaces);
+    }
+    if let Some(d) = &mut w.decap {
+        keep("decap", &mut d.interfaces);
+    }
+    Ok(w)
+}
+
+/// The interfaces `want` names, in any section.
+pub fn interfaces(want: &BoxConfig) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    out.extend(want.router.iter().flat_map(|d| d.interfaces.iter().cloned()));
+    out.extend(want.filter.iter().flat_map(|(d, _)| d.interfaces.iter().cloned()));
+    out.extend(want.lb.iter().flat_map(|(d, _)| d.interfaces.iter().cloned()));
+    out.extend(want.decap.iter().flat_map(|d| d.interfaces.iter().cloned()));
+    out
 }
 
 /// Converges the box to `want`; returns what changed, one line each
@@ -98,13 +166,20 @@ pub fn apply(want: &BoxConfig, opts: ApplyOptions) -> Result<(Vec<String>, Vec<S
     if let Some(p) = pending()? {
         bail!("a change awaits confirmation ({} s left): `xnf confirm` it, or `xnf rollback`, first", p.deadline.saturating_sub(now()));
     }
+    let mut warnings = Vec::new();
+    let present;
+    let want = if opts.wait_for_interfaces {
+        present = present_only(want, &mut warnings)?;
+        &present
+    } else {
+        want
+    };
     let before = Running::read()?;
     let previous = before.show()?;
     let lb_before = xnf_lb::snapshot()?;
-    let mut lines = before.diff(want)?;
     // The filter reloads a list whose file changed: the diff read them all.
+    let mut lines = before.diff(want)?;
     let mut undo = Undo::default();
-    let mut warnings = Vec::new();
     let mut filter_pending = false;
     let r = converge(want, &before, &lb_before, filter_window(confirm_within), opts.own_follower, &mut undo, &mut warnings, &mut filter_pending);
     if let Err(e) = r {

@@ -69,6 +69,34 @@ impl Running {
         Ok(out)
     }
 
+    /// What runs, one line per function (`xnf status`).
+    pub fn summary(&self) -> Vec<String> {
+        fn placed<O: stage::Describe>(p: &Placement<O>) -> String {
+            let v: Vec<String> = p
+                .iter()
+                .map(|(i, (m, o))| {
+                    let how = [m.name().to_string(), o.describe()].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(", ");
+                    format!("{i} ({how})")
+                })
+                .collect();
+            if v.is_empty() {
+                "not running".into()
+            } else {
+                v.join(", ")
+            }
+        }
+        let mut out = vec![format!("router: {}", placed(&self.router))];
+        let rules = self.filter_rules.as_ref().and_then(|a| xnf_filter::rules::RuleSet::parse(&a.text, &a.origin).ok()).map(|r| r.rules.len());
+        out.push(format!("filter: {}{}", placed(&self.filter), rules.map(|n| format!("; {n} rules")).unwrap_or_default()));
+        let services: Vec<String> = self.lb_services.iter().flat_map(|a| a.config.services.iter().map(|s| s.name.clone())).collect();
+        let services = if services.is_empty() { String::new() } else { format!("; services {}", services.join(", ")) };
+        out.push(format!("lb: {}{services}", placed(&self.lb)));
+        out.push(format!("decap: {}", placed(&self.decap)));
+        let chains: Vec<String> = self.chains.chain.iter().map(|c| format!("{} ({} -> {})", c.name, c.ingress, c.nfs.join(" -> "))).collect();
+        out.push(format!("chains: {}", if chains.is_empty() { "none".to_string() } else { chains.join(", ") }));
+        out
+    }
+
     /// What converging to `want` changes, one line each; nothing changes.
     pub fn diff(&self, want: &BoxConfig) -> Result<Vec<String>> {
         let mut out = stage::changes("filter", &self.filter, &stage::wanted(want.filter.as_ref().map(|(d, _)| d)));

@@ -48,6 +48,12 @@ pub enum BoxCmd {
     /// The running configuration, as a file that `xnf apply` takes (and
     /// converges to without a change).
     Show,
+    /// The whole box: what runs, what the file says and what differs, and
+    /// a change awaiting confirmation.
+    Status {
+        #[arg(default_value = DEFAULT_FILE)]
+        file: PathBuf,
+    },
 }
 
 /// Reads and checks `path`, or fails with every error, one line each.
@@ -75,7 +81,7 @@ pub fn run(cmd: BoxCmd) -> Result<()> {
         }
         BoxCmd::Apply { file, confirm_within } => {
             let want = load(&file)?;
-            let opts = crate::apply::ApplyOptions { confirm_within: confirm_within.map(Duration::from_secs), own_follower: false };
+            let opts = crate::apply::ApplyOptions { confirm_within: confirm_within.map(Duration::from_secs), ..Default::default() };
             let (lines, warnings) = crate::apply::apply(&want, opts)?;
             warnings.iter().for_each(|w| eprintln!("xnf: warning: {w}"));
             lines.iter().for_each(|l| println!("{l}"));
@@ -101,6 +107,7 @@ pub fn run(cmd: BoxCmd) -> Result<()> {
             }
         }
         BoxCmd::Show => print!("{}", crate::apply::show()?),
+        BoxCmd::Status { file } => crate::apply::status(&file)?.iter().for_each(|l| println!("{l}")),
     }
     Ok(())
 }

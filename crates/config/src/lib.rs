@@ -21,5 +21,5 @@ mod stage;
 mod text;
 mod undo;
 
-pub use apply::{apply, confirm, diff, pending_seconds, rollback, show, ApplyOptions};
+pub use apply::{apply, confirm, diff, interfaces, pending_seconds, rollback, show, ApplyOptions};
 pub use file::{load, parse, BoxConfig, Content, DaemonSettings, Deploy};

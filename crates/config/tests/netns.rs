@@ -132,6 +132,12 @@ fn apply_then_show_then_apply_again_changes_nothing() {
     assert_eq!(b.r.redirected() - redir, 100, "the router did not forward in XDP");
 
     assert_eq!(xnf_ok(b.dut(), &["apply", &f]).trim(), "nothing to change");
+    let status = xnf_ok(b.dut(), &["status", &f]);
+    assert!(
+        status.contains(&format!("router: {g} (native, fib full), {s} (native, fib full)")) && status.contains("; 1 rules") && status.contains("services web"),
+        "{status}"
+    );
+    assert!(status.contains(": the box runs it"), "{status}");
     let shown = b.show();
     let again = b.files.write("shown.toml", &shown);
     assert_eq!(xnf_ok(b.dut(), &["diff", &again]).trim(), "nothing to change", "show:\n{shown}");

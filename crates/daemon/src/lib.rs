@@ -84,7 +84,8 @@ fn apply(path: &Path) -> Result<BoxConfig> {
         }
         anyhow::anyhow!("{}: {} error(s), the running configuration stays", path.display(), errors.len())
     })?;
-    let (lines, warnings) = xnf_config::apply(&cfg, ApplyOptions { confirm_within: None, own_follower: true })?;
+    let opts = ApplyOptions { own_follower: true, wait_for_interfaces: true, ..Default::default() };
+    let (lines, warnings) = xnf_config::apply(&cfg, opts)?;
     for w in warnings {
         log("warning", &format!("message={w:?}"));
     }
@@ -94,6 +95,15 @@ fn apply(path: &Path) -> Result<BoxConfig> {
         log("change", &format!("what={l:?}"));
     }
     Ok(cfg)
+}
+
+/// The interfaces of `cfg` that exist now: when this changes, the daemon
+/// applies again (one that appeared gets its functions; one that went
+/// lost them with its device).
+fn present(cfg: &BoxConfig) -> std::collections::BTreeSet<String> {
+    let named = xnf_config::interfaces(cfg);
+    let links = xnf_netns::netlink::links().unwrap_or_default();
+    named.into_iter().filter(|n| links.iter().any(|l| &l.name == n)).collect()
 }
 
 /// The router's follower, in a thread of this process, whenever the
@@ -139,6 +149,8 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let (mut last_dog, mut last_check) = (Instant::now(), Instant::now());
     let mut seen = fingerprint(&path);
     let mut listen = cfg.daemon.listen;
+    let mut cfg = cfg;
+    let mut here = present(&cfg);
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(250));
         health.beat.store(http::now(), Ordering::Relaxed);
@@ -147,15 +159,25 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             last_dog = Instant::now();
         }
         let hup = RELOAD.swap(false, Ordering::SeqCst);
-        let changed = last_check.elapsed() >= Duration::from_secs(1) && {
+        let (mut changed, mut links) = (false, false);
+        if last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
             let now = fingerprint(&path);
-            let c = now != seen;
+            changed = now != seen;
             seen = now;
-            c
-        };
-        if hup || changed {
-            log("reload", &format!("cause={}", if hup { "sighup" } else { "file-changed" }));
+            let now = present(&cfg);
+            links = now != here;
+            here = now;
+        }
+        if hup || changed || links {
+            let cause = if hup {
+                "sighup"
+            } else if changed {
+                "file-changed"
+            } else {
+                "interfaces-changed"
+            };
+            log("reload", &format!("cause={cause}"));
             notify(&[NotifyState::Reloading]);
             match apply(&path) {
                 Ok(c) => {
@@ -164,6 +186,8 @@ pub fn run(args: DaemonArgs) -> Result<()> {
                         log("listen", &format!("address={} note=\"a new address takes effect at restart\"", c.daemon.listen));
                         listen = c.daemon.listen;
                     }
+                    here = present(&c);
+                    cfg = c;
                     notify(&[NotifyState::Ready, NotifyState::Status("applied")]);
                 }
                 Err(e) => {

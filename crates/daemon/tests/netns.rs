@@ -182,3 +182,22 @@ fn starting_on_what_runs_adopts_it_without_a_frame_lost_or_slow_pathed() {
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
 }
+
+#[test]
+fn an_interface_named_in_the_file_gets_its_functions_when_it_appears() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let port = 9464;
+    let text = box_file(&r, 9999, port).replace(&format!("\"{}\"]\nfib", r.line.dut_sink_if), &format!("\"{}\", \"xnfdlate0\"]\nfib", r.line.dut_sink_if));
+    let f = files.write("xnf.toml", &text);
+    let d = Daemon::start(r.dut(), &f, &files);
+    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    assert!(d.log().contains("xnfdlate0 does not exist (yet)"), "{}", d.log());
+    assert!(!xnf_ok(r.dut(), &["show"]).contains("xnfdlate0"));
+    r.dut().ip(&["link", "add", "xnfdlate0", "type", "veth", "peer", "name", "xnfdlate1"]).unwrap();
+    r.dut().ip(&["link", "set", "xnfdlate0", "up"]).unwrap();
+    wait_for("the router on the new interface", || xnf_ok(r.dut(), &["show"]).contains("xnfdlate0"));
+    assert!(d.log().contains("cause=interfaces-changed"), "{}", d.log());
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}
