@@ -129,6 +129,10 @@ pub enum LabCmd {
     /// xnf). Prints a status line every second, then sent / received /
     /// loss / Mpps per CPU; `--verify` parses every frame at the sink.
     Gen(Box<crate::experiments::gen::GenArgs>),
+    /// What one Prometheus scrape of `xnf daemon` costs on a large box
+    /// (256 filter rules, 100 lb services x 10 backends, 4 chains by
+    /// default): milliseconds per scrape, min, median, p90, max.
+    Scrape(Box<crate::experiments::scrape::ScrapeArgs>),
     /// Build a topology (built-in scenario or TOML file) and keep it up
     /// until Ctrl-C: namespaces, veths, addresses, routes, neighbours,
     /// sysctls and the functions it names.
@@ -168,6 +172,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Latency(a) => latency(*a),
         LabCmd::FwdLatency(a) => experiment(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
+        LabCmd::Scrape(a) => crate::experiments::scrape::run(*a),
         LabCmd::FibChange(a) => crate::experiments::fibchange::run(*a),
         LabCmd::Bgp(a) => experiment(*a),
         LabCmd::Up(a) => up(a),

@@ -34,6 +34,12 @@ use xnf_config::{ApplyOptions, BoxConfig};
 
 pub use metrics::{gather, Family};
 
+/// One scrape of this network namespace's metrics, as `/metrics` serves
+/// it (Prometheus text): for measuring what a scrape costs.
+pub fn scrape() -> Result<String> {
+    metrics::render(&metrics::registry(), false)
+}
+
 /// `xnf daemon`'s options.
 #[derive(clap::Args)]
 pub struct DaemonArgs {

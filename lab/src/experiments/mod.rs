@@ -11,4 +11,5 @@ pub mod gen;
 pub mod latency;
 pub mod lb;
 pub mod router;
+pub mod scrape;
 pub mod stack;
