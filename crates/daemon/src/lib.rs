@@ -6,7 +6,7 @@
 //! log line per fault. It follows the router (the VLAN, MAC and source
 //! tables, the route cache's lease and generations, neighbour
 //! confirmation: the follower's loop, in a thread of its own instead of
-//! an `xnf router follow` process), serves `/metrics`, `/healthz` and
+//! an `xnf router follow` process) and decap's local addresses, serves `/metrics`, `/healthz` and
 //! `/readyz`, and tells systemd when it is ready and alive (`Type=notify`,
 //! watchdog).
 //!
@@ -112,6 +112,26 @@ fn present(cfg: &BoxConfig) -> std::collections::BTreeSet<String> {
     named.into_iter().filter(|n| links.iter().any(|l| &l.name == n)).collect()
 }
 
+/// This namespace's addresses, to see when decap's local addresses must
+/// follow (decap reads them at attach and on refresh only).
+fn addresses() -> Vec<std::net::IpAddr> {
+    let mut a: Vec<std::net::IpAddr> = xnf_netns::netlink::addresses().unwrap_or_default().into_iter().map(|x| x.addr).collect();
+    a.sort();
+    a
+}
+
+/// decap's local addresses rewritten, when decap runs here.
+fn refresh_decap() {
+    if xnf_core::lifecycle::Lifecycle::<xnf_lb::Decap>::maps().ok().flatten().is_none() {
+        return;
+    }
+    match xnf_lb::decap::refresh() {
+        Ok(c) if c.added.is_empty() && c.removed.is_empty() => {}
+        Ok(c) => log("decap-locals", &format!("added={} removed={} total={}", c.added.len(), c.removed.len(), c.total)),
+        Err(e) => log("decap-locals", &format!("result=error error={:?}", format!("{e:#}"))),
+    }
+}
+
 /// The router's follower, in a thread of this process, whenever the
 /// router runs here and nobody else follows it.
 #[derive(Default)]
@@ -157,6 +177,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let mut listen = cfg.daemon.listen;
     let mut cfg = cfg;
     let mut here = present(&cfg);
+    let mut addrs = addresses();
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(250));
         health.beat.store(http::now(), Ordering::Relaxed);
@@ -174,6 +195,11 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             let now = present(&cfg);
             links = now != here;
             here = now;
+            let now = addresses();
+            if now != addrs {
+                addrs = now;
+                refresh_decap();
+            }
         }
         if hup || changed || links {
             let cause = if hup {

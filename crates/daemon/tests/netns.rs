@@ -201,3 +201,24 @@ fn an_interface_named_in_the_file_gets_its_functions_when_it_appears() {
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
 }
+
+#[test]
+fn decap_follows_the_namespaces_addresses() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let port = 9465;
+    let text = box_file(&r, 9999, port) + &format!("\n[decap]\ninterfaces = [\"{}\"]\n", r.line.dut_sink_if);
+    let f = files.write("xnf.toml", &text);
+    let d = Daemon::start(r.dut(), &f, &files);
+    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    let locals = || {
+        let status: serde_json::Value = serde_json::from_str(&xnf_ok(r.dut(), &["lb", "decap", "status", "--json"])).unwrap();
+        status["locals"].to_string()
+    };
+    assert!(!locals().contains("198.18.77.1"));
+    r.dut().addr_add(&r.line.dut_sink_if, "198.18.77.1/24").unwrap();
+    wait_for("decap to take the new address", || locals().contains("198.18.77.1"));
+    assert!(d.log().contains("event=decap-locals added=1"), "{}", d.log());
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}
