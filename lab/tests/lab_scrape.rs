@@ -7,7 +7,8 @@ use xnf_testrun::cli::{lab, namespaces_of};
 fn a_small_box_is_scraped_and_removed() {
     let dir = xnf_testrun::cli::TempFiles::new("scrape");
     let json = dir.dir().join("scrape.json");
-    let (out, pid) = lab("scrape", &["--rules", "3", "--services", "2", "--backends", "2", "--chains", "1", "--scrapes", "3", "--json", json.to_str().unwrap()]);
+    let (out, pid) =
+        lab("scrape", &["--rules", "3", "--services", "2", "--backends", "2", "--chains", "1", "--scrapes", "3", "--json", json.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("scrape of a box with 3 rules, 2 services x 2 backends, 1 chains") && stdout.contains("ms per scrape over 3"), "{stdout}");
