@@ -137,11 +137,17 @@ pub fn parse(text: &str, origin: &str, base: &Path) -> Result<BoxConfig, Vec<Str
     keep(decap(text, origin).map(|r| cfg.decap = r));
     keep(chains(text, origin).map(|c| cfg.chains = c));
     keep(daemon(text, origin).map(|d| cfg.daemon = d));
+    // A function's checker names each fault on a line of its own.
+    let mut keep_all = |r: anyhow::Result<()>| {
+        if let Err(e) = r {
+            errors.extend(format!("{e:#}").lines().map(String::from));
+        }
+    };
     if let Some((_, c)) = &cfg.filter {
-        keep(check_rules(c).map_err(|e| format!("{e:#}")));
+        keep_all(check_rules(c));
     }
     if let Some((_, c)) = &cfg.lb {
-        keep(xnf_lb::Config::parse(&c.text, &c.origin).map(drop).map_err(|e| format!("{e:#}")));
+        keep_all(xnf_lb::Config::parse(&c.text, &c.origin).map(drop));
     }
     errors.extend(conflicts(&cfg, origin));
     if errors.is_empty() {
@@ -257,7 +263,8 @@ fn check_rules(c: &Content) -> anyhow::Result<()> {
 fn conflicts(cfg: &BoxConfig, origin: &str) -> Vec<String> {
     // (interface, function, stage, mode) of every section.
     let mut uses: BTreeMap<&str, Vec<(&str, &str, XdpMode)>> = BTreeMap::new();
-    let sections: [(&str, &str, Option<(&Vec<String>, XdpMode)>); 4] = [
+    type Section<'a> = (&'a str, &'a str, Option<(&'a Vec<String>, XdpMode)>);
+    let sections: [Section; 4] = [
         ("router", "forward", cfg.router.as_ref().map(|d| (&d.interfaces, d.mode))),
         ("filter", "filter", cfg.filter.as_ref().map(|(d, _)| (&d.interfaces, d.mode))),
         ("lb", "lb", cfg.lb.as_ref().map(|(d, _)| (&d.interfaces, d.mode))),

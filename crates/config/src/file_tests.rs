@@ -88,15 +88,16 @@ fn an_empty_file_runs_nothing_and_a_chain_file_is_a_box_file() {
 
 #[test]
 fn every_error_is_reported_with_its_line_and_field() {
-    let bad = "[router]\ninterfaces = [\"eth0\"]\nfib = \"fast\"\n\n[filter]\ninterfaces = [\"eth1\"]\n[filter.rules]\n[[filter.rules.rule]]\nname = \"x\"\naction = \"drop\"\nproto = \"tcp\"\ndport = 70000\n\n[lb]\ninterfaces = [\"eth1\", \"eth1\"]\n\n[decap]\ninterfaces = [\"eth0\"]\ncolour = \"red\"\n\n[bgp]\nx = 1\n";
+    let bad = "[router]\ninterfaces = [\"eth0\"]\nfib = \"fast\"\n\n[filter]\ninterfaces = [\"eth1\"]\n[filter.rules]\n[[filter.rules.rule]]\nname = \"x\"\naction = \"drop\"\nproto = \"tcp\"\ndport = 70000\n[[filter.rules.rule]]\nname = \"y\"\naction = \"reject\"\n\n[lb]\ninterfaces = [\"eth1\", \"eth1\"]\n\n[decap]\ninterfaces = [\"eth0\"]\ncolour = \"red\"\n\n[bgp]\nx = 1\n";
     let errors = check(bad).unwrap_err();
     let has = |s: &str| errors.iter().any(|e| e.starts_with("xnf.toml") && e.contains(s));
     assert!(has("[router] fib: \"fast\" is not cache, full or direct"), "{errors:#?}");
     assert!(has("line 8: x: dport: 70000"), "the filter's own checker, at the box file's line of the rule: {errors:#?}");
     assert!(has("[lb] interfaces: eth1 is named twice"), "{errors:#?}");
-    assert!(has("line 19") && has("colour"), "{errors:#?}");
+    assert!(has("line 13: y: action"), "the filter's second fault too: {errors:#?}");
+    assert!(has("line 22") && has("colour"), "{errors:#?}");
     assert!(has("[bgp]: not a section"), "{errors:#?}");
-    assert_eq!(errors.len(), 5, "one error per fault, all of them: {errors:#?}");
+    assert_eq!(errors.len(), 6, "one error per fault, all of them: {errors:#?}");
     assert!(errors.iter().all(|e| !e.contains('\n')), "one line each: {errors:#?}");
 }
 

@@ -57,7 +57,10 @@ impl Drop for Boxed {
 /// Every map pinned under `dir`, read whole: key -> value bytes; a map of
 /// maps by its inner maps' contents (their ids change with every swap), a
 /// per-CPU map by every CPU's value.
-fn dump(dir: &Path) -> BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>> {
+/// Pinned map (path under the namespace's folder) -> its (key, value) pairs.
+type Pins = BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>>;
+
+fn dump(dir: &Path) -> Pins {
     use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
     fn read(m: &MapHandle) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
@@ -97,7 +100,7 @@ fn dump(dir: &Path) -> BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>> {
     out
 }
 
-fn pins(ns: &Netns) -> BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>> {
+fn pins(ns: &Netns) -> Pins {
     ns.run(|| {
         use std::os::unix::fs::MetadataExt;
         let key = format!("net-{}", std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino());

@@ -21,6 +21,16 @@ pub fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> anyhow::Erro
     }
 }
 
+/// Every fault of a file as one error, one fault per line (a checker that
+/// found several names them all, not only the first); `Ok` without any.
+pub fn all_faults(faults: Vec<anyhow::Error>) -> anyhow::Result<()> {
+    if faults.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = faults.iter().map(|e| format!("{e:#}")).collect();
+    Err(anyhow::anyhow!("{}", lines.join("\n")))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -148,8 +148,11 @@ pub fn exit_code(prog: &str, result: Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
+            // One line per fault (a checker names every fault of a file).
             let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("{prog}: error: {}", msg.join(": "));
+            for line in msg.join(": ").lines() {
+                eprintln!("{prog}: error: {line}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

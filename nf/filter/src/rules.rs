@@ -218,18 +218,24 @@ impl RuleSet {
         }
         ensure!(raw.lists.len() <= MAX_LISTS, "{origin}: [lists]: {} lists; at most {MAX_LISTS}", raw.lists.len());
         ensure!(raw.rule.len() <= MAX_RULES, "{origin}: {} rules; at most {MAX_RULES}", raw.rule.len());
-        let mut rules = Vec::with_capacity(raw.rule.len());
+        // Every rule is checked: each fault is named, not only the first.
+        let (mut rules, mut faults) = (Vec::with_capacity(raw.rule.len()), Vec::new());
         for (i, spanned) in raw.rule.iter().enumerate() {
             let line = line_of(text, spanned.span().start);
             let r = spanned.get_ref();
             let name = r.name.clone().unwrap_or_else(|| format!("rule {}", i + 1));
-            let at = |field: &str, e: anyhow::Error| anyhow::anyhow!("{origin}: line {line}: {name}: {field}: {e:#}");
-            rules.push(check(r, name.clone(), line, &raw.lists).map_err(|(field, e)| at(field, e))?);
+            match check(r, name.clone(), line, &raw.lists) {
+                Ok(rule) => rules.push(rule),
+                Err((field, e)) => faults.push(anyhow::anyhow!("{origin}: line {line}: {name}: {field}: {e:#}")),
+            }
         }
         let mut names = std::collections::BTreeSet::new();
         for r in &rules {
-            ensure!(names.insert(&r.name), "{origin}: line {}: rule name {:?} is used twice", r.line, r.name);
+            if !names.insert(&r.name) {
+                faults.push(anyhow::anyhow!("{origin}: line {}: rule name {:?} is used twice", r.line, r.name));
+            }
         }
+        xnf_core::files::all_faults(faults)?;
         Ok(RuleSet { default_drop, lists: raw.lists, rules })
     }
 }

@@ -259,29 +259,52 @@ impl Config {
         let mut services = Vec::with_capacity(raw.service.len());
         let mut warnings = Vec::new();
         let lines = Lines::new(text);
+        // Every service and backend is checked: each fault is named, not
+        // only the first.
+        let mut faults = Vec::new();
         for (i, spanned) in raw.service.iter().enumerate() {
             let line = lines.of(spanned.span().start);
             let r = spanned.get_ref();
             let name = r.name.clone().filter(|n| is_name(n)).unwrap_or_else(|| format!("service {}", i + 1));
-            let s = check_service(r, &name, line).map_err(|(field, e)| at(origin, line, &name, field, e))?;
-            let backends = r.backend.iter().enumerate().map(|(j, b)| {
+            let s = match check_service(r, &name, line) {
+                Ok(s) => s,
+                Err((field, e)) => {
+                    faults.push(at(origin, line, &name, field, e));
+                    continue;
+                }
+            };
+            let mut backends = Vec::with_capacity(r.backend.len());
+            for (j, b) in r.backend.iter().enumerate() {
                 let bline = lines.of(b.span().start);
                 let bname = match b.get_ref().address.as_deref().map(str::parse::<IpAddr>) {
                     Some(Ok(a)) => format!("{name}/{a}"),
                     _ => format!("{name}/backend {}", j + 1),
                 };
-                check_backend(b.get_ref(), &s, bline).map_err(|(field, e)| at(origin, bline, &bname, field, e))
-            });
-            let s = Service { backends: backends.collect::<Result<_>>()?, ..s };
-            check_backends(&s).map_err(|(field, e)| at(origin, line, &name, field, e))?;
+                match check_backend(b.get_ref(), &s, bline) {
+                    Ok(b) => backends.push(b),
+                    Err((field, e)) => faults.push(at(origin, bline, &bname, field, e)),
+                }
+            }
+            if backends.len() < r.backend.len() {
+                continue;
+            }
+            let s = Service { backends, ..s };
+            if let Err((field, e)) = check_backends(&s) {
+                faults.push(at(origin, line, &name, field, e));
+                continue;
+            }
             warnings.extend(warn(&s).into_iter().map(|(field, w)| format!("{origin}: line {line}: {name}: {field}: {w}")));
             services.push(s);
         }
-        check_file(&services, origin)?;
         let encap = match &raw.encap {
             None => Encap::default(),
-            Some(e) => check_encap(e.get_ref()).map_err(|(field, e2)| at(origin, lines.of(e.span().start), "encap", field, e2))?,
+            Some(e) => check_encap(e.get_ref()).unwrap_or_else(|(field, e2)| {
+                faults.push(at(origin, lines.of(e.span().start), "encap", field, e2));
+                Encap::default()
+            }),
         };
+        xnf_core::files::all_faults(faults)?;
+        check_file(&services, origin)?;
         Ok((Config { services, encap }, warnings))
     }
 

@@ -117,3 +117,13 @@ fn too_many_lists_are_refused() {
     let e = RuleSet::parse(&format!("[lists]\n{lists}"), "lists.toml").unwrap_err().to_string();
     assert_eq!(e, "lists.toml: [lists]: 9 lists; at most 8");
 }
+
+#[test]
+fn every_bad_rule_is_named_one_per_line() {
+    let text =
+        "[[rule]]\nname = \"a\"\naction = \"reject\"\n[[rule]]\nname = \"ok\"\naction = \"drop\"\n[[rule]]\nname = \"b\"\ndport = 80\naction = \"drop\"\n";
+    let e = RuleSet::parse(text, "r.toml").unwrap_err().to_string();
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 2, "{e}");
+    assert!(lines[0].starts_with("r.toml: line 1: a: action") && lines[1].starts_with("r.toml: line 7: b: dport"), "{e}");
+}

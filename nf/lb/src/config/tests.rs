@@ -217,3 +217,13 @@ fn limits() {
     let text = format!("[[service]]\nname = \"s\"\nvip = \"198.18.0.1\"\nproto = \"udp\"\n{backends}");
     assert_eq!(error(&text), "lb.toml: line 1: s: backend: 4097 backends; at most 4096");
 }
+
+#[test]
+fn every_bad_service_and_backend_is_named_one_per_line() {
+    let text = "[[service]]\nname = \"a\"\nvip = \"198.18.0.10\"\nproto = \"sctp\"\n[[service.backend]]\naddress = \"198.18.1.1\"\n\
+                [[service]]\nname = \"b\"\nvip = \"198.18.0.11\"\nproto = \"tcp\"\n[[service.backend]]\naddress = \"198.18.1.1\"\nweight = 70000\n";
+    let e = format!("{:#}", parse(text).unwrap_err());
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 2, "{e}");
+    assert!(lines[0].contains("line 1: a: proto") && lines[1].contains("b/198.18.1.1: weight"), "{e}");
+}
