@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all build demo demo-containers peers test test-host test-kernels fmt fmt-check fuzz clippy clean man
+.PHONY: all build demo demo-containers peers test test-host test-kernels fmt fmt-check fuzz clippy clean man deb
 
 all: build
 
@@ -85,6 +85,14 @@ fuzz: deps-test
 man: build
 	@rm -rf target/man
 	$(XNF) man --out target/man/man1
+
+## deb: the Debian packages of the release build, made with dpkg-deb alone
+## (scripts/deb.sh): target/deb/xnf_VERSION_ARCH.deb (xnf, xnf-cni, the
+## systemd unit, man pages, completions, /etc/xnf/xnf.toml as a conffile)
+## and target/deb/xnf-lab_VERSION_ARCH.deb. Installs nothing: `apt install
+## ./target/deb/xnf_*.deb`.
+deb: build man
+	@scripts/deb.sh --man target/man/man1 --out target/deb
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

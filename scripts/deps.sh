@@ -23,7 +23,11 @@ demo=("${build[@]}" iproute2 ethtool)
 containers=("${demo[@]}" podman containernetworking-plugins runc busybox-static)
 # Everything else a test runs: nftables (filter, lb and lab variants),
 # iperf3 (lab stack), BIRD 2 (lab bgp), chromium (report screenshots).
-test=("${containers[@]}" nftables iperf3 bird2 chromium)
+test=("${containers[@]}" nftables iperf3 bird2 chromium
+	# The packaging tests: systemd-analyze verify of the unit (systemd), man
+	# in the package's throwaway root (man-db), the DaemonSet checked against
+	# the Kubernetes API's models (python3-kubernetes, python3-yaml).
+	systemd man-db python3-kubernetes python3-yaml)
 
 group=${1:-}
 case $group in

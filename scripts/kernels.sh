@@ -163,6 +163,9 @@ skip_reason() {
 	chain-podman) echo "a real container runtime (podman, runc, CNI plugins) needs the host's cgroups and storage; what it drives in the kernel is tested in the guest by chain-netns and chain-packets" ;;
 	lb-netns) echo "5 min under emulation; the lb's BPF is tested in the guest by lb-packets, lb-fuzz, lb-decap and lb-decap_netns, veth XDP by every other *-netns" ;;
 	netns) echo "the topology library's own tests; every *-netns binary in the guest builds its topologies with it" ;;
+	xnf-deb | xnf-deploy) echo "the Debian package, the unit and the manifests (dpkg in a throwaway root, schemas): no kernel code" ;;
+	xnf-docs | xnf-lab) echo "man pages, completions and how xnf runs xnf-lab: no kernel code" ;;
+	testrun-layout) echo "the source tree's import graph: no kernel code" ;;
 	*) return 1 ;;
 	esac
 }
