@@ -27,7 +27,9 @@ test=("${containers[@]}" nftables iperf3 bird2 chromium
 	# The packaging tests: systemd-analyze verify of the unit (systemd), man
 	# in the package's throwaway root (man-db), the DaemonSet checked against
 	# the Kubernetes API's models (python3-kubernetes, python3-yaml).
-	systemd man-db python3-kubernetes python3-yaml)
+	systemd man-db python3-kubernetes python3-yaml
+	# promtool, which judges xnf daemon's /metrics (in prometheus).
+	prometheus)
 
 group=${1:-}
 case $group in
