@@ -87,6 +87,17 @@ pub fn xnf_ok(ns: &Netns, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs xnf and insists it fails naming each fault on a line of its own
+/// (`xnf: error: ...`); returns those lines.
+pub fn xnf_errs(ns: &Netns, args: &[&str]) -> Vec<String> {
+    let out = xnf(ns, args);
+    assert!(!out.status.success(), "xnf {args:?} should have failed");
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let errors: Vec<String> = err.lines().filter(|l| !l.starts_with("xnf: warning") && !l.starts_with("xnf: removed ")).map(String::from).collect();
+    assert!(!errors.is_empty() && errors.iter().all(|l| l.starts_with("xnf: error: ")), "xnf {args:?}: want one `xnf: error:` line per fault, got {err:?}");
+    errors
+}
+
 /// Runs xnf and insists it fails with a one-line error; returns the line.
 pub fn xnf_err(ns: &Netns, args: &[&str]) -> String {
     let out = xnf(ns, args);

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use xnf_netns::{ifname, veth, Netns, Offload};
-use xnf_testrun::cli::{wait_for, xnf, xnf_err, xnf_ip_netns_exec_ok, xnf_ok, TempFiles};
+use xnf_testrun::cli::{wait_for, xnf, xnf_errs, xnf_ip_netns_exec_ok, xnf_ok, TempFiles};
 
 const VIP4: &str = "198.18.100.1";
 const VIP6: &str = "2001:db8:100::1";
@@ -297,8 +297,10 @@ fn a_bad_service_file_changes_nothing_and_two_applies_at_once_leave_one_file_who
     let lab = Lab::new("bad", "ipip");
     let before = xnf_ok(&lab.lb, &["lb", "status", "--json"]);
     let bad = services("ipip", &[1, 1, 1]).replace("weight = 1\n", "weight = 70000\n");
-    let err = xnf_err(&lab.lb, &["lb", "apply", &lab.files.write("bad.toml", &bad)]);
-    assert!(err.contains("line ") && err.contains("weight"), "the error does not name the line and field: {err}");
+    // Nine backends of three services, each named on a line of its own.
+    let errs = xnf_errs(&lab.lb, &["lb", "apply", &lab.files.write("bad.toml", &bad)]);
+    assert_eq!(errs.len(), 9, "{errs:#?}");
+    assert!(errs.iter().all(|e| e.contains("line ") && e.contains("weight: 70000")), "an error does not name the line and field: {errs:#?}");
     assert_eq!(xnf_ok(&lab.lb, &["lb", "status", "--json"]), before, "a refused file changed the status");
     let (_, who) = lab.connect(VIP4);
     assert!(who < BACKENDS);
