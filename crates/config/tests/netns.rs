@@ -54,9 +54,9 @@ impl Drop for Boxed {
     }
 }
 
-/// Every map pinned under `dir`, read whole: key -> value bytes; a map of
-/// maps by its inner maps' contents (their ids change with every swap), a
-/// per-CPU map by every CPU's value.
+/// Every map pinned under `dir` but the counters, read whole: key -> value
+/// bytes; a map of maps by its inner maps' contents (their ids change with
+/// every swap).
 /// Pinned map (path under the namespace's folder) -> its (key, value) pairs.
 type Pins = BTreeMap<String, Vec<(Vec<u8>, Vec<u8>)>>;
 
@@ -91,7 +91,11 @@ fn dump(dir: &Path) -> Pins {
             if p.is_dir() {
                 stack.push(p);
             } else if let Ok(m) = MapHandle::from_pinned_path(&p) {
-                if m.map_type() != MapType::RingBuf {
+                // Counters (every per-CPU map) move with any frame, the
+                // namespace's own IPv6 neighbour discovery included: what
+                // the box is, is in the others.
+                let counters = matches!(m.map_type(), MapType::PercpuArray | MapType::PercpuHash | MapType::LruPercpuHash);
+                if m.map_type() != MapType::RingBuf && !counters {
                     out.insert(p.strip_prefix(dir).unwrap().display().to_string(), read(&m));
                 }
             }

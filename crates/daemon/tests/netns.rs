@@ -48,6 +48,21 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Polls `cond` for up to 300 s: the daemon's applies load programs
+    /// through the verifier, which a software-emulated guest of the kernel
+    /// matrix runs ten times slower than the host. Fails at once, with the
+    /// daemon's log, if the daemon exits.
+    fn wait(&mut self, what: &str, mut cond: impl FnMut() -> bool) {
+        let t0 = std::time::Instant::now();
+        while !cond() {
+            if let Ok(Some(status)) = self.child.0.try_wait() {
+                panic!("the daemon exited ({status}) while waiting for {what}:\n{}", self.log());
+            }
+            assert!(t0.elapsed().as_secs() < 300, "timed out waiting for {what}; the daemon's log:\n{}", self.log());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child.
         assert_eq!(unsafe { libc_kill(self.child.0.id() as i32, sig) }, 0);
@@ -93,8 +108,8 @@ fn metrics_move_by_what_was_sent_and_promtool_accepts_them() {
     let files = TempFiles::new("daemon");
     let (port, drop_port) = (9461, 9999);
     let f = files.write("xnf.toml", &box_file(&r, drop_port, port));
-    let d = Daemon::start(r.dut(), &f, &files);
-    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
     assert_eq!(get(r.dut(), port, "/healthz").map(|(c, _)| c), Some(200));
     r.resolve_sink();
     let g = &r.line.dut_gen_if;
@@ -132,16 +147,18 @@ fn reloads_keep_traffic_and_a_bad_file_keeps_the_running_configuration() {
     let files = TempFiles::new("daemon");
     let port = 9462;
     let f = files.write("xnf.toml", &box_file(&r, 9999, port));
-    let d = Daemon::start(r.dut(), &f, &files);
-    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
     r.resolve_sink();
     // A changed file is applied by itself.
     std::fs::write(&f, box_file(&r, 7777, port)).unwrap();
-    wait_for("the changed file to be applied", || xnf_ok(r.dut(), &["show"]).contains("dport = 7777"));
+    d.wait("the changed file to be applied", || xnf_ok(r.dut(), &["show"]).contains("dport = 7777"));
     // SIGHUP with a file that does not check: logged, nothing changes.
     std::fs::write(&f, box_file(&r, 7777, port).replace("fib = \"cache\"", "fib = \"fast\"")).unwrap();
     d.signal(1);
-    wait_for("the bad file to be refused", || d.log().contains("event=check result=error") && d.log().contains("fast"));
+    let log = d.log.clone();
+    let logged = move || std::fs::read_to_string(&log).unwrap_or_default();
+    d.wait("the bad file to be refused", || logged().contains("event=check result=error") && logged().contains("fast"));
     let shown = xnf_ok(r.dut(), &["show"]);
     assert!(shown.contains("dport = 7777") && shown.contains("fib = \"cache\""), "{shown}");
     assert_eq!(r.send_udp(false, 100), 100, "traffic after the refused reload");
@@ -164,21 +181,23 @@ fn starting_on_what_runs_adopts_it_without_a_frame_lost_or_slow_pathed() {
     let f = files.write("xnf.toml", &box_file(&r, 9999, port));
     xnf_ok(r.dut(), &["apply", &f]);
     r.resolve_sink();
-    let (redir, fw, passed) = (r.redirected(), r.forw_v4(), r.ingress_stats()["packets"]["pass"].as_u64().unwrap());
+    let (redir, fw) = (r.redirected(), r.forw_v4());
     const N: usize = 20_000;
     let d = std::thread::scope(|s| {
         let traffic = s.spawn(|| r.send_udp(false, N));
         // Start it while the traffic flows.
         std::thread::sleep(std::time::Duration::from_millis(200));
-        let d = Daemon::start(r.dut(), &f, &files);
-        wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+        let mut d = Daemon::start(r.dut(), &f, &files);
+        d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
         assert_eq!(traffic.join().unwrap(), N, "frames lost while the daemon started");
         d
     });
     assert!(d.log().contains("event=apply result=ok changes=0"), "the daemon changed something:\n{}", d.log());
     assert_eq!(r.redirected() - redir, N as u64, "every frame forwarded in XDP");
+    // Not one of them took the kernel's path (the router's own `pass`
+    // also counts the namespace's IPv6 neighbour discovery, which has
+    // nothing to do with this traffic).
     assert_eq!(r.forw_v4(), fw, "the kernel forwarded some");
-    assert_eq!(r.ingress_stats()["packets"]["pass"].as_u64().unwrap(), passed, "frames left to the kernel");
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
 }
@@ -190,13 +209,13 @@ fn an_interface_named_in_the_file_gets_its_functions_when_it_appears() {
     let port = 9464;
     let text = box_file(&r, 9999, port).replace(&format!("\"{}\"]\nfib", r.line.dut_sink_if), &format!("\"{}\", \"xnfdlate0\"]\nfib", r.line.dut_sink_if));
     let f = files.write("xnf.toml", &text);
-    let d = Daemon::start(r.dut(), &f, &files);
-    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
     assert!(d.log().contains("xnfdlate0 does not exist (yet)"), "{}", d.log());
     assert!(!xnf_ok(r.dut(), &["show"]).contains("xnfdlate0"));
     r.dut().ip(&["link", "add", "xnfdlate0", "type", "veth", "peer", "name", "xnfdlate1"]).unwrap();
     r.dut().ip(&["link", "set", "xnfdlate0", "up"]).unwrap();
-    wait_for("the router on the new interface", || xnf_ok(r.dut(), &["show"]).contains("xnfdlate0"));
+    d.wait("the router on the new interface", || xnf_ok(r.dut(), &["show"]).contains("xnfdlate0"));
     assert!(d.log().contains("cause=interfaces-changed"), "{}", d.log());
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
@@ -209,15 +228,15 @@ fn decap_follows_the_namespaces_addresses() {
     let port = 9465;
     let text = box_file(&r, 9999, port) + &format!("\n[decap]\ninterfaces = [\"{}\"]\n", r.line.dut_sink_if);
     let f = files.write("xnf.toml", &text);
-    let d = Daemon::start(r.dut(), &f, &files);
-    wait_for("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
     let locals = || {
         let status: serde_json::Value = serde_json::from_str(&xnf_ok(r.dut(), &["lb", "decap", "status", "--json"])).unwrap();
         status["locals"].to_string()
     };
     assert!(!locals().contains("198.18.77.1"));
     r.dut().addr_add(&r.line.dut_sink_if, "198.18.77.1/24").unwrap();
-    wait_for("decap to take the new address", || locals().contains("198.18.77.1"));
+    d.wait("decap to take the new address", || locals().contains("198.18.77.1"));
     assert!(d.log().contains("event=decap-locals added=1"), "{}", d.log());
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
