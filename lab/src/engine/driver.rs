@@ -8,10 +8,12 @@
 //! options checked (common + the experiment's)
 //! topology loaded, adapted, built (again when the point's queues change)
 //! for each point (the product of the sweeps):
-//!     point set-up (routes, a ruleset), the generator's frames
+//!     point set-up (routes, a ruleset), the generator's frames (if any)
 //!     for each run, variants alternated:
 //!         variant set-up -> generator -> probe: full speed, load steps,
 //!         zero-loss search (intervals, each read after a drain) -> samples
+//!           (or the variant's own measurement: a latency distribution,
+//!           the window of a route change, the flows a change moved)
 //!         generator paused and stopped -> variant finished (checks, teardown)
 //! summaries, ratios, notes -> Results (JSON / CSV -> report)
 //! ```
@@ -153,8 +155,9 @@ impl<T> Guard for T {}
 pub struct AtPoint<'a> {
     /// Dropped after the point's last run (routes, a ruleset).
     pub guard: Box<dyn Guard + 'a>,
-    /// The generator's frames at this point.
-    pub traffic: GenConfig,
+    /// The generator's frames at this point (None: no generator; the
+    /// variants measure themselves, [`Running::measure`]).
+    pub traffic: Option<GenConfig>,
     /// Notes on the point (the driver prefixes its label).
     pub notes: Vec<String>,
 }
@@ -162,14 +165,44 @@ pub struct AtPoint<'a> {
 impl AtPoint<'_> {
     /// Nothing to set up, only the generator's frames.
     pub fn traffic(traffic: GenConfig) -> AtPoint<'static> {
-        AtPoint { guard: Box::new(()), traffic, notes: Vec::new() }
+        AtPoint { guard: Box::new(()), traffic: Some(traffic), notes: Vec::new() }
     }
+
+    /// `guard` held for the point's runs, no generator.
+    pub fn without_traffic<'a>(guard: impl Guard + 'a) -> AtPoint<'a> {
+        AtPoint { guard: Box::new(guard), traffic: None, notes: Vec::new() }
+    }
+}
+
+/// What a variant's measurement is given.
+pub struct Measuring<'m> {
+    /// The point's generator, sending at full speed (None: the point has no traffic).
+    pub gens: Option<&'m super::Generator>,
+    pub labels: &'m Labels,
+    pub timing: &'m Timing,
+    pub plan: &'m measure::Plan,
+    pub pg: &'m mut Progress,
 }
 
 /// A variant set up at a point for one run.
 pub trait Running {
-    /// Where its frames are counted; may borrow from the set-up.
-    fn counters(&self) -> Result<Counters<'_>>;
+    /// Where its frames are counted; may borrow from the set-up (only
+    /// asked by the default [`measure`](Self::measure)).
+    fn counters(&self) -> Result<Counters<'_>> {
+        anyhow::bail!("this variant measures itself and has no counters")
+    }
+
+    /// Measures the variant: by default full speed, the load curve and the
+    /// zero-loss search at its [`counters`](Self::counters). An experiment
+    /// whose quantity is not a rate at a counter (a latency distribution,
+    /// the window of a route change, the flows a change moved) measures
+    /// here itself, returning its samples (maybe none) and keeping the
+    /// rest for [`Experiment::finish`].
+    fn measure(&self, m: Measuring) -> Result<measure::Measured> {
+        let gens = m.gens.context("the point has no traffic to measure this variant's counters with")?;
+        let probe = Probe { gens, counters: self.counters()? };
+        measure::variant(&probe, m.labels, m.timing, m.plan, m.pg)
+    }
 
     /// Called once the generator has stopped, with the run's samples (the
     /// full-speed one first): checks that refuse the run, teardown that can
@@ -214,6 +247,12 @@ pub trait Experiment: Serialize {
     /// does not take).
     fn plan(&self, common: measure::Plan) -> Result<measure::Plan> {
         Ok(common)
+    }
+
+    /// Planned seconds of one variant's measurement at one point and run,
+    /// for the progress bar.
+    fn planned_seconds(&self, t: &Timing, plan: &measure::Plan) -> f64 {
+        measure::planned_seconds(t, plan)
     }
 
     /// Changes the topology before it is built.
@@ -297,7 +336,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     let points = points(e);
     let timing = c.timing();
     let plan = e.plan(c.plan())?;
-    let per_variant = measure::planned_seconds(&timing, &plan);
+    let per_variant = e.planned_seconds(&timing, &plan);
     let mut pg = Progress::new(per_variant * (points.len() * variants.len() * c.runs as usize) as f64);
     let mut res = Results::new(E::NAME, &c.record(cpus, e), e.params());
     let mut zl = Vec::new();
@@ -324,16 +363,16 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                 let l = Labels { variant: v.name(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({label}), run {}/{}, {}", pi + 1, points.len(), run + 1, c.runs, l.variant));
                 let running = e.set_up(t, point, v, cpus, &pg)?;
-                let gens = measure::start_generators(gen_ns, &gen_if, &at.traffic, &gen_cpus, 0)?;
-                let probe = Probe { gens: &gens, counters: running.counters()? };
-                let measured = measure::variant(&probe, &l, &timing, &plan, &mut pg)?;
-                drop(probe);
-                // Paused before stopping: a live-frame call sized while
-                // paused (cheap tries) would otherwise run its many tries at
-                // full speed before the stop flag is seen, tens of seconds
-                // on a slow path.
-                gens.set_rate(measure::PAUSED)?;
-                gens.stop()?;
+                let gens = at.traffic.as_ref().map(|tr| measure::start_generators(gen_ns, &gen_if, tr, &gen_cpus, 0)).transpose()?;
+                let measured = running.measure(Measuring { gens: gens.as_ref(), labels: &l, timing: &timing, plan: &plan, pg: &mut pg })?;
+                if let Some(gens) = gens {
+                    // Paused before stopping: a live-frame call sized while
+                    // paused (cheap tries) would otherwise run its many
+                    // tries at full speed before the stop flag is seen,
+                    // tens of seconds on a slow path.
+                    gens.set_rate(measure::PAUSED)?;
+                    gens.stop()?;
+                }
                 running.finish(&measured.samples).with_context(|| l.variant.clone())?;
                 measure::record(&mut res, &mut zl, &l, measured, c.profiling.flame.as_deref())?;
                 pg.advance(per_variant);

@@ -95,7 +95,7 @@ impl Probe<'_> {
     }
 
     /// Waits, the generator paused, until the path has drained: the receive
-    /// counter the same 20 ms apart (at most a second). A kernel path drains
+    /// counter unchanged for 40 ms (at most a second). A kernel path drains
     /// in microseconds; a user-space receiver may still be working through
     /// its socket buffer or RX ring, which would otherwise count frames of
     /// this interval into the next one.
@@ -151,20 +151,23 @@ impl Probe<'_> {
     }
 }
 
-/// Waits 50 ms, then until `count` reads the same 20 ms apart (at most
-/// `max` longer): what was in flight has arrived.
+/// Waits 50 ms, then until `count` reads the same three times 20 ms apart
+/// (at most `max` longer): what was in flight has arrived. One unchanged
+/// read is not enough on a busy 2-CPU machine: a user-space receiver
+/// descheduled for 20 ms still has its socket buffer to read, and those
+/// frames would count into the next interval (seen in CI: 28 more
+/// received than sent).
 pub fn until_still(count: &dyn Fn() -> Result<u64>, max: Duration) -> Result<()> {
     std::thread::sleep(Duration::from_millis(50));
     let t0 = Instant::now();
-    let mut last = count()?;
-    loop {
+    let (mut last, mut still) = (count()?, 0);
+    while still < 2 && t0.elapsed() <= max {
         std::thread::sleep(Duration::from_millis(20));
         let now = count()?;
-        if now == last || t0.elapsed() > max {
-            return Ok(());
-        }
+        still = if now == last { still + 1 } else { 0 };
         last = now;
     }
+    Ok(())
 }
 
 /// The generator's rate while paused (1 frame per second per CPU: the

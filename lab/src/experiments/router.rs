@@ -327,7 +327,7 @@ impl Experiment for Router {
         }
         let nft = if p.flag("netfilter")? { Some(Netfilter::load(dut)?) } else { None };
         // Dropped in order: the VLAN devices last, after what uses them.
-        Ok(AtPoint { traffic: template(t, p, &dsts)?, guard: Box::new((nft, routes, tagged)), notes })
+        Ok(AtPoint { traffic: Some(template(t, p, &dsts)?), guard: Box::new((nft, routes, tagged)), notes })
     }
 
     /// With tagged points, the sink also counts the tags it sees

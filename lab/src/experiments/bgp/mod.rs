@@ -337,7 +337,7 @@ impl Experiment for Bgp {
             format!("churn: {} prefixes in {groups} groups of {group_len}, {}/s prefix changes while measuring", groups * group_len, self.churn),
         ];
         *self.state.lock().unwrap() = Some(PointState { plan, ctl: dir.path().join("peer.ctl"), groups, group_len, total });
-        Ok(AtPoint { traffic, guard: Box::new((dutd, peer, dir)), notes })
+        Ok(AtPoint { traffic: Some(traffic), guard: Box::new((dutd, peer, dir)), notes })
     }
 
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {

@@ -195,7 +195,7 @@ impl Experiment for Stack {
         };
         notes.extend(self.iperf3.lock().expect("lock").at(&path, p, &label, p.u32("size")?, pg));
         let traffic = measure::udp_traffic(t, p)?;
-        Ok(AtPoint { guard: Box::new(co), traffic, notes })
+        Ok(AtPoint { guard: Box::new(co), traffic: Some(traffic), notes })
     }
 
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, cpus: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
