@@ -28,6 +28,8 @@
 #include "xnf/parse.h"
 #include "xnf/csum.h"
 #include "xnf/fib.h"
+#define XNF_NEIGH_OWN_EPOCH
+#include "xnf/neigh_use.h"
 #include "chain.h"
 
 /* Not used by the program: puts these types into BTF, so that the skeleton
@@ -356,6 +358,9 @@ static __always_inline __u32 route_out(struct xdp_md *ctx, const struct xnf_chai
 		*reason = XNF_R_MALFORMED; /* unreachable: checked by the parser */
 		return XDP_DROP;
 	}
+	/* Sent past the kernel's output path: keep the neighbour confirmed
+	 * as that path would (neigh_use.h). */
+	xnf_neigh_used(p.ifindex, p.dmac);
 	return XDP_REDIRECT;
 }
 

@@ -47,6 +47,8 @@
 #include "xnf/parse.h"
 #include "xnf/csum.h"
 #include "xnf/stage.h"
+#define XNF_NEIGH_OWN_EPOCH
+#include "xnf/neigh_use.h"
 #include "lb.h"
 #include "flowhash.h"
 #include "encap.h"
@@ -399,6 +401,11 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 	if (trim_trailer(ctx, c->len - c->pkt.ip_end) ||
 	    xnf_lb_encap(ctx, &c->pkt, c->hash, s, b, src, b->has_mac ? b->mac : fib.dmac, fib.smac))
 		return to_kernel(c, XNF_LB_ERROR);
+	/* Sent past the kernel's output path: keep the neighbour the route
+	 * gave confirmed as that path would (neigh_use.h); a backend with
+	 * its own MAC has no neighbour entry to keep. */
+	if (!b->has_mac)
+		xnf_neigh_used(ifindex, fib.dmac);
 	if (ifindex == ctx->ingress_ifindex) {
 		count(c, XNF_LB_TX);
 		return XDP_TX;

@@ -72,3 +72,31 @@ static __always_inline void xnf_neigh_stamp(__u32 slot, __u32 epoch)
 	if (stamp && *stamp != epoch)
 		*stamp = epoch;
 }
+
+/*
+ * Programs without a control word of their own (the chain's exit, the lb)
+ * keep the epoch in a one-entry array of their own, moved on by the
+ * daemon's neighbour refresher (crates/core/src/neigh.rs). The router
+ * reads its epoch from fib_ctl, which it reads anyway. Costs a forwarded
+ * frame two array loads and the hash; no write once its slot holds the
+ * epoch.
+ */
+#ifdef XNF_NEIGH_OWN_EPOCH
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u32);
+} neigh_epoch SEC(".maps");
+
+/* A frame is sent out of @ifindex to @mac. */
+static __always_inline void xnf_neigh_used(__u32 ifindex, const __u8 *mac)
+{
+	__u32 zero = 0;
+	__u32 *epoch = bpf_map_lookup_elem(&neigh_epoch, &zero);
+
+	if (epoch)
+		xnf_neigh_stamp(xnf_neigh_use_slot(ifindex, mac), *epoch);
+}
+#endif

@@ -14,6 +14,7 @@ pub mod files;
 pub mod fwd;
 pub mod lifecycle;
 pub mod maps;
+pub mod neigh;
 pub mod procstat;
 pub mod runtime;
 pub mod sources;

@@ -6,8 +6,9 @@
 //! log line per fault. It follows the router (the VLAN, MAC and source
 //! tables, the route cache's lease and generations, neighbour
 //! confirmation: the follower's loop, in a thread of its own instead of
-//! an `xnf router follow` process) and decap's local addresses, serves `/metrics`, `/healthz` and
-//! `/readyz`, and tells systemd when it is ready and alive (`Type=notify`,
+//! an `xnf router follow` process), the same neighbour confirmation for
+//! the chain's exit and the lb (`neigh`), and decap's local addresses,
+//! serves `/metrics`, `/healthz` and `/readyz`, and tells systemd when it is ready and alive (`Type=notify`,
 //! watchdog).
 //!
 //! The data plane never needs it: programs and maps are pinned. Killed
@@ -22,6 +23,7 @@
 
 mod http;
 mod metrics;
+mod neigh;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,6 +172,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     health.ready.store(true, Ordering::Relaxed);
     let mut follower = Follower::default();
     follower.keep();
+    neigh::spawn();
     notify(&[NotifyState::Ready, NotifyState::Status("applied")]);
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
     let (mut last_dog, mut last_check) = (Instant::now(), Instant::now());

@@ -241,3 +241,63 @@ fn decap_follows_the_namespaces_addresses() {
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
 }
+
+/// The lb sends to its backends past the kernel's output path, so nothing
+/// but the daemon moves a STALE neighbour it sends to towards a probe
+/// (neigh_use.h): a backend that changes its MAC without telling anyone
+/// is learnt again while the lb keeps sending to it, as the router's
+/// follower does for the router (nf/router/tests/neigh.rs says how the
+/// entry is made STALE and why the probe timers are shortened). Without
+/// the daemon's part the entry stays STALE with the old MAC for ever.
+#[test]
+fn the_lb_keeps_the_backends_it_sends_to_confirmed() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let port = 9466;
+    let (g, s) = (&r.line.dut_gen_if, &r.line.dut_sink_if);
+    for (key, value) in [("delay_first_probe_time", "1"), ("retrans_time_ms", "200")] {
+        r.dut().sysctl_set(&format!("net.ipv4.neigh.{s}.{key}"), value).unwrap();
+    }
+    // The outer sources are not dut's own: frames the lb leaves to the
+    // kernel while the neighbour is unresolved (FAILED after the probes
+    // to the old MAC) are forwarded and resolve it; from one of dut's
+    // addresses the kernel would drop them as martians.
+    let (vip, backend) = ("198.18.100.1", r.line.sink_v4);
+    r.line.gen().ip(&["route", "add", &format!("{vip}/32"), "via", &r.line.dut_gen_v4.to_string()]).unwrap();
+    let text = format!(
+        "[daemon]\nlisten = \"127.0.0.1:{port}\"\n\n[lb]\ninterfaces = [\"{g}\", \"{s}\"]\n[lb.services.encap]\nsource_v4 = \"198.18.255.0/24\"\n\
+         [[lb.services.service]]\nname = \"udp\"\nvip = \"{vip}\"\nproto = \"udp\"\nmode = \"ipip\"\n[[lb.services.service.backend]]\naddress = \"{backend}\"\n"
+    );
+    let f = files.write("xnf.toml", &text);
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    let log = d.log.clone();
+    d.wait("the lb's neighbour refresher", || std::fs::read_to_string(&log).unwrap_or_default().contains("event=neighbours nf=lb state=started"));
+    r.resolve_sink();
+    let tx = r.gen_socket(false);
+    let to: std::net::SocketAddr = format!("{vip}:7").parse().unwrap();
+    let redirected = || -> u64 {
+        let c: serde_json::Value = serde_json::from_str(&xnf_ok(r.dut(), &["lb", "stats", "--json"])).unwrap();
+        c["counters"]["redirect"].as_u64().unwrap_or_else(|| panic!("no redirect counter in {c}"))
+    };
+    let before = redirected();
+    xnf_testrun::cli::send_paced(&tx, to, 20);
+    assert_eq!(redirected() - before, 20, "the lb did not send the VIP's datagrams to the backend in XDP");
+
+    // The backend takes another MAC and says nothing; dut's entry keeps
+    // the old one, STALE, as its reachable timer would leave it.
+    const NEW_MAC: &str = "02:00:00:00:5e:12";
+    r.line.sink().ip(&["link", "set", "dev", &r.line.sink_if, "address", NEW_MAC]).unwrap();
+    r.dut().ip(&["neigh", "replace", &backend.to_string(), "dev", s, "lladdr", &r.line.sink_mac.to_string(), "nud", "stale"]).unwrap();
+    let entry = || String::from_utf8_lossy(&r.dut().ip(&["neigh", "show", &backend.to_string(), "dev", s]).unwrap().stdout).to_string();
+    assert!(entry().contains("STALE"), "{}", entry());
+    d.wait("dut to learn the backend's new MAC while the lb sends to it", || {
+        xnf_testrun::cli::send_paced(&tx, to, 5);
+        entry().contains(NEW_MAC)
+    });
+    let before = redirected();
+    xnf_testrun::cli::send_paced(&tx, to, 20);
+    assert_eq!(redirected() - before, 20, "after the new MAC was learnt, the lb's datagrams went through the kernel");
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}

@@ -272,6 +272,12 @@ pub fn counters() -> Result<Snapshot> {
     report::snapshot(&Locked::open()?.reg)
 }
 
+/// The neighbour table of the chain's exit (the neighbours it sends to, for the
+/// daemon to keep confirmed); None when it has no state here.
+pub fn neigh_table() -> Result<Option<xnf_core::neigh::Table>> {
+    Ok(xnf_core::lifecycle::Lifecycle::<program::Chain>::maps()?.map(|m| xnf_core::neigh::Table { stamps: m.neigh_use, epoch: m.neigh_epoch }))
+}
+
 /// The host end of NF `name` as the registry has it (a runtime's CNI
 /// plugin may have named it, not [`host_ifname`]); None without that NF.
 pub fn nf_host_port(name: &str) -> Result<Option<String>> {

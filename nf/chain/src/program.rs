@@ -219,6 +219,10 @@ xnf_core::pinned_maps! {
         nf_stats,
         locals,
         locals_filter,
+        /// Neighbours the program sends to, and the epoch it stamps with
+        /// (neigh_use.h; the daemon keeps them confirmed).
+        pub neigh_use,
+        pub neigh_epoch,
     }
 }
 

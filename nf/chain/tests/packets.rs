@@ -408,7 +408,10 @@ fn expected_delta(c: &Case) -> BTreeMap<String, u64> {
 fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
     let (prog, maps) = f.load().expect("chain program loads");
     let mut failures = Vec::new();
-    for c in cases {
+    for (i, c) in cases.iter().enumerate() {
+        // An epoch per case: the slots stamped with it are this case's.
+        let epoch = i as u32 + 1;
+        libbpf_rs::MapCore::update(&maps.neigh_epoch, &0u32.to_ne_bytes(), &epoch.to_ne_bytes(), libbpf_rs::MapFlags::ANY).unwrap();
         let ifindex = match c.at {
             At::Ingress => f.in0,
             At::FromNfA => f.nfa,
@@ -429,6 +432,16 @@ fn run_table(f: &Fixture, cases: &[Case]) -> Vec<String> {
         let want = expected_delta(c);
         if moved != want {
             problems.push(format!("counters moved {moved:?}, want {want:?}"));
+        }
+        // A frame routed out stamps its next hop's slot, so the daemon
+        // keeps that neighbour confirmed (neigh_use.h); nothing else does.
+        let stamped = xnf_core::neigh::slots_stamped(&maps.neigh_use, epoch).unwrap();
+        let want_stamp = match c.count {
+            Count::Exit(Reason::Forwarded) => vec![xnf_core::neigh::neigh_use_slot(f.out0, NH_MAC.0)],
+            _ => Vec::new(),
+        };
+        if stamped != want_stamp {
+            problems.push(format!("neighbour slots stamped {stamped:?}, want {want_stamp:?}"));
         }
         if !problems.is_empty() {
             failures.push(format!("{}: {}", c.desc, problems.join("; ")));

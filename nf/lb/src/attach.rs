@@ -117,6 +117,12 @@ pub fn counters() -> Result<crate::program::Counters> {
     open_maps()?.counters()
 }
 
+/// The neighbour table of the lb (the neighbours it sends to, for the
+/// daemon to keep confirmed); None when it has no state here.
+pub fn neigh_table() -> Result<Option<xnf_core::neigh::Table>> {
+    Ok(Life::maps()?.map(|m| xnf_core::neigh::Table { stamps: m.neigh_use, epoch: m.neigh_epoch }))
+}
+
 /// The pinned maps, creating them (by loading an instance) when absent.
 pub(crate) fn maps_or_create() -> Result<LbMaps> {
     Life::maps_or_create()

@@ -155,6 +155,10 @@ xnf_core::pinned_maps! {
         service_stats,
         backend_stats,
         tx_ports,
+        /// Neighbours the program sends to, and the epoch it stamps with
+        /// (neigh_use.h; the daemon keeps them confirmed).
+        pub neigh_use,
+        pub neigh_epoch,
     }
 }
 

@@ -41,7 +41,7 @@ pub fn run() -> Result<()> {
     result
 }
 
-fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbours): (cache::Keeper, neigh::Refresher)) -> Result<()> {
+fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbours): (cache::Keeper, xnf_core::neigh::Refresher)) -> Result<()> {
     let mut resync = true;
     let mut last_sync = Instant::now();
     loop {
@@ -98,9 +98,9 @@ fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbour
 
 /// The route cache's keeper and the neighbour refresher, on the maps
 /// pinned in `dir` now.
-fn keepers(dir: &std::path::Path, events: &Events) -> Result<(cache::Keeper, neigh::Refresher)> {
+fn keepers(dir: &std::path::Path, events: &Events) -> Result<(cache::Keeper, xnf_core::neigh::Refresher)> {
     let keeper = cache::Keeper::start(dir, events)?;
-    Ok((keeper, neigh::Refresher::start(RouterMaps::open_pinned(dir)?)?))
+    Ok((keeper, neigh::refresher(dir)?))
 }
 
 /// Logs when a family starts or stops stepping aside from the cache.

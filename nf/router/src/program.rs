@@ -51,20 +51,11 @@ pub use xnf_core::sources::Rpf;
 /// The program's name as the kernel reports it: what the forward stage holds.
 pub const PROG_NAME: &str = "xnf_router";
 
-/// Slots of the `neigh_use` table.
-pub const NEIGH_SLOTS: u32 = types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOTS.0;
-const NEIGH_SLOT_BITS: u32 = types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOT_BITS.0;
-const _: () = assert!(1 << NEIGH_SLOT_BITS == NEIGH_SLOTS);
-
-/// A neighbour's slot (0..NEIGH_SLOTS): `xnf_neigh_use_slot` in neigh_use.h.
-pub fn neigh_use_slot(ifindex: u32, mac: [u8; 6]) -> u32 {
-    const M: [u64; 4] = [0x9e37_79b9_7f4a_7c15, 0xc2b2_ae3d_27d4_eb4f, 0x1656_67b1_9e37_79f9, 0x27d4_eb2f_1656_67c5];
-    let w = |i: usize| u16::from_ne_bytes([mac[i], mac[i + 1]]) as u64;
-    let words = [ifindex as u64, w(0), w(2), w(4)];
-    let h = words.iter().zip(M).fold(0u64, |h, (x, m)| h.wrapping_add(x.wrapping_mul(m)));
-    let h = (h ^ (h >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    (h >> (64 - NEIGH_SLOT_BITS)) as u32
-}
+/// Slots of the `neigh_use` table, and a neighbour's slot: the shared
+/// refresher's (`xnf_core::neigh`), checked against neigh_use.h here.
+pub use xnf_core::neigh::{neigh_use_slot, NEIGH_SLOTS};
+const _: () = assert!(types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOTS.0 == NEIGH_SLOTS);
+const _: () = assert!(types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOT_BITS.0 == xnf_core::neigh::NEIGH_SLOT_BITS);
 
 /// The route cache's step-aside bits for a routing shape.
 pub fn aside_bits(shape: &xnf_netns::netlink::Shape) -> u32 {
