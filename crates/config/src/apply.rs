@@ -69,9 +69,13 @@ fn clear_pending() -> Result<()> {
     }
 }
 
-/// What `xnf diff FILE` prints.
+/// What `xnf diff FILE` prints: what an apply changes, and what `xnf
+/// daemon` does to the AF_XDP applications.
 pub fn diff(want: &BoxConfig) -> Result<Vec<String>> {
-    Running::read()?.diff(want)
+    let running = Running::read()?;
+    let mut out = running.diff(want)?;
+    out.extend(running.afxdp_changes(want));
+    Ok(out)
 }
 
 /// What `xnf status` prints: what runs, and how the file at `path`
@@ -82,7 +86,8 @@ pub fn status(path: &Path) -> Result<Vec<String>> {
     out.extend(running.summary().into_iter().map(|l| format!("  {l}")));
     match crate::file::load(path) {
         Ok(want) => {
-            let diff = running.diff(&want)?;
+            let mut diff = running.diff(&want)?;
+            diff.extend(running.afxdp_changes(&want));
             if diff.is_empty() {
                 out.push(format!("{}: the box runs it", path.display()));
             } else {

@@ -23,6 +23,8 @@ pub struct Running {
     pub lb_services: Option<xnf_lb::Applied>,
     pub decap: Placement<u16>,
     pub chains: xnf_chain::ChainFile,
+    /// The AF_XDP applications `xnf daemon` supervises, as it records them.
+    pub afxdp: Vec<crate::afxdp::Record>,
 }
 
 impl Running {
@@ -35,6 +37,7 @@ impl Running {
             lb_services: if Lifecycle::<Lb>::maps()?.is_some() { xnf_lb::applied()? } else { None },
             decap: stage::running::<Decap>()?,
             chains: xnf_chain::running()?,
+            afxdp: crate::afxdp::records()?,
         })
     }
 
@@ -66,6 +69,12 @@ impl Running {
         if self.chains != xnf_chain::ChainFile::default() {
             out.push_str(&toml::to_string(&self.chains)?);
         }
+        if !self.afxdp.is_empty() {
+            if !out.is_empty() && !out.ends_with("\n\n") {
+                out.push('\n');
+            }
+            out.push_str(&crate::afxdp::show(&self.afxdp)?);
+        }
         Ok(out)
     }
 
@@ -94,7 +103,14 @@ impl Running {
         out.push(format!("decap: {}", placed(&self.decap)));
         let chains: Vec<String> = self.chains.chain.iter().map(|c| format!("{} ({} -> {})", c.name, c.ingress, c.nfs.join(" -> "))).collect();
         out.push(format!("chains: {}", if chains.is_empty() { "none".to_string() } else { chains.join(", ") }));
+        out.push(crate::afxdp::summary(&self.afxdp));
         out
+    }
+
+    /// What `xnf daemon` does to its AF_XDP applications for `want`, one
+    /// line each (`xnf diff`, `status`; not an apply's own changes).
+    pub fn afxdp_changes(&self, want: &BoxConfig) -> Vec<String> {
+        crate::afxdp::changes(&self.afxdp, &want.afxdp)
     }
 
     /// What converging to `want` changes, one line each; nothing changes.

@@ -85,6 +85,12 @@ pub fn run(cmd: BoxCmd) -> Result<()> {
             let (lines, warnings) = crate::apply::apply(&want, opts)?;
             warnings.iter().for_each(|w| eprintln!("xnf: warning: {w}"));
             lines.iter().for_each(|l| println!("{l}"));
+            if !want.afxdp.is_empty() {
+                eprintln!(
+                    "xnf: note: the file's {} [[afxdp]] application(s) run under `xnf daemon`, which starts and supervises them; `xnf apply` does not",
+                    want.afxdp.len()
+                );
+            }
             if let Some(secs) = confirm_within {
                 let log = xnf_core::state::run_dir()?.join("box-rollback.log");
                 xnf_core::runtime::spawn_detached(&["rollback", "--after", &secs.to_string()], &log)?;

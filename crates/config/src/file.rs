@@ -21,6 +21,9 @@
 //!
 //! [[nf]]                   # xnf apply's chain file, as it is
 //! [[chain]]
+//!
+//! [[afxdp]]                # xnf afxdp run, under xnf daemon (crate::afxdp)
+//! name = "echo7"
 //! ```
 //!
 //! A section left out is a network function that does not run.
@@ -62,6 +65,8 @@ pub struct BoxConfig {
     pub chains: xnf_chain::ChainFile,
     /// `xnf daemon`'s own settings (no network function).
     pub daemon: DaemonSettings,
+    /// AF_XDP applications: processes `xnf daemon` supervises.
+    pub afxdp: Vec<crate::afxdp::App>,
 }
 
 /// Where `xnf daemon` serves `/metrics`, `/healthz` and `/readyz`.
@@ -108,7 +113,7 @@ struct RawStage {
 }
 
 /// The top-level tables a box file may have.
-const SECTIONS: [&str; 7] = ["router", "filter", "lb", "decap", "nf", "chain", "daemon"];
+const SECTIONS: [&str; 8] = ["router", "filter", "lb", "decap", "nf", "chain", "daemon", "afxdp"];
 
 /// Reads and checks the box file at `path`.
 pub fn load(path: &Path) -> Result<BoxConfig, Vec<String>> {
@@ -137,6 +142,10 @@ pub fn parse(text: &str, origin: &str, base: &Path) -> Result<BoxConfig, Vec<Str
     keep(decap(text, origin).map(|r| cfg.decap = r));
     keep(chains(text, origin).map(|c| cfg.chains = c));
     keep(daemon(text, origin).map(|d| cfg.daemon = d));
+    match crate::afxdp::parse(text, origin) {
+        Ok(a) => cfg.afxdp = a,
+        Err(e) => errors.extend(e),
+    }
     // A function's checker names each fault on a line of its own.
     let mut keep_all = |r: anyhow::Result<()>| {
         if let Err(e) = r {
@@ -291,6 +300,25 @@ fn conflicts(cfg: &BoxConfig, origin: &str) -> Vec<String> {
         }
         if u.iter().any(|x| x.1 == "forward") && ingresses.contains(iface) {
             errors.push(format!("{origin}: {iface}: [router] and a [[chain]] ingress both want its forward stage: one network function per stage"));
+        }
+    }
+    // An AF_XDP application's selector owns its interface's XDP hook.
+    let why = "an [[afxdp]] application's selector owns the interface's XDP hook";
+    for (i, a) in cfg.afxdp.iter().enumerate() {
+        let mut others: Vec<String> = uses.get(a.interface.as_str()).into_iter().flatten().map(|u| format!("[{}]'s", u.0)).collect();
+        for c in &cfg.chains.chain {
+            if c.ingress == a.interface {
+                others.push(format!("chain {}'s ingress", c.name));
+            }
+            if c.egress.contains(&a.interface) {
+                others.push(format!("chain {}'s egress", c.name));
+            }
+        }
+        if let Some(b) = cfg.afxdp[..i].iter().find(|b| b.interface == a.interface) {
+            others.push(format!("[[afxdp]] {}'s (line {})", b.name, b.line));
+        }
+        for o in others {
+            errors.push(format!("{origin}: line {}: [[afxdp]] {}: interface: {} is {o} too: {why}", a.line, a.name, a.interface));
         }
     }
     errors

@@ -146,5 +146,5 @@ fn the_readmes_example_checks() {
     let c = parse(&text, "README.md", &dir);
     std::fs::remove_dir_all(&dir).unwrap();
     let c = c.unwrap_or_else(|e| panic!("{e:#?}"));
-    assert!(c.router.is_some() && c.filter.is_some() && c.lb.is_some() && c.decap.is_some() && c.chains.chain.len() == 1);
+    assert!(c.router.is_some() && c.filter.is_some() && c.lb.is_some() && c.decap.is_some() && c.chains.chain.len() == 1 && c.afxdp.len() == 1);
 }

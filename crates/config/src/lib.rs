@@ -7,12 +7,15 @@
 //! - `text`: a network function's own file inside the box file, with its
 //!   lines kept, so its own checker's errors name the box file's lines;
 //! - [`file`]: the box file and its checks;
+//! - [`afxdp`]: the `[[afxdp]]` applications, and what `xnf daemon`
+//!   records of those it runs;
 //! - `stage`: where a stage network function runs, through the one
 //!   lifecycle, compared and converged;
 //! - `boxstate`: what runs now, as a file (`show`) and against one (`diff`);
 //! - `undo`, `apply`: all or nothing, confirm and roll back;
 //! - [`cli`]: the commands.
 
+pub mod afxdp;
 mod apply;
 mod boxstate;
 pub mod cli;

@@ -9,7 +9,8 @@
 //! an `xnf router follow` process), the same neighbour confirmation for
 //! the chain's exit and the lb (`neigh`), and decap's local addresses,
 //! serves `/metrics`, `/healthz` and `/readyz`, and tells systemd when it is ready and alive (`Type=notify`,
-//! watchdog).
+//! watchdog). It supervises the file's `[[afxdp]]` applications, each an
+//! `xnf afxdp run` process (`afxdp`), which outlive it.
 //!
 //! The data plane never needs it: programs and maps are pinned. Killed
 //! (even with -9), forwarding goes on; what degrades until it is back is
@@ -21,6 +22,7 @@
 //!
 //! Log lines are `xnf daemon: event=NAME key=value ...`.
 
+mod afxdp;
 mod http;
 mod metrics;
 mod neigh;
@@ -173,6 +175,8 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let mut follower = Follower::default();
     follower.keep();
     neigh::spawn();
+    let mut apps = afxdp::Supervisor::adopt();
+    apps.converge(&cfg.afxdp);
     notify(&[NotifyState::Ready, NotifyState::Status("applied")]);
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
     let (mut last_dog, mut last_check) = (Instant::now(), Instant::now());
@@ -222,6 +226,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
                         listen = c.daemon.listen;
                     }
                     here = present(&c);
+                    apps.converge(&c.afxdp);
                     cfg = c;
                     notify(&[NotifyState::Ready, NotifyState::Status("applied")]);
                 }
@@ -232,8 +237,10 @@ pub fn run(args: DaemonArgs) -> Result<()> {
             }
         }
         follower.keep();
+        apps.tick();
     }
-    log("stop", "note=\"the data plane stays\"");
+    // The AF_XDP applications too: each holds its selector's link.
+    log("stop", "note=\"the data plane and the AF_XDP applications stay\"");
     notify(&[NotifyState::Stopping]);
     Ok(())
 }

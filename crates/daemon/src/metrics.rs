@@ -54,6 +54,7 @@ pub fn gather() -> Result<Vec<Family>> {
     out.extend(lb()?);
     out.extend(chains()?);
     out.extend(programs()?);
+    out.extend(afxdp()?);
     Ok(out)
 }
 
@@ -178,6 +179,18 @@ fn programs() -> Result<Vec<Family>> {
         }
     }
     Ok(vec![time, runs])
+}
+
+/// The `[[afxdp]]` applications the daemon supervises, as it records
+/// them: whether each one's process runs, and how often it was restarted.
+fn afxdp() -> Result<Vec<Family>> {
+    let mut up = Family::gauge("afxdp_up", "Whether each AF_XDP application's process runs (1) or not (0).");
+    let mut restarts = Family::counter("afxdp_restarts", "Times the daemon started each AF_XDP application again after it exited.");
+    for r in xnf_config::afxdp::records()? {
+        up.add(&[("name", &r.app.name)], if r.up() { 1.0 } else { 0.0 });
+        restarts.add(&[("name", &r.app.name)], u(r.restarts));
+    }
+    Ok(vec![up, restarts])
 }
 
 /// (run time in ns, runs) of program `id`.

@@ -301,3 +301,125 @@ fn the_lb_keeps_the_backends_it_sends_to_confirmed() {
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
 }
+
+/// The pids of the `xnf afxdp run` processes in `ns` (a zombie's command
+/// line is empty: not counted).
+fn afxdp_pids(ns: &Netns) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: String| std::fs::metadata(p).map(|m| m.ino()).ok();
+    let target = ino(ns.path().display().to_string());
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .filter(|pid: &u32| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            cmd.starts_with(b"xnf\0afxdp\0run\0") && ino(format!("/proc/{pid}/ns/net")) == target
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+/// Kills the `xnf afxdp run` processes left in a namespace when dropped:
+/// they outlive the daemon by design, and a failed test must not leave one.
+struct AfxdpReaper<'a>(&'a Netns);
+
+impl Drop for AfxdpReaper<'_> {
+    fn drop(&mut self) {
+        for pid in afxdp_pids(self.0) {
+            // SAFETY: kill(2) of an `xnf afxdp run` of this test's namespace.
+            unsafe { libc_kill(pid as i32, 9) };
+        }
+    }
+}
+
+/// UDP datagrams to dut's gen-side address, port 7, from gen: how many of
+/// `n` came back, each from there and with its own payload.
+fn echoes(r: &RoutedLine, n: usize) -> usize {
+    let s = r.gen_socket(false);
+    s.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+    let to = std::net::SocketAddr::new(r.line.dut_gen_v4.into(), 7);
+    let mut buf = [0u8; 256];
+    let mut answered = 0;
+    for i in 0..n {
+        let msg = format!("xnf-echo {i}");
+        s.send_to(msg.as_bytes(), to).unwrap();
+        while let Ok((len, from)) = s.recv_from(&mut buf) {
+            if from == to && &buf[..len] == msg.as_bytes() {
+                answered += 1;
+                break;
+            }
+        }
+    }
+    answered
+}
+
+fn xdp_attached(ns: &Netns, dev: &str) -> bool {
+    let out = ns.ip(&["-j", "link", "show", "dev", dev]).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["xdp"].is_object()
+}
+
+/// `[[afxdp]]`: the daemon runs an `echo` application on dut's gen-side
+/// interface (UDP port 7 to user space, the rest to the kernel), starts it
+/// again after a kill -9 of its process, leaves it running when killed
+/// with -9 itself (a daemon started again adopts it: same pid, no second
+/// one), and stops it when the file drops it.
+#[test]
+fn the_daemon_supervises_an_afxdp_application() {
+    let r = RoutedLine::new(&[]);
+    let files = TempFiles::new("daemon");
+    let port = 9467;
+    let g = &r.line.dut_gen_if;
+    let listen = format!("[daemon]\nlisten = \"127.0.0.1:{port}\"\n");
+    let app = format!("\n[[afxdp]]\nname = \"xnf-echo7\"\nnf = \"echo\"\ninterface = \"{g}\"\nmatch = [\"proto=udp,dport=7\"]\n");
+    let f = files.write("xnf.toml", &(listen.clone() + &app));
+    let _reaper = AfxdpReaper(r.dut());
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    d.wait("one echo application that answers", || afxdp_pids(r.dut()).len() == 1 && echoes(&r, 5) == 5);
+    let first = afxdp_pids(r.dut())[0];
+    assert!(d.log().contains(&format!("event=afxdp name=xnf-echo7 state=started pid={first}")), "{}", d.log());
+    let up = "xnf_afxdp_up{name=\"xnf-echo7\"}";
+    let restarts = "xnf_afxdp_restarts_total{name=\"xnf-echo7\"}";
+    let page = || get(r.dut(), port, "/metrics").unwrap().1;
+    assert_eq!((metric(&page(), up), metric(&page(), restarts)), (1.0, 0.0));
+    let status = xnf_ok(r.dut(), &["status", &f]);
+    assert!(status.contains(&format!("afxdp: xnf-echo7 (echo on {g}, up, pid {first}, 0 restarts)")) && status.contains("the box runs it"), "{status}");
+    assert!(xnf_ok(r.dut(), &["show"]).contains("[[afxdp]]\nname = \"xnf-echo7\""));
+
+    // Its process killed: started again, after the backoff's first second.
+    // SAFETY: kill(2) of the application's process.
+    assert_eq!(unsafe { libc_kill(first as i32, 9) }, 0);
+    d.wait("a new process that answers", || afxdp_pids(r.dut()).first().is_some_and(|p| *p != first) && echoes(&r, 5) == 5);
+    let second = afxdp_pids(r.dut());
+    assert_eq!(second.len(), 1, "one process: {second:?}");
+    let log = d.log();
+    assert!(log.contains(&format!("state=exited pid={first}")) && log.contains(&format!("state=restarting pid={first} delay=1s restarts=1")), "{log}");
+    assert_eq!((metric(&page(), up), metric(&page(), restarts)), (1.0, 1.0));
+
+    // The daemon killed with -9: the application runs on, and the next
+    // daemon adopts it rather than starting a second one.
+    d.signal(9);
+    wait_for("the daemon to die", || get(r.dut(), port, "/healthz").is_none());
+    drop(d);
+    assert_eq!(echoes(&r, 5), 5, "the application answers without the daemon");
+    let mut d = Daemon::start(r.dut(), &f, &files);
+    d.wait("the daemon to be ready again", || get(r.dut(), port, "/readyz").is_some_and(|(c, _)| c == 200));
+    assert!(d.log().contains(&format!("state=started pid={} adopted=yes", second[0])), "{}", d.log());
+    assert_eq!(afxdp_pids(r.dut()), second, "adopted, not started again");
+    assert_eq!(metric(&page(), restarts), 1.0, "the record's count");
+
+    // Dropped from the file: stopped (SIGINT), its selector detached.
+    std::fs::write(&f, &listen).unwrap();
+    let log = d.log.clone();
+    let stopped = format!("state=stopped pid={} by=SIGINT", second[0]);
+    d.wait("the application to stop", || std::fs::read_to_string(&log).unwrap_or_default().contains(&stopped));
+    assert_eq!(afxdp_pids(r.dut()), Vec::<u32>::new(), "its process is gone");
+    assert!(!xdp_attached(r.dut(), g), "the selector left with its process");
+    assert!(!page().contains("xnf_afxdp_up"), "no record, no sample");
+    assert_eq!(echoes(&r, 1), 0, "nobody answers port 7 now");
+    drop(d);
+    xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}

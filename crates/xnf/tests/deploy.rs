@@ -56,6 +56,7 @@ const UNIT_KEYS: &[(&str, &[&str])] = &[
             "RestartSec",
             "WatchdogSec",
             "TimeoutStartSec",
+            "KillMode",
             "RuntimeDirectory",
             "RuntimeDirectoryPreserve",
             "CapabilityBoundingSet",
@@ -113,6 +114,7 @@ fn the_unit_has_exactly_its_keys_and_never_detaches() {
     assert_eq!(get("ExecReload"), "/bin/kill -HUP $MAINPID");
     assert_eq!(get("Restart"), "on-failure");
     assert_eq!(get("WatchdogSec"), "30s");
+    assert_eq!(get("KillMode"), "process", "a stop or restart leaves the [[afxdp]] applications running, for the next daemon to adopt");
     assert_eq!((get("RuntimeDirectory"), get("RuntimeDirectoryPreserve")), ("xnf", "yes"), "the run files survive restarts");
     assert_eq!(get("After"), "network-pre.target");
     assert_eq!(get("WantedBy"), "multi-user.target");
