@@ -2,8 +2,6 @@
 //! runs them: options are checked before anything is built, results go to
 //! the terminal and, when asked, to JSON / CSV files.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
@@ -85,7 +83,7 @@ pub enum LabCmd {
     /// k-means (k by silhouette) into clusters shown with the parameters
     /// they share; kernel UDP and AF_PACKET baselines and a saturation
     /// sweep in the same run; the timestamping overhead measured.
-    Latency(Box<LatencyArgs>),
+    Latency(Box<crate::experiments::latency::LatencyArgs>),
     /// Round-trip time through a forwarder (the container-NF thesis §5.7): probes gen ->
     /// dut -> sink -> dut -> gen through the kernel, `xnf router` (xnf: as
     /// `xnf router attach` attaches it, the route cache; xnf-full: --fib
@@ -169,7 +167,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Filter(a) => crate::experiments::filter::main(*a),
         LabCmd::Lb(a) => crate::experiments::lb::main(*a),
         LabCmd::Stack(a) => crate::experiments::stack::main(*a),
-        LabCmd::Latency(a) => latency(*a),
+        LabCmd::Latency(a) => crate::experiments::latency::run::main(*a),
         LabCmd::FwdLatency(a) => experiment(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Scrape(a) => crate::experiments::scrape::run(*a),
@@ -195,90 +193,6 @@ fn experiment<E: Experiment + Args>(mut a: Run<E>) -> Result<()> {
     a.experiment.print(&r);
     crate::engine::profiling::print(&r);
     a.common.write(&r)
-}
-
-/// `xnf lab latency`.
-#[derive(Args, Debug)]
-pub struct LatencyArgs {
-    /// Probes per second in the matrix runs (64-byte frames, one at a time
-    /// while the RTT is below the interval).
-    #[arg(long, default_value_t = 5000)]
-    pub rate: u64,
-    /// Probes per run.
-    #[arg(long, default_value_t = 2000)]
-    pub count: u64,
-    /// Runs of every configuration (in a shuffled order each time).
-    #[arg(long, default_value_t = 3)]
-    pub repeats: u32,
-    /// Batch sizes in the matrix.
-    #[arg(long = "batch", value_delimiter = ',', default_value = "1,64", value_name = "N[,N...]")]
-    pub batches: Vec<u32>,
-    /// Largest number of clusters tried.
-    #[arg(long, default_value_t = 8)]
-    pub max_k: usize,
-    /// Probe rates of the saturation sweep (empty string: no sweep).
-    #[arg(long, value_delimiter = ',', default_value = "10000,50000,100000,200000,400000", value_name = "PPS[,PPS...]")]
-    pub saturation: Vec<String>,
-    /// CPU of the pinger (sender and receiver) [default: the last one].
-    #[arg(long)]
-    pub ping_cpu: Option<usize>,
-    /// CPU of the forwarder [default: the first one].
-    #[arg(long, default_value_t = 0)]
-    pub fwd_cpu: usize,
-    /// Seed of the run order and of k-means.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// With --profile, each method's best configuration runs once more
-    /// with the profiler attached.
-    #[command(flatten)]
-    pub profiling: crate::engine::profiling::ProfileArgs,
-    /// Write every RTT, the summaries and the clusters as JSON (input of `xnf lab report`).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Measure nothing: cluster the runs of a results file again (with this
-    /// --max-k and --seed) and print them.
-    #[arg(long, value_name = "FILE")]
-    pub from: Option<PathBuf>,
-}
-
-pub fn latency(a: LatencyArgs) -> Result<()> {
-    if let Some(from) = &a.from {
-        let mut r = crate::experiments::latency::LatencyResults::read(from)?;
-        anyhow::ensure!((2..=20).contains(&a.max_k), "--max-k {}: use 2..=20", a.max_k);
-        r.runs.iter_mut().for_each(|x| x.cluster = None);
-        r.clustering = crate::experiments::latency::cluster(&mut r.runs, a.max_k, a.seed);
-        crate::experiments::latency::print(&r);
-        if let Some(path) = &a.json {
-            r.write_json(path)?;
-        }
-        return Ok(());
-    }
-    let ncpu = crate::engine::cpu::sample()?.len();
-    let saturation_rates = a
-        .saturation
-        .iter()
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<u64>().map_err(|_| anyhow::anyhow!("--saturation {s}: not a rate in probes per second")))
-        .collect::<Result<Vec<_>>>()?;
-    let o = crate::experiments::latency::Options {
-        rate: a.rate,
-        count: a.count,
-        repeats: a.repeats,
-        batches: a.batches,
-        max_k: a.max_k,
-        saturation_rates,
-        ping_cpu: a.ping_cpu.unwrap_or(ncpu.saturating_sub(1)),
-        fwd_cpu: a.fwd_cpu,
-        seed: a.seed,
-        profiling: a.profiling,
-    };
-    let r = crate::experiments::latency::run(&o, &mut |line| eprintln!("xnf lab: {line}"))?;
-    crate::experiments::latency::print(&r);
-    if let Some(path) = &a.json {
-        r.write_json(path)?;
-        crate::engine::results::wrote(path);
-    }
-    Ok(())
 }
 
 /// `xnf lab up`.

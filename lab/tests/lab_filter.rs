@@ -27,6 +27,9 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--flood", "syn", "--variants", "nft-raw"][..], "--flood syn", 1),
             (&["--variants", "nft-synproxy"][..], "--flood syn", 1),
             (&["--flame", "/tmp/xnf-flames"][..], "--flame needs --profile", 1),
+            (&["--load-curve"][..], "--load-curve", 1),
+            (&["--zero-loss"][..], "--zero-loss", 1),
+            (&["--topology", "pair"][..], "--topology", 1),
         ],
     );
 }
@@ -44,7 +47,7 @@ static RUNS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn short_run_with(tag: &str, args: &[&str], peers: Option<&Path>) -> (Value, String) {
     let _alone = RUNS.lock().unwrap_or_else(|e| e.into_inner());
     let json = std::env::temp_dir().join(format!("xnf-lab-filter-{tag}-{}.json", std::process::id()));
-    let mut all = vec!["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--rates", "0,max", "--json", json.to_str().unwrap()];
+    let mut all = vec!["--runs", "1", "--seconds", "1", "--trial-seconds", "1", "--warmup", "0.5", "--rates", "0,max", "--json", json.to_str().unwrap()];
     all.extend_from_slice(args);
     let (out, pid) = match peers {
         Some(p) => lab_with_peers(p, "filter", &all),
@@ -178,6 +181,9 @@ fn by_default_nftables_and_xnf_drop_the_flood_in_dut_and_without_a_filter_the_vi
     let empty = TempFiles::new("lab-filter-no-peers");
     let (r, err) = short_run_with("nft", &[], Some(empty.dir()));
     assert_eq!(variants_of(&r), ["none", "xnf", "nft-ingress", "nft-raw"]);
+    // The options as resolved: the default variants, the CPUs.
+    assert_eq!(r["options"]["variants"], serde_json::json!(["none", "xnf", "nft-ingress", "nft-raw"]));
+    assert!(r["options"]["app_cpu"].is_u64() && r["options"]["rx_cpu"].is_u64() && r["options"]["cpu"].is_u64(), "{}", r["options"]);
     let missing = empty.dir().join("sbin/xdp-filter");
     let why = format!("xdp-filter left out of the default variants: xdp-filter: {} not found: run scripts/peers.sh", missing.display());
     assert!(err.contains(&why), "the lab did not say why xdp-filter is left out ({why}):\n{err}");

@@ -1,6 +1,7 @@
 //! `xnf lab gen` as a user runs it: bad input is refused with one line and
 //! a failing status before anything is built; good input sends, verifies,
-//! writes JSON and leaves nothing behind.
+//! writes JSON (each run's totals and verification in `details.runs`) and
+//! leaves nothing behind.
 
 use xnf_testrun::cli::{assert_lab_refuses, interrupt_lab_when, lab, lab_namespace, namespaces_of, rx_packets};
 
@@ -19,7 +20,12 @@ fn bad_input_is_refused_with_one_line_and_a_failing_status() {
             (&["--count", "0"][..], "at least 1", 2),
             (&["--count", "-3"][..], "at least 1", 2),
             (&["--flows", "0"][..], "at least 1", 2),
-            (&["--seconds", "0"][..], "positive number of seconds", 2),
+            (&["--seconds", "0"][..], "--seconds must be positive", 1),
+            (&["--warmup", "1"][..], "--warmup: gen counts every frame it sends", 1),
+            (&["--zero-loss"][..], "--zero-loss", 1),
+            (&["--cpu", "0", "--cpus", "1"][..], "cannot be used with", 2),
+            (&["--topology", "line"][..], "give --through-dut kernel|xnf", 1),
+            (&["--through-dut", "xnf", "--topology", "pair"][..], "--through-dut: the topology has no dut", 1),
             (&["--cpus", "a"][..], "not a CPU number", 2),
             (&["--cpus", "0,0"][..], "listed twice", 2),
             (&["--tcp", "fin"][..], "fin", 2),
@@ -52,7 +58,9 @@ fn sends_verifies_and_writes_json() {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(json).unwrap();
     assert_eq!(r["experiment"], "gen");
-    let run = &r["details"]["run"];
+    let runs = r["details"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "one run unless --runs says more");
+    let run = &runs[0];
     assert_eq!((run["sent"].as_u64(), run["received"].as_u64()), (Some(9960), Some(9960)), "{run}");
     assert_eq!(run["per_cpu"].as_array().unwrap().iter().map(|c| c["sent"].as_u64().unwrap()).collect::<Vec<_>>(), [4980, 4980]);
     assert_eq!(run["verification"]["exact"], true, "{run}");
@@ -69,6 +77,33 @@ fn sends_verifies_and_writes_json() {
 }
 
 #[test]
+fn each_run_sends_and_is_checked_on_its_own() {
+    let json = std::env::temp_dir().join(format!("xnf-gen-runs-{}.json", std::process::id()));
+    let csv = json.with_extension("csv");
+    let (out, pid) =
+        lab("gen", &["--runs", "2", "--count", "5000", "--flows", "5", "--verify", "--json", json.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("(run 1/2)") && stdout.contains("(run 2/2)"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = r["details"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (i, run) in runs.iter().enumerate() {
+        assert_eq!((run["run"].as_u64(), run["sent"].as_u64(), run["received"].as_u64()), (Some(i as u64), Some(5000), Some(5000)), "{run}");
+        assert_eq!(run["verification"]["exact"], true, "{run}");
+    }
+    let samples = r["samples"].as_array().unwrap();
+    for run in 0..2u64 {
+        assert_eq!(samples.iter().filter(|s| s["run"] == run).map(|s| s["sent"].as_u64().unwrap()).sum::<u64>(), 5000, "run {run}");
+    }
+    let rows = std::fs::read_to_string(&csv).unwrap().lines().count();
+    assert_eq!(rows, samples.len() + 1, "a CSV row per sample");
+    std::fs::remove_file(json).unwrap();
+    std::fs::remove_file(csv).unwrap();
+    assert!(namespaces_of(pid).is_empty());
+}
+
+#[test]
 fn through_an_xnf_dut_every_frame_arrives() {
     let json = std::env::temp_dir().join(format!("xnf-gen-dut-{}.json", std::process::id()));
     let (out, pid) = lab(
@@ -78,7 +113,7 @@ fn through_an_xnf_dut_every_frame_arrives() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(json).unwrap();
-    let v = &r["details"]["run"]["verification"];
+    let v = &r["details"]["runs"][0]["verification"];
     assert_eq!(v["exact"], true, "{v}");
     assert_eq!((v["flows_seen"].as_u64(), v["flows_expected"].as_u64(), v["flows_wrong"].as_u64()), (Some(50), Some(50), Some(0)), "{v}");
     assert!(namespaces_of(pid).is_empty());

@@ -1,8 +1,10 @@
 //! `xnf lab latency` as a user runs it, briefly: every configuration of
 //! the matrix and both baselines measured with every RTT kept, summaries
 //! that are consistent, clusters covering the AF_XDP runs, a saturation
-//! sweep, the timestamp overhead, a report that draws it — and nothing
-//! left behind. Timing is not asserted (that is the benchmark's job).
+//! sweep, the timestamp overhead (all in the driver's results'
+//! `details`), a report that draws it, the file clustered again with
+//! `--from` — and nothing left behind. Timing is not asserted (that is the
+//! benchmark's job).
 
 use std::process::Command;
 
@@ -21,6 +23,12 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--ping-cpu", "99"][..], "--ping-cpu 99", 1),
             (&["--repeats", "x"][..], "--repeats", 2),
             (&["--flame", "/tmp/xnf-flames"][..], "--flame needs --profile", 1),
+            (&["--repeats", "0"][..], "--repeats 0", 1),
+            (&["--seconds", "2"][..], "--seconds: latency sends --count probes", 1),
+            (&["--cpu", "0"][..], "--ping-cpu", 1),
+            (&["--zero-loss"][..], "--zero-loss", 1),
+            (&["--csv", "/tmp/xnf-latency.csv"][..], "--csv", 1),
+            (&["--topology", "line"][..], "one veth pair", 1),
         ],
     );
 }
@@ -38,7 +46,9 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
     assert!(stdout.contains("clusters of the AF_XDP runs"), "{stdout}");
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["experiment"], "latency");
-    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(r["samples"].as_array().map(Vec::len), Some(0), "RTTs are no rate samples");
+    let d = &r["details"];
+    let runs = d["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 16 + 4, "16 AF_XDP combinations at one batch size, UDP and AF_PACKET sleeping and spinning");
     for m in ["afxdp", "udp", "af-packet"] {
         assert!(runs.iter().any(|x| x["config"]["method"] == m), "no {m} run");
@@ -59,28 +69,41 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
         assert_eq!(x["config"]["zero_copy"], false, "veth has copy mode only");
     }
     // --profile: each method's best configuration once more, profiled.
-    let profiles = r["profiles"].as_array().unwrap();
+    let profiles = d["profiles"].as_array().unwrap();
     assert_eq!(profiles.len(), 3, "afxdp, udp, af-packet: {profiles:?}");
     for p in profiles {
         assert!(p["probes"].as_u64().unwrap() >= 57 && p["profiled_median_us"].as_f64().unwrap() > 0.0, "{}", p["label"]);
         assert!(p["profile"]["counts_only"] == true && p["profile"]["softirqs"].as_u64().unwrap() > 0, "{}", p["label"]);
     }
     assert!(stdout.contains("where the time went (xnf profile; NET_RX softirq ns per probe"), "{stdout}");
-    let c = &r["clustering"];
+    let c = &d["clustering"];
     let k = c["k"].as_u64().unwrap();
     assert!((2..=8).contains(&k), "{c}");
     let clusters = c["clusters"].as_array().unwrap();
     assert_eq!(clusters.iter().map(|x| x["runs"].as_u64().unwrap()).sum::<u64>(), 16, "every AF_XDP run in one cluster");
     let means: Vec<f64> = clusters.iter().map(|x| x["mean_us"].as_f64().unwrap()).collect();
     assert!(means.windows(2).all(|w| w[0] <= w[1]), "best cluster first: {means:?}");
-    assert!(r["overhead"]["clock_read_ns"].as_f64().unwrap() > 0.0);
-    let sat = r["saturation"].as_array().unwrap();
+    assert!(d["overhead"]["clock_read_ns"].as_f64().unwrap() > 0.0);
+    let sat = d["saturation"].as_array().unwrap();
     assert_eq!(sat.len(), 3, "one rate for each method: {sat:?}");
 
     let rep = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report", json.to_str().unwrap(), "-o", html.to_str().unwrap()]).output().unwrap();
     assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Table I") && page.matches("<svg").count() as u64 > k, "a density per cluster and one of all");
-    std::fs::remove_file(&json).unwrap();
-    std::fs::remove_file(&html).unwrap();
+
+    // Clustered again from the file: nothing measured, the same runs.
+    let again = json.with_extension("again.json");
+    let out = Command::new(xnf_testrun::cli::xnf_bin())
+        .args(["lab", "latency", "--from", json.to_str().unwrap(), "--max-k", "3", "--json", again.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("clusters of the AF_XDP runs (k = "));
+    let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&again).unwrap()).unwrap();
+    assert_eq!(a["details"]["runs"].as_array().unwrap().len(), runs.len());
+    assert!((2..=3).contains(&a["details"]["clustering"]["k"].as_u64().unwrap()));
+    for f in [&json, &html, &again] {
+        std::fs::remove_file(f).unwrap();
+    }
 }

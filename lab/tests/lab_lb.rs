@@ -25,6 +25,8 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--disruption-backends", "1"][..], "--disruption-backends 1", 1),
             (&["--established", "10000000"][..], "--established 10000000", 1),
             (&["--runs", "0"][..], "--runs", 1),
+            (&["--part", "disruption", "--zero-loss"][..], "--zero-loss: ", 1),
+            (&["--part", "disruption", "--topology", "pair"][..], "--topology pair: ", 1),
         ],
     );
 }
@@ -32,7 +34,10 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
 /// Runs `xnf lab lb ARGS` briefly and returns its results file read back.
 fn short_run(tag: &str, args: &[&str]) -> Value {
     let json = std::env::temp_dir().join(format!("xnf-lab-lb-{tag}-{}.json", std::process::id()));
-    let mut all = vec!["--runs", "1", "--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()];
+    let mut all = vec!["--seconds", "1", "--warmup", "0.5", "--json", json.to_str().unwrap()];
+    if !args.contains(&"--runs") {
+        all.extend_from_slice(&["--runs", "1"]);
+    }
     all.extend_from_slice(args);
     let (out, pid) = lab("lb", &all);
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -81,7 +86,7 @@ fn every_variant_delivers_to_every_backend_and_a_removal_moves_only_the_removed_
 
     let d = &r["details"]["disruption"];
     let u = |o: &Value, k: &str| o[k].as_u64().unwrap_or_else(|| panic!("no {k} in {o}"));
-    assert_eq!((d["flows"].as_u64(), d["backends"].as_u64()), (Some(20000), Some(10)), "{d}");
+    assert_eq!((d["flows"].as_u64(), d["backends"].as_u64(), d["runs"].as_u64()), (Some(20000), Some(10), Some(1)), "{d}");
     let before = &d["before"];
     assert_eq!(u(before, "model_agrees"), 20000, "the data plane placed flows where the control plane's model says: {before}");
     let removed = u(before, "removed_flows");
@@ -96,6 +101,20 @@ fn every_variant_delivers_to_every_backend_and_a_removal_moves_only_the_removed_
     assert!(u(without, "collateral") * 50 <= kept, "without the table, collateral above 2 % of the kept flows: {without}");
     assert_eq!(u(without, "model_agrees"), 20000, "after the change too: {without}");
     assert!(d["plan"]["collateral_of_kept"].as_f64().unwrap() < 0.02, "{d}");
+}
+
+#[test]
+fn the_disruption_part_alone_gives_the_same_outcome_in_every_run() {
+    let r = short_run("disruption", &["--part", "disruption", "--runs", "2", "--cpu", "0", "--established", "5000", "--disruption-backends", "5"]);
+    let d = &r["details"]["disruption"];
+    assert_eq!((d["flows"].as_u64(), d["backends"].as_u64(), d["runs"].as_u64()), (Some(5000), Some(5), Some(2)), "{d}");
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(notes.iter().any(|n| n.starts_with("disruption: 5000 flows")), "{notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("differ")), "the lb decided the same flows differently in another run: {notes:?}");
+    let with = &d["with_table"];
+    assert_eq!(with["collateral"].as_u64(), Some(0), "{with}");
+    assert_eq!(with["removed_moved"], d["before"]["removed_flows"], "{d}");
+    assert!(r["samples"].as_array().unwrap().is_empty(), "the disruption part has no samples");
 }
 
 /// The inode of a named network namespace: its pins live under /sys/fs/bpf/xnf/net-<inode>.

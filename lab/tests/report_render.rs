@@ -2,7 +2,8 @@
 //! sweep of three variants, fixed-load and zero-loss-search samples is
 //! turned into HTML, headless Chromium screenshots it, and the pixels must
 //! show every variant's colour in quantity; profiled intervals (`--profile`)
-//! add the stages' bars, in the stage palette's colours.
+//! add the stages' bars, in the stage palette's colours. `xnf lab latency`
+//! files, of the driver's form and of the form before it, are drawn too.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -258,4 +259,56 @@ fn report_of_a_missing_file_fails_with_its_name() {
     let out = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report", "/nonexistent/results.json"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/results.json"));
+}
+
+/// A run of `xnf lab latency` as files written before it ran on the lab's
+/// driver hold it: its fields at the top level, `repeats` among the options.
+fn old_latency_file() -> Value {
+    let run = |method: &str, poll: bool, base: f64| {
+        let rtts: Vec<u64> = (0..100u64).map(|i| (base * 1000.0) as u64 + i * 50).collect();
+        let us: Vec<f64> = rtts.iter().map(|&n| n as f64 / 1000.0).collect();
+        let q = |f: f64| us[((us.len() - 1) as f64 * f) as usize];
+        let label = format!("{method} fwd:{p} recv:{p}", p = if poll { "sleep" } else { "spin" });
+        json!({
+            "config": {"method": method, "zero_copy": false, "busy_poll": false, "need_wakeup": false, "poll_fwd": poll, "poll_recv": poll, "batch": 1},
+            "label": label, "rate_pps": 5000, "repeat": 0, "sent": 100, "lost": 0,
+            "summary": {"n": 100, "mean": q(0.5), "median": q(0.5), "std": 1.4, "q1": q(0.25), "q3": q(0.75), "p99": q(0.99), "p999": q(1.0), "min": q(0.0), "max": q(1.0)},
+            "rtts_ns": rtts, "cluster": null,
+        })
+    };
+    json!({
+        "experiment": "latency",
+        "machine": {"kernel": "6.1.0-test", "cpu_model": "Test CPU", "cores": 2, "xnf_version": "0.1.0"},
+        "started_unix": 1_700_000_000u64,
+        "options": {"rate": 5000, "count": 100, "repeats": 1, "batches": [1], "max_k": 8, "saturation_rates": [], "ping_cpu": 1, "fwd_cpu": 0, "seed": 1},
+        "overhead": {"clock_read_ns": 31.0, "loop_rtt_ns": 42.0},
+        "runs": [run("udp", false, 8.0), run("udp", true, 21.0), run("af-packet", false, 5.5), run("af-packet", true, 19.7)],
+        "clustering": null, "saturation": [], "notes": ["written before the driver"],
+    })
+}
+
+#[test]
+fn latency_files_of_either_form_are_drawn() {
+    // A folder of its own: the chart test removes its own when done.
+    let dir = std::env::temp_dir().join(format!("xnf-report-latency-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = dir.join("latency-old.json");
+    std::fs::write(&old, serde_json::to_string(&old_latency_file()).unwrap()).unwrap();
+    // The old form converted to the driver's by clustering it again.
+    let new = dir.join("latency-new.json");
+    let lab = |args: &[&str]| Command::new(xnf_testrun::cli::xnf_bin()).arg("lab").args(args).output().unwrap();
+    let out = lab(&["latency", "--from", old.to_str().unwrap(), "--json", new.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("af-packet fwd:spin recv:spin"));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&new).unwrap()).unwrap();
+    assert_eq!((r["experiment"].as_str(), r["details"]["runs"].as_array().map(Vec::len)), (Some("latency"), Some(4)));
+    for input in [&old, &new] {
+        let html = input.with_extension("html");
+        let out = lab(&["report", input.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+        assert!(out.status.success(), "{}: {}", input.display(), String::from_utf8_lossy(&out.stderr));
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains("Every configuration (repeats pooled, µs)") && page.contains("udp fwd:sleep recv:sleep"), "{}", input.display());
+        assert!(page.contains("written before the driver"), "the notes");
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -2,7 +2,8 @@
 //! per second under a UDP flood of rising rate, with no filter and with
 //! each filter dropping the flood.
 //!
-//! **Where things are** (the built-in `line`, gen → dut → sink):
+//! **Where things are** (the built-in `line`, gen → dut → sink, or a
+//! `--topology` of the same roles in three namespaces):
 //! - the victim is the sink namespace: its stack serves TCP
 //!   request/response ([`rr`], netperf TCP_RR style) on its address; the
 //!   sink's counting XDP program is replaced by XDP_PASS for this;
@@ -33,13 +34,19 @@
 //! exactly the CPU its filtering costs, and what overflows the ring
 //! (requests included) is lost.
 //!
-//! **Measured** per variant, run and flood rate (one interval after a
-//! warm-up; see [`probe`] for the sample's fields): the flood rate actually
-//! sent, the victim's transactions per second, the flood frames discarded
-//! and where, CPU time per discarded frame. Per variant: transactions vs
-//! flood rate (the figure), the rate at which they fall to half of the
-//! unflooded rate, drops per second and CPU per dropped frame at the
-//! maximum rate; ratios of the drop rates at the maximum (xnf over each
+//! **Measured** on the lab's driver ([`crate::engine::driver`]): the
+//! points are the `--blocklist` sizes, at each of which the flood (its
+//! blocklist, the SYN flood's listener and answer sink) is set up once
+//! ([`experiment`]); per variant and run the variant measures itself
+//! ([`probe`]): the flood is started at the first non-zero rate of
+//! `--rates` and re-paced for each next one, one interval per rate after
+//! a warm-up (`--trial-seconds` at each paced rate, `--seconds` at `max`):
+//! the flood rate actually sent, the victim's transactions per second, the
+//! flood frames discarded and where, CPU time per discarded frame. Per
+//! variant: transactions vs flood rate (the figure), the rate at which
+//! they fall to half of the unflooded rate, drops per second and CPU per
+//! dropped frame at the maximum rate ([`summary`], the results'
+//! `details`); ratios of the drop rates at the maximum (xnf over each
 //! other variant). Variants alternate within each run (reversed every
 //! other run). Results are the lab's (`--json` → `xnf lab report`).
 //!
@@ -48,6 +55,7 @@
 //! xnf's syn-cookie rule in XDP, or dut's kernel SYNPROXY; the answers
 //! are dropped in XDP on gen's interface, the same for every variant.
 
+pub mod experiment;
 pub mod flood;
 pub mod napi;
 pub mod probe;
@@ -55,28 +63,25 @@ pub mod rr;
 pub mod summary;
 pub mod variants;
 
-use std::net::SocketAddr;
+use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
+use std::rc::Rc;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use clap::Args;
-use serde::Serialize;
 
-use crate::engine::driver::{alternated, variant_name};
-use crate::engine::params::{Axis, Param, Point};
-use crate::engine::profiling::{ProfileArgs, ProfiledRun};
-use crate::engine::progress::Progress;
-use crate::engine::results::{Labels, Results};
-use crate::engine::topology::{BuiltTopology, RouteSpec, TopologySpec};
-use crate::engine::{nft, LabAttachment, NfGuard};
+use crate::engine::driver::{self, variant_name, Common, Cpus, Experiment};
+use crate::engine::measure::Timing;
+use crate::engine::nft;
+use crate::engine::params::{Axis, Param};
 use flood::Flood;
-use variants::{Setup, Variant};
+use variants::Variant;
 
 /// The victim's service port (TCP).
 const SERVICE_PORT: u16 = 5001;
 
 /// What the flood is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum FloodKind {
     /// 64-byte UDP to a port the victim does not serve: filters drop it.
@@ -103,9 +108,18 @@ impl Rate {
             Rate::Pps(r) => r.to_string(),
         }
     }
+
+    /// Measured seconds at this rate: `--seconds` at the maximum (the
+    /// driver's full speed), `--trial-seconds` at a paced rate (a load step).
+    pub fn seconds(self, t: &Timing) -> f64 {
+        match self {
+            Rate::Max => t.seconds,
+            Rate::Pps(_) => t.trial_seconds,
+        }
+    }
 }
 
-impl Serialize for Rate {
+impl serde::Serialize for Rate {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&self.text())
     }
@@ -136,11 +150,22 @@ pub fn parse_rate(s: &str) -> Result<Rate, String> {
     }
 }
 
-/// `xnf lab filter`.
-#[derive(Args, Clone, Debug, Serialize)]
+/// `xnf lab filter`: the options every experiment shares and its own.
+#[derive(Args)]
 pub struct FilterArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub filter: Filter,
+}
+
+/// `xnf lab filter`'s own options, and what it keeps while it runs (see
+/// [`experiment`]; the results record the options as resolved).
+#[derive(Args)]
+pub struct Filter {
     /// Flood rates in frames per second (k and M suffixes), in the order
-    /// measured; `max` is as fast as the generator goes.
+    /// measured; `max` is as fast as the generator goes. Each paced rate
+    /// (0 included) is measured for --trial-seconds, `max` for --seconds.
     #[arg(long, value_delimiter = ',', default_value = "0,250k,500k,1M,2M,max", value_parser = parse_rate, value_name = "PPS|max[,...]")]
     pub rates: Vec<Rate>,
     /// The flood: udp, or syn (a SYN flood; variants none, xnf, nft-synproxy).
@@ -169,20 +194,9 @@ pub struct FilterArgs {
     /// The flood's UDP destination port (one the victim does not serve).
     #[arg(long, default_value_t = 9)]
     pub port: u16,
-    /// Repetitions; variants alternate within each.
-    #[arg(long, default_value_t = 3)]
-    pub runs: u32,
-    /// Measured seconds per flood rate.
-    #[arg(long, default_value_t = 3.0)]
-    pub seconds: f64,
-    /// Seconds at each rate before it is measured (discarded).
-    #[arg(long, default_value_t = 1.0)]
-    pub warmup: f64,
-    /// The generator's CPU (the flood is received on it too) [default: the last].
-    #[arg(long)]
-    pub cpu: Option<usize>,
     /// The CPU of the victim's server and its client [default: the first
-    /// one other than the generator's].
+    /// one other than the generator's (--cpu), on which the flood is
+    /// received too].
     #[arg(long)]
     pub app_cpu: Option<usize>,
     /// The CPU that serves dut's ingress (its threaded NAPI loop, at
@@ -194,64 +208,79 @@ pub struct FilterArgs {
     /// defaulting to /opt/xnf/peers, where scripts/peers.sh builds it].
     #[arg(long, value_name = "PATH")]
     pub xdp_filter: Option<PathBuf>,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub profiling: ProfileArgs,
-    /// Write every sample, the summary, ratios and the curves as JSON (input of `xnf lab report`).
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip)]
-    pub json: Option<PathBuf>,
-    /// Write every sample as CSV.
-    #[arg(long, value_name = "FILE")]
-    #[serde(skip)]
-    pub csv: Option<PathBuf>,
+    /// The CPUs, once the options are checked.
+    #[arg(skip)]
+    cores: Cell<Option<Cores>>,
+    /// The victim's request/response service, started on every build of the topology.
+    #[arg(skip)]
+    rr: Option<rr::RrService>,
+    /// Why xdp-filter is left out of the default variants, once said.
+    #[arg(skip)]
+    told: bool,
+    /// The flood set up at the point being measured ([`experiment`]).
+    #[arg(skip)]
+    at: RefCell<Option<Rc<experiment::AtFlood>>>,
+    /// Every measured interval, for the results' details.
+    #[arg(skip)]
+    intervals: RefCell<Vec<summary::Interval>>,
 }
 
 /// The CPUs of the experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cpus {
+pub struct Cores {
+    /// The generator's (the driver's `--cpu`).
     pub gen: usize,
+    /// The victim's server and client.
     pub app: usize,
+    /// dut's ingress NAPI thread.
     pub rx: usize,
 }
 
-fn cpus(a: &FilterArgs, ncpu: usize) -> Result<Cpus> {
-    let gen = a.cpu.unwrap_or(ncpu.saturating_sub(1));
-    ensure!(gen < ncpu, "--cpu {gen} does not exist (this machine has {ncpu})");
-    let app = a.app_cpu.unwrap_or(if gen == 0 { 1 % ncpu } else { 0 });
-    ensure!(app < ncpu, "--app-cpu {app} does not exist (this machine has {ncpu})");
-    let rx = a.rx_cpu.unwrap_or(app);
-    ensure!(rx < ncpu, "--rx-cpu {rx} does not exist (this machine has {ncpu})");
-    Ok(Cpus { gen, app, rx })
-}
-
-impl FilterArgs {
-    /// The variants asked for, or the default ones; `say` gets why
-    /// xdp-filter is left out of the default.
-    fn variants(&self, say: &mut dyn FnMut(&str)) -> Vec<Variant> {
+impl Filter {
+    /// The variants asked for, or the default ones; and why xdp-filter is
+    /// left out of the default, if it is.
+    fn resolve(&self) -> (Vec<Variant>, Option<String>) {
         if let Some(v) = &self.variants {
-            return v.clone();
+            return (v.clone(), None);
         }
         if self.flood == FloodKind::Syn {
-            return vec![Variant::None, Variant::Xnf, Variant::NftSynproxy];
+            return (vec![Variant::None, Variant::Xnf, Variant::NftSynproxy], None);
         }
         let mut v = vec![Variant::None, Variant::Xnf, Variant::NftIngress, Variant::NftRaw];
         let unlisted = self.blocklist.iter().all(|&b| b == 0);
-        match variants::xdp_filter_binary(self.xdp_filter.as_deref()) {
-            Ok(_) if unlisted => v.push(Variant::XdpFilter),
-            Ok(_) => say("xdp-filter left out of the default variants: it has no prefix lists (--blocklist)"),
-            Err(e) => say(&format!("xdp-filter left out of the default variants: {e}")),
-        }
-        v
+        let why = match variants::xdp_filter_binary(self.xdp_filter.as_deref()) {
+            Ok(_) if unlisted => {
+                v.push(Variant::XdpFilter);
+                None
+            }
+            Ok(_) => Some("xdp-filter left out of the default variants: it has no prefix lists (--blocklist)".to_string()),
+            Err(e) => Some(format!("xdp-filter left out of the default variants: {e}")),
+        };
+        (v, why)
     }
 
-    /// Checks the options before anything is built.
-    fn check(&self, variants: &[Variant]) -> Result<()> {
+    /// The application's and the receive CPU, beside the generator's.
+    fn cores_of(&self, cpus: Cpus) -> Result<Cores> {
+        let (gen, ncpu) = (cpus.gen, cpus.count);
+        let app = self.app_cpu.unwrap_or(if gen == 0 { 1 % ncpu } else { 0 });
+        ensure!(app < ncpu, "--app-cpu {app} does not exist (this machine has {ncpu})");
+        let rx = self.rx_cpu.unwrap_or(app);
+        ensure!(rx < ncpu, "--rx-cpu {rx} does not exist (this machine has {ncpu})");
+        Ok(Cores { gen, app, rx })
+    }
+
+    /// The CPUs as [`check`](Experiment::check) found them.
+    fn cores(&self) -> Result<Cores> {
+        self.cores.get().ok_or_else(|| anyhow::anyhow!("the options are not checked yet"))
+    }
+
+    /// Checks its own options (the driver has checked the common ones);
+    /// keeps the CPUs.
+    fn check_options(&self, cpus: Cpus) -> Result<()> {
+        let (variants, _) = self.resolve();
         ensure!(!variants.is_empty(), "--variants: name at least one");
         ensure!(!self.rates.is_empty(), "--rates: give at least one (e.g. 0,1M,max)");
-        ensure!(self.runs >= 1, "--runs must be at least 1");
         ensure!((1..=64).contains(&self.burst), "--burst {}: use 1..=64 frames (64 is a live-frame batch)", self.burst);
-        ensure!(self.seconds > 0.0 && self.warmup >= 0.0, "--seconds must be positive and --warmup not negative");
         ensure!(self.port != SERVICE_PORT, "--port {}: that is the victim's service port; the flood must go to a port it does not serve", self.port);
         if variants.iter().any(|v| matches!(v, Variant::NftIngress | Variant::NftRaw)) {
             nft::require("nft-ingress and nft-raw")?;
@@ -272,7 +301,8 @@ impl FilterArgs {
             variants::xdp_filter_binary(self.xdp_filter.as_deref())?;
         }
         Flood::by_port(self.port, self.sources)?;
-        self.profiling.check()
+        self.cores.set(Some(self.cores_of(cpus)?));
+        Ok(())
     }
 }
 
@@ -287,152 +317,21 @@ pub fn blocklist_param() -> Param {
     p
 }
 
-/// The line with what this experiment needs: routes back to the flood's
-/// sources in dut and in the victim (so neither drops them as unroutable
-/// and the victim's stack sees them), and the victim's stack receiving.
-fn topology(say: &mut dyn FnMut(&str)) -> Result<BuiltTopology> {
-    crate::engine::remove_stale(say)?;
-    let mut spec = TopologySpec::load("line")?;
-    spec.routes.push(RouteSpec { ns: "dut".into(), to: "198.18.0.0/15".into(), via: Some("198.18.0.1".into()), dev: None, count: None });
-    spec.routes.push(RouteSpec { ns: "sink".into(), to: "198.18.0.0/15".into(), via: Some("198.18.1.1".into()), dev: None, count: None });
-    let mut t = BuiltTopology::build(&spec, say)?;
-    let sink = t.roles()?.sink.clone();
-    t.replace_function(&sink, LabAttachment::pass)?;
-    Ok(t)
-}
-
-/// Runs the experiment; `say` gets what is said before measuring starts.
-pub fn run(a: &FilterArgs, say: &mut dyn FnMut(&str)) -> Result<Results> {
-    // Why xdp-filter is left out is said once the options are accepted: a
-    // refusal stays one line.
-    let mut left_out = Vec::new();
-    let variants = a.variants(&mut |s| left_out.push(s.to_string()));
-    a.check(&variants)?;
-    let ncpu = crate::engine::cpu::sample()?.len();
-    let c = cpus(a, ncpu)?;
-    left_out.iter().for_each(|s| say(s));
-    let (gen_cpu, app_cpu) = (c.gen, c.app);
-    let mut t = topology(say)?;
-    let roles = t.roles()?.clone();
-    if a.flood == FloodKind::Syn {
-        // gen's interface gets the SYN-ACK sink below instead.
-        t.remove_function(&roles.gen)?;
-    }
-    let victim_ip = t.addr(&roles.sink, false)?;
-    let (victim, _) = t.endpoint(&roles.sink)?;
-    let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
-    let (dut, din) = t.endpoint(&roles.dut_in)?;
-    let (_, dout) = t.endpoint(&roles.dut_out)?;
-    let rr = rr::RrService::start(victim, SocketAddr::new(victim_ip, SERVICE_PORT), gen_ns, app_cpu, app_cpu)?;
-    let dir = TempDir::new()?;
-    let mut options = serde_json::to_value(a)?;
-    options["variants"] = serde_json::json!(variants.iter().map(variant_name).collect::<Vec<_>>());
-    options["cpu"] = gen_cpu.into();
-    options["app_cpu"] = app_cpu.into();
-    options["rx_cpu"] = c.rx.into();
-    let mut res = Results::new("filter", &options, vec![blocklist_param()]);
-    let profiled = if a.profiling.profile.is_some() { a.rates.iter().filter(|&&r| r != Rate::Pps(0)).count() as f64 * (a.seconds + 0.5) } else { 0.0 };
-    let per_variant = a.rates.len() as f64 * (a.warmup + a.seconds + 0.2) + profiled;
-    let profile = a.profiling.options();
-    let mut pg = Progress::new(per_variant * (a.blocklist.len() * variants.len() * a.runs as usize) as f64);
-    let mut extras = Vec::new();
-    for &size in &a.blocklist {
-        let point = Point::default().with("blocklist", size);
-        let label = res.label(&point);
-        pg.message(&format!("preparing the flood ({label})"));
-        let mut flood = if size == 0 { Flood::by_port(a.port, a.sources)? } else { Flood::by_blocklist(a.port, size, a.sources, &dir.0)? };
-        flood.syn = a.flood == FloodKind::Syn;
-        // The SYN flood's port has a listener that never accepts: its
-        // queue fills and the victim's kernel answers with cookies.
-        let (_listener, _replies) = if flood.syn {
-            let at = SocketAddr::new(victim_ip, a.port);
-            let l = victim.run(move || std::net::TcpListener::bind(at))?.with_context(|| format!("listening on {at} in the victim"))?;
-            let g = NfGuard::filter(gen_ns, std::slice::from_ref(&gen_if), &Flood::reply_sink_rules(), "xnf lab filter's SYN-ACK sink")?;
-            (Some(l), Some(g))
-        } else {
-            (None, None)
-        };
-        let traffic = flood.traffic(&t, victim_ip)?;
-        let path = probe::Path {
-            gen: (gen_ns, gen_if.clone()),
-            gen_cpu,
-            burst: a.burst,
-            dut: (dut, din.clone(), dout.clone()),
-            victim,
-            rr: &rr,
-            traffic: &traffic,
-            syn: flood.syn,
-        };
-        for run in 0..a.runs {
-            for v in alternated(&variants, run) {
-                let l = Labels { variant: variant_name(&v), point: point.clone(), run };
-                pg.set_prefix(format!("{label}, run {}/{}, {}", run + 1, a.runs, l.variant));
-                pg.message("setting up");
-                let setup = Setup::new(v, dut, &din, &flood, a.xdp_filter.as_deref()).with_context(|| l.variant.clone())?;
-                // Threaded NAPI needs the NAPI an XDP program brings, and
-                // every XDP change makes its thread again.
-                napi::threaded(dut, &din)?;
-                napi::pin(&din, c.rx)?;
-                let say = &mut |i: usize, twin: bool| pg.message(&format!("flood {}{}", a.rates[i], if twin { ", profiling" } else { "" }));
-                let measured = path.measure(&l, &setup, &a.rates, (a.warmup, a.seconds), profile.as_ref(), say)?;
-                drop(setup);
-                for (i, m) in measured.into_iter().enumerate() {
-                    if let Some((twin, prof)) = m.twin {
-                        res.profiles.push(ProfiledRun::new("filter", &label, &m.sample, &twin, prof, a.profiling.flame.as_deref())?);
-                    }
-                    extras.push(summary::Interval::of(&m.sample, i, a.rates[i], m.extra));
-                    res.samples.push(m.sample);
-                }
-                pg.advance(per_variant);
-            }
-        }
-    }
-    pg.finish();
-    rr.stop().context("the victim's request/response service")?;
-    summary::finish(&mut res, &variants, extras, c);
-    if a.flood == FloodKind::Syn {
-        res.notes.push("--flood syn: a discarded frame is a SYN answered with a cookie (by xnf in XDP, by dut's SYNPROXY, or by the victim's kernel; counted at the victim as TcpExt SyncookiesSent + ListenDrops), so drop Mpps is SYNs answered per second and ns/drop the CPU per answer".into());
-    }
-    Ok(res)
-}
-
-/// A folder for the blocklists of one run, removed with everything in it.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir> {
-        let p = std::env::temp_dir().join(format!("xnf-lab-filter-{}", std::process::id()));
-        std::fs::create_dir_all(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `xnf lab filter`: runs it, prints the tables, writes the files asked for.
-pub fn main(a: FilterArgs) -> Result<()> {
-    let r = run(&a, &mut |line| eprintln!("xnf lab: {line}"))?;
-    summary::print(&r);
+/// `xnf lab filter`: runs it on the lab's driver, prints the tables (the
+/// figure's, then the lab's summary), writes the files asked for.
+pub fn main(mut a: FilterArgs) -> Result<()> {
+    let r = driver::run(&mut a.filter, &a.common, &mut |line| eprintln!("xnf lab: {line}"))?;
+    summary::header(&r);
+    a.filter.print(&r);
+    crate::engine::table::print_summary(&r);
     crate::engine::profiling::print(&r);
-    if let Some(path) = &a.json {
-        r.write_json(path)?;
-        crate::engine::results::wrote(path);
-    }
-    if let Some(path) = &a.csv {
-        let mut f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        r.write_csv(&mut f)?;
-        eprintln!("xnf lab: wrote {}", path.display());
-    }
-    Ok(())
+    a.common.write(&r)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::measure::Plan;
 
     #[test]
     fn rates_read_with_suffixes_and_max() {
@@ -445,30 +344,58 @@ mod tests {
     }
 
     fn args(list: &[&str]) -> FilterArgs {
-        crate::engine::driver::parse_options(list).unwrap()
+        driver::parse_options(list).unwrap()
+    }
+
+    const CPUS: Cpus = Cpus { gen: 1, count: 2 };
+
+    fn refusal(list: &[&str]) -> String {
+        let a = args(list);
+        let e = a.common.validate(2).and_then(|c| a.filter.check(c)).and_then(|()| a.filter.plan(a.common.plan()).map(drop));
+        format!("{:#}", e.unwrap_err())
     }
 
     #[test]
     fn options_are_checked_naming_the_flag() {
         let a = args(&["--variants", "none"]);
-        assert_eq!(a.rates, [Rate::Pps(0), Rate::Pps(250_000), Rate::Pps(500_000), Rate::Pps(1_000_000), Rate::Pps(2_000_000), Rate::Max]);
-        a.check(&[Variant::None]).unwrap();
-        for (list, want) in [(&["--runs", "0"][..], "--runs"), (&["--port", "5001"][..], "--port 5001"), (&["--sources", "0"][..], "--sources")] {
-            let e = args(list).check(&[Variant::None]).unwrap_err().to_string();
-            assert!(e.contains(want), "{list:?}: {e}");
+        assert_eq!(a.filter.rates, [Rate::Pps(0), Rate::Pps(250_000), Rate::Pps(500_000), Rate::Pps(1_000_000), Rate::Pps(2_000_000), Rate::Max]);
+        a.filter.check(CPUS).unwrap();
+        for (list, want) in [
+            (&["--runs", "0"][..], "--runs"),
+            (&["--port", "5001"][..], "--port 5001"),
+            (&["--sources", "0"][..], "--sources"),
+            (&["--burst", "65"][..], "--burst 65"),
+            (&["--cpu", "2"][..], "--cpu 2"),
+            (&["--app-cpu", "2"][..], "--app-cpu 2"),
+            (&["--variants", "xdp-filter", "--blocklist", "1000"][..], "not prefixes"),
+            (&["--flood", "syn", "--variants", "nft-ingress"][..], "--flood syn: nft-ingress"),
+            (&["--flood", "syn", "--variants", "xnf", "--blocklist", "1000"][..], "--blocklist"),
+            (&["--variants", "nft-synproxy"][..], "--flood syn"),
+            (&["--load-curve"][..], "--load-curve"),
+            (&["--load-rates", "1000"][..], "--load-rates"),
+            (&["--zero-loss"][..], "--zero-loss"),
+        ] {
+            let e = refusal(list);
+            assert!(e.contains(want) && !e.contains('\n'), "{list:?}: {e}");
         }
-        let e = args(&["--blocklist", "1000"]).check(&[Variant::XdpFilter]).unwrap_err().to_string();
-        assert!(e.contains("not prefixes"), "{e}");
-        let syn = args(&["--flood", "syn"]);
-        assert_eq!(syn.variants(&mut |_| {}), [Variant::None, Variant::Xnf, Variant::NftSynproxy]);
-        let e = syn.check(&[Variant::NftIngress]).unwrap_err().to_string();
-        assert!(e.contains("--flood syn") && e.contains("nft-ingress"), "{e}");
-        let e = args(&["--flood", "syn", "--blocklist", "1000"]).check(&[Variant::Xnf]).unwrap_err().to_string();
-        assert!(e.contains("--blocklist"), "{e}");
-        let e = args(&[]).check(&[Variant::NftSynproxy]).unwrap_err().to_string();
-        assert!(e.contains("--flood syn"), "{e}");
-        assert_eq!(cpus(&args(&[]), 2).unwrap(), Cpus { gen: 1, app: 0, rx: 0 });
-        assert_eq!(cpus(&args(&["--cpu", "0"]), 2).unwrap(), Cpus { gen: 0, app: 1, rx: 1 });
-        assert!(cpus(&args(&["--app-cpu", "2"]), 2).is_err());
+        assert_eq!(args(&["--flood", "syn"]).filter.resolve().0, [Variant::None, Variant::Xnf, Variant::NftSynproxy]);
+        let f = args(&[]).filter;
+        assert_eq!(f.cores_of(CPUS).unwrap(), Cores { gen: 1, app: 0, rx: 0 });
+        assert_eq!(f.cores_of(Cpus { gen: 0, count: 2 }).unwrap(), Cores { gen: 0, app: 1, rx: 1 });
+        assert_eq!(args(&["--rx-cpu", "1"]).filter.cores_of(CPUS).unwrap().rx, 1);
+        assert!(f.plan(Plan::default()).is_ok());
+    }
+
+    #[test]
+    fn each_rate_is_measured_for_its_seconds() {
+        let t = Timing { warmup: 1.0, seconds: 5.0, trial_seconds: 2.0 };
+        assert_eq!((Rate::Max.seconds(&t), Rate::Pps(0).seconds(&t), Rate::Pps(1000).seconds(&t)), (5.0, 2.0, 2.0));
+        let f = args(&["--rates", "0,1M,max"]).filter;
+        let plain = f.planned_seconds(&t, &Plan::default());
+        assert!((plain - (2.0 * 3.2 + 6.2)).abs() < 1e-9, "{plain}");
+        // Profiled: a twin of each flooded interval.
+        let profile = Plan { profile: args(&["--profile", "counts"]).common.profiling.options(), ..Default::default() };
+        let profiled = f.planned_seconds(&t, &profile);
+        assert!((profiled - plain - (2.5 + 5.5)).abs() < 1e-9, "{profiled}");
     }
 }

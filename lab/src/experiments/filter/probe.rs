@@ -1,5 +1,8 @@
-//! One variant measured along the flood rates: the generator is started at
-//! the first non-zero rate and re-paced for each next one; every interval
+//! One variant measured along the flood rates (its
+//! [`Running::measure`](crate::engine::driver::Running::measure): the
+//! flood is this experiment's own generator, paced in bursts, not the
+//! driver's): the generator is started at the first non-zero rate and
+//! re-paced for each next one; every interval
 //! is read between two readings of the counters while the flood keeps
 //! going (the victim lives under a steady flood, so nothing is paused).
 //!
@@ -22,7 +25,7 @@ use super::rr::RrService;
 use super::variants::Setup;
 use super::Rate;
 use crate::engine::cpu::{self, CpuTimes};
-use crate::engine::measure::{self, Labels, PAUSED};
+use crate::engine::measure::{self, Labels, Timing, PAUSED};
 use crate::engine::results::{Loss, Sample, SampleKind};
 use crate::engine::Generator;
 use crate::programs::gen::GenConfig;
@@ -122,26 +125,27 @@ impl Path<'_> {
         }
     }
 
-    /// Every rate of `rates` in turn under `setup`: `warmup` seconds, then
-    /// an interval of `seconds`, and with `profile` a twin interval with
-    /// `xnf profile` attached (not at rate 0: no flood, nothing to divide
-    /// by); `each` is told which step is measured.
+    /// Every rate of `rates` in turn under `setup`: `t.warmup` seconds,
+    /// then an interval of the rate's seconds ([`Rate::seconds`]), and
+    /// with `profile` a twin interval with `xnf profile` attached (not at
+    /// rate 0: no flood, nothing to divide by); `each` is told which step
+    /// is measured.
     pub fn measure(
         &self,
         l: &Labels,
         setup: &Setup,
         rates: &[Rate],
-        t: (f64, f64),
+        t: &Timing,
         profile: Option<&xnf_profile::Options>,
         each: &mut dyn FnMut(usize, bool),
     ) -> Result<Vec<Measured>> {
-        let (warmup, seconds) = t;
         let mut gens: Option<Generator> = None;
         let mut out = Vec::new();
         for (i, &rate) in rates.iter().enumerate() {
             each(i, false);
             self.pace(&mut gens, rate)?;
-            std::thread::sleep(Duration::from_secs_f64(warmup));
+            std::thread::sleep(Duration::from_secs_f64(t.warmup));
+            let seconds = rate.seconds(t);
             let (sample, extra) = self.interval(l, kind(rate, i), gens.as_ref(), setup, seconds)?;
             let twin = match profile {
                 Some(o) if rate != Rate::Pps(0) => {

@@ -1,16 +1,14 @@
 //! What the samples of `xnf lab filter` add up to: per variant and point,
 //! the victim's transactions against the flood rate (medians over runs),
 //! the rate that halves them, drops per second and CPU per dropped frame
-//! at the maximum rate; kept in the results' `details.filter`, printed as
-//! tables.
+//! at the maximum rate; kept in the results' `details` (`curves`,
+//! `intervals`), printed as tables.
 
 use serde::{Deserialize, Serialize};
 
 use super::flood::{half_rate, CurvePoint};
 use super::probe::Extra;
-use super::variants::Variant;
-use super::Rate;
-use crate::engine::driver::variant_name;
+use super::{Cores, Rate};
 use crate::engine::results::{median, Point, Results, Sample};
 
 /// One measured interval as the details keep it.
@@ -108,15 +106,9 @@ fn curve(intervals: &[Interval], variant: &str, point: &Point) -> Option<Curve> 
     Some(Curve { variant: variant.into(), point: point.clone(), unflooded_tps, half_rate_pps: half_rate(&pts), steps })
 }
 
-/// Summaries, ratios, curves and notes, once everything is measured.
-pub fn finish(res: &mut Results, variants: &[Variant], intervals: Vec<Interval>, c: super::Cpus) {
-    res.summarize(&[]);
-    let names: Vec<String> = variants.iter().map(variant_name).collect();
-    if names.iter().any(|n| n == "xnf") {
-        for other in names.iter().filter(|n| *n != "xnf") {
-            res.add_ratios("xnf", other);
-        }
-    }
+/// The curves and intervals into the results' details, and notes, once
+/// everything is measured (the driver has made the summaries and ratios).
+pub fn finish(res: &mut Results, names: &[String], intervals: Vec<Interval>, c: Cores) {
     let mut points: Vec<Point> = Vec::new();
     for i in &intervals {
         if !points.contains(&i.point) {
@@ -138,12 +130,16 @@ fn fmt_rate(pps: f64) -> String {
     format!("{:.2}", pps / 1e6)
 }
 
-/// The figure as tables: transactions per second by flood rate, and each
-/// variant's half rate, drops and CPU per drop; then the lab's summary.
-pub fn print(r: &Results) {
-    let curves: Vec<Curve> = r.details.get("curves").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
+/// The title line of the experiment's tables.
+pub fn header(r: &Results) {
     let m = &r.machine;
     println!("\nxnf lab filter — kernel {}, {} × {}, xnf {}", m.kernel, m.cores, m.cpu_model, m.xnf_version);
+}
+
+/// The figure as tables: transactions per second by flood rate, and each
+/// variant's half rate, drops and CPU per drop (from `details.curves`).
+pub fn print(r: &Results) {
+    let curves: Vec<Curve> = r.details.get("curves").and_then(|c| serde_json::from_value(c.clone()).ok()).unwrap_or_default();
     let mut points: Vec<&Point> = Vec::new();
     for c in &curves {
         if !points.contains(&&c.point) {
@@ -183,7 +179,6 @@ pub fn print(r: &Results) {
         }
     }
     println!("(ns/drop: all CPU time per discarded flood frame at the top rate, the generator's and the victim's included; softirq: what ran as softirq, without dut's threaded NAPI loop)");
-    crate::engine::table::print_summary(r);
 }
 
 #[cfg(test)]

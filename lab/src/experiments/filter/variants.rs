@@ -33,6 +33,20 @@ pub enum Variant {
     NftSynproxy,
 }
 
+impl Variant {
+    /// Its name, as the command line writes it (the results' variant).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Variant::None => "none",
+            Variant::Xnf => "xnf",
+            Variant::NftIngress => "nft-ingress",
+            Variant::NftRaw => "nft-raw",
+            Variant::XdpFilter => "xdp-filter",
+            Variant::NftSynproxy => "nft-synproxy",
+        }
+    }
+}
+
 /// The nftables table the nft variants load.
 const NFT_TABLE: &str = "xnffilter";
 
@@ -149,6 +163,14 @@ impl Drop for Setup<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_the_command_lines() {
+        use clap::ValueEnum;
+        for v in Variant::value_variants() {
+            assert_eq!(v.as_str(), crate::engine::driver::variant_name(v));
+        }
+    }
 
     #[test]
     fn reads_xdp_filters_drop_count() {

@@ -1,11 +1,17 @@
-//! `xnf lab gen`'s command line: the options and their parsers, which
-//! refuse what is not a size, count, rate, duration or CPU list.
+//! `xnf lab gen`'s command line: the common options as gen takes them,
+//! its own, and their parsers, which refuse what is not a size, count,
+//! rate or CPU list.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
-use clap::{Args, ValueEnum};
+use clap::builder::ArgPredicate;
+use clap::{Arg, Args, ValueEnum};
 use serde::Serialize;
+
+use super::{Plan, Report};
+use crate::engine::driver::Common;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -65,13 +71,6 @@ fn parse_rate(s: &str) -> std::result::Result<u64, String> {
     }
 }
 
-fn parse_seconds(s: &str) -> std::result::Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(x) if x > 0.0 && x.is_finite() => Ok(x),
-        _ => Err("must be a positive number of seconds".into()),
-    }
-}
-
 /// A CPU list such as `0,1` or `0-3,6`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CpuList(pub Vec<usize>);
@@ -100,10 +99,46 @@ fn parse_cpus(s: &str) -> std::result::Result<CpuList, String> {
     Ok(CpuList(out))
 }
 
-/// `xnf lab gen`.
-#[derive(Args, Clone, Debug, Serialize)]
-#[command(after_long_help = AFTER_HELP)]
+/// `xnf lab gen`: the options every experiment takes and its own.
+#[derive(Args, Debug)]
+#[command(after_long_help = AFTER_HELP, mut_args(tune))]
 pub struct GenArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub gen: Gen,
+}
+
+/// The common options as gen takes them: one run; the topology gen ->
+/// sink, or the line with --through-dut; no warm-up (every frame sent is
+/// counted); with --count, no time limit unless --seconds gives one. What
+/// gen cannot use is hidden from its help (and refused when given, see
+/// `plan`).
+fn tune(a: Arg) -> Arg {
+    match a.get_id().as_str() {
+        "runs" => a.default_value("1").help("Runs: the generator sends this many times, each checked on its own"),
+        "topology" => a
+            .default_value("pair")
+            .default_value_if("through_dut", ArgPredicate::IsPresent, Some("line"))
+            .hide_default_value(true)
+            .help("Topology: a built-in scenario or a TOML file with [roles] [default: pair; line with --through-dut]"),
+        "seconds" => a
+            .default_value_if("count", ArgPredicate::IsPresent, Some("inf"))
+            .hide_default_value(true)
+            .help("Stop after this many seconds [default: 5 without --count; with --count, whichever comes first]"),
+        "warmup" => a.default_value("0").hide(true),
+        "profile" => a.help(
+            "Profile the run itself with `xnf profile` attached (all CPUs, stacks sampled): there is no unprofiled twin, its rates are with the profiler attached (`counts`: nothing that runs per packet)",
+        ),
+        "cpu" => a.help("The generator's CPU [default: the last one]; --cpus gives several"),
+        "trial_seconds" | "zero_loss" | "load_curve" | "load_rates" => a.hide(true),
+        _ => a,
+    }
+}
+
+/// `xnf lab gen`'s own options (and, once planned, what it measured).
+#[derive(Args, Debug, Serialize)]
+pub struct Gen {
     /// IPv6 instead of IPv4.
     #[arg(long)]
     pub ipv6: bool,
@@ -127,14 +162,15 @@ pub struct GenArgs {
     /// Source addresses: --src-base, then one up each.
     #[arg(long, value_name = "N", value_parser = parse_count, default_value = "1", allow_hyphen_values = true)]
     pub srcs: u64,
-    /// First source address [default: gen's, 198.18.0.1 / 2001:db8::1].
+    /// First source address [default: gen's in the topology, 198.18.0.1 / 2001:db8::1].
     #[arg(long, value_name = "ADDR")]
     pub src_base: Option<IpAddr>,
     /// Destination addresses: --dst-base + i * --dst-stride.
     #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub dsts: Option<u64>,
-    /// First destination address [default: the sink's, 198.18.1.2 /
-    /// 2001:db8:1::2, for one destination; 198.19.0.0 / 2001:db8:ff:: for more].
+    /// First destination address [default: the sink's in the topology
+    /// (the line's 198.18.1.2 / 2001:db8:1::2), for one destination;
+    /// 198.19.0.0 / 2001:db8:ff:: for more].
     #[arg(long, value_name = "ADDR")]
     pub dst_base: Option<IpAddr>,
     /// Distance between consecutive destination addresses.
@@ -150,15 +186,11 @@ pub struct GenArgs {
     /// Send exactly N frames, then stop (split evenly over the CPUs).
     #[arg(long, value_name = "N", value_parser = parse_count, allow_hyphen_values = true)]
     pub count: Option<u64>,
-    /// Stop after this many seconds [default: 5 without --count; with
-    /// --count, whichever comes first].
-    #[arg(long, value_name = "S", value_parser = parse_seconds, allow_hyphen_values = true)]
-    pub seconds: Option<f64>,
     /// Generator CPUs, one thread pinned to each, e.g. 0,1 or 0-3 [default:
-    /// the last CPU]. With several, the veth gets one queue per thread.
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    /// --cpu's, the last CPU]. With several, the veth gets one queue per thread.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus, conflicts_with = "cpu")]
     pub cpus: Option<CpuList>,
-    /// Send through a dut namespace forwarding with the kernel or with
+    /// Send through the topology's dut forwarding with the kernel or with
     /// `xnf router` [default: straight into the sink].
     #[arg(long, value_enum, value_name = "kernel|xnf")]
     pub through_dut: Option<Dut>,
@@ -167,15 +199,14 @@ pub struct GenArgs {
     /// cannot hold at high rates are counted, not checked).
     #[arg(long)]
     pub verify: bool,
-    /// With --profile the run itself is profiled (there is no unprofiled
-    /// twin: its rates are with the profiler attached).
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub profiling: crate::engine::profiling::ProfileArgs,
-    /// Write one sample per second and the summary as JSON (experiment
-    /// "gen", variant "gen"; input of `xnf lab report`).
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    /// What is sent, checked (made by `super::run` before the driver runs).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub plan: Option<Plan>,
+    /// Each run's outcome.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub reports: Mutex<Vec<Report>>,
 }
 
 const AFTER_HELP: &str = "\
@@ -184,10 +215,11 @@ and destination address is a flow (source port turning fastest), so \
 --sports 100 --dsts 50 makes 5000 flows. Every thread cycles through all \
 flows and sizes from the first.
 
-Topology: without --through-dut, one veth pair gen -> sink with no IP \
-configuration (IPv6 off, so the sink sees only generated frames). On a veth \
-the receiver runs in softirq on the sending CPU, so each CPU's rate is \
-generator + sink together. The sink drops in XDP and counts per CPU.
+Topology: without --through-dut, the built-in pair: one veth pair gen -> \
+sink, IPv6 off (so the sink sees only generated frames). On a veth the \
+receiver runs in softirq on the sending CPU, so each CPU's rate is \
+generator + sink together. The sink drops in XDP and counts per CPU. With \
+--through-dut, the line: dut routes the lab's ranges to the sink.
 
 Examples:
   xnf lab gen                                  64 B UDP, as fast as possible, 5 s

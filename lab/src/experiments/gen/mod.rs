@@ -1,9 +1,10 @@
 //! `xnf lab gen`: the traffic generator on its own, against an XDP sink.
 //!
-//! By default it builds the shortest path there is, one veth pair gen ->
-//! sink, so what it measures is the generator's own ceiling (and the sink's
-//! receive, which on a veth runs on the sending CPU). `--through-dut kernel`
-//! or `--through-dut xnf` puts the standard dut namespace in between.
+//! By default it runs on the shortest path there is, the built-in `pair`
+//! (one veth pair gen -> sink), so what it measures is the generator's own
+//! ceiling (and the sink's receive, which on a veth runs on the sending
+//! CPU). `--through-dut kernel` or `--through-dut xnf` sends through the
+//! dut of the `line` instead.
 //!
 //! Everything the frames carry is decided up front and checked before
 //! anything is built: protocol, sizes (fixed or the AMS-IX IMIX of the xdp-forward thesis
@@ -12,9 +13,15 @@
 //! frame to user space, which parses it and compares the counts per size
 //! and per flow with what the generator must have sent.
 //!
+//! It runs on the lab's driver: the topology is the driver's, and each run
+//! measures itself ([`Running::measure`]): the generator started with the
+//! plan's CPUs, rate, count and time, a sample every second, the
+//! verification and the totals per CPU kept for [`Experiment::finish`],
+//! which writes them to the results' `details.runs`.
+//!
 //! [`args`] is the command line, [`plan`] what it asks for, checked,
-//! [`path`] the namespaces, [`verify`] the check of every frame; this file
-//! runs a plan and prints what came of it.
+//! [`path`] what the topology needs, [`verify`] the check of every frame;
+//! this file measures a run and prints what came of it.
 
 pub mod args;
 pub mod path;
@@ -23,25 +30,28 @@ pub mod plan;
 mod tests;
 pub mod verify;
 
-use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use xnf_netns::Netns;
 
 use crate::engine::cpu;
-use crate::engine::params;
-use crate::engine::results::{Labels, Loss, Point, Results, Sample, SampleKind};
+use crate::engine::driver::{self, AtPoint, Cpus, Experiment, Measuring, Running, VariantName};
+use crate::engine::measure::{self, Measured, Timing};
+use crate::engine::params::{self, Param, Point, Value};
+use crate::engine::progress::Progress;
+use crate::engine::results::{Labels, Loss, Results, Sample, SampleKind};
 use crate::engine::search::loss_pct;
+use crate::engine::topology::{BuiltTopology, TopologySpec};
 use crate::engine::{GenOptions, Generator, LabAttachment};
 use crate::programs::gen::GenConfig;
-use crate::programs::sink::{SinkCounts, SinkOptions};
+use crate::programs::sink::{SinkCounter, SinkCounts, SinkOptions};
 
-pub use args::{CpuList, Dut, GenArgs, Size, TcpKind};
-pub use path::Path;
-pub use plan::{plan, Plan, BASE_DPORT, BASE_SPORT};
+pub use args::{CpuList, Dut, Gen, GenArgs, Size, TcpKind};
+pub use path::Forwarder;
+pub use plan::{plan, Ends, Plan, BASE_DPORT, BASE_SPORT};
 pub use verify::{expected, Counts, Tally, Verification};
 
 /// Capture ring of `--verify`: what the sink can hold while user space reads.
@@ -62,6 +72,8 @@ pub struct CpuReport {
 /// What a run did.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// The driver's run (0-based).
+    pub run: u32,
     pub description: String,
     pub seconds: f64,
     pub sent: u64,
@@ -77,130 +89,234 @@ pub struct Report {
     /// The flame graph written, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flame: Option<String>,
-    #[serde(skip)]
-    pub results: Option<Results>,
 }
 
-/// Runs the plan: builds the path, sends, reports. `status` gets a one-line
-/// status every second.
-pub fn run_plan(p: &Plan, args: &impl Serialize, status: &mut dyn FnMut(&str)) -> Result<Report> {
-    let path = Path::build(p)?;
-    let (gen_ns, gen_if, src_mac, dst_mac) = path.gen();
-    let cfg = p.gen_config(src_mac, dst_mac)?;
-    let (sink_ns, sink_if) = path.sink();
-    let sink_opts = if p.verify { SinkOptions { capture_ring: Some(VERIFY_RING), ..Default::default() } } else { SinkOptions::default() };
-    let sink = LabAttachment::sink_with(sink_ns, sink_if, sink_opts)?;
-    let counter = sink.sink_counter()?;
+/// gen's one variant: the generator itself.
+#[derive(Clone, Copy, Debug)]
+pub struct TheGenerator;
 
-    let mut results = Results::new("gen", args, vec![params::size(), params::flows(), params::ipv6(), params::queues()]);
-    results.notes.push(format!("{}; generator threads pinned to CPUs {:?}", p.describe(), p.cpus));
-    results.notes.push("veth: the sink receives in softirq on the sending CPU, so a CPU's rate is generator + sink".into());
-    let size = match p.size {
-        Size::Fixed(n) => n as u32,
-        Size::Imix => 0,
-    };
-    let point = Point::default().with("size", size).with("flows", p.flows()).with("ipv6", p.ipv6).with("queues", p.threads() as u32);
-    // One step: every second at the same offered rate.
-    let kind = match p.rate {
-        Some(r) => SampleKind::Load { offered_pps: r as f64, step: 1 },
-        None => SampleKind::Max,
-    };
+impl VariantName for TheGenerator {
+    fn name(&self) -> String {
+        "gen".into()
+    }
+}
 
-    let capture_done = AtomicBool::new(false);
-    let (ipv6, tcp) = (p.ipv6, p.tcp.is_some());
-    let (outcome, tally, profile) = std::thread::scope(|s| -> Result<_> {
-        let reader = p.verify.then(|| {
-            s.spawn(|| -> Result<Tally> {
-                let mut t = Tally::default();
-                counter.read_capture(&|| capture_done.load(Ordering::Relaxed), &mut |c| t.add(&c, ipv6, tcp))?;
-                Ok(t)
+impl Gen {
+    fn planned(&self) -> Result<&Plan> {
+        self.plan.as_ref().context("gen's plan is made by `xnf lab gen` before the driver runs")
+    }
+}
+
+impl Experiment for Gen {
+    type Variant = TheGenerator;
+    const NAME: &'static str = "gen";
+
+    fn params(&self) -> Vec<Param> {
+        vec![params::size(), params::flows(), params::ipv6(), params::queues()]
+    }
+
+    /// One point: what the plan sends, on one veth queue per generator CPU.
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        let Some(p) = &self.plan else { return Vec::new() };
+        let size = match p.size {
+            Size::Fixed(n) => u32::from(n),
+            Size::Imix => 0,
+        };
+        vec![
+            ("size", params::values(&[size])),
+            ("flows", params::values(&[p.flows()])),
+            ("ipv6", params::values(&[p.ipv6])),
+            ("queues", params::values(&[p.threads() as u32])),
+        ]
+    }
+
+    fn variants(&self) -> Vec<TheGenerator> {
+        vec![TheGenerator]
+    }
+
+    fn ratios(&self) -> Vec<(&str, &str)> {
+        Vec::new()
+    }
+
+    fn check(&self, _: Cpus) -> Result<()> {
+        self.planned().map(|_| ())
+    }
+
+    /// The time it sends: --seconds, or what --count takes at --rate.
+    fn planned_seconds(&self, _: &Timing, _: &measure::Plan) -> f64 {
+        let Some(p) = &self.plan else { return 1.0 };
+        let by_count = p.count.zip(p.rate).map(|(c, r)| c as f64 / r as f64);
+        match (p.seconds, by_count) {
+            (Some(s), Some(c)) => s.min(c),
+            (Some(s), None) => s,
+            (None, Some(c)) => c,
+            (None, None) => 1.0,
+        }
+    }
+
+    fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
+        path::adapt(spec, self.planned()?.through_dut)
+    }
+
+    /// The capturing sink for --verify; dut's routes through a dut.
+    fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
+        let p = self.planned()?;
+        if p.verify {
+            let sink = t.roles()?.sink.clone();
+            t.replace_function(&sink, |ns, dev| LabAttachment::sink_with(ns, dev, SinkOptions { capture_ring: Some(VERIFY_RING), ..Default::default() }))?;
+        }
+        if p.through_dut.is_some() {
+            path::route_to_sink(t)?;
+        }
+        Ok(())
+    }
+
+    /// The generator is gen's own, started by each run.
+    fn at_point<'a>(&'a self, _: &'a BuiltTopology, _: &Point, _: &Progress) -> Result<AtPoint<'a>> {
+        Ok(AtPoint::without_traffic(()))
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, _: TheGenerator, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let fwd = self.planned()?.through_dut.map(|kind| Forwarder::attach(t, kind)).transpose()?;
+        Ok(Box::new(Sending { exp: self, t, _fwd: fwd }))
+    }
+
+    fn finish(&mut self, _: Cpus, res: &mut Results) -> Result<()> {
+        let p = self.planned()?;
+        res.notes.push(format!("{}; generator threads pinned to CPUs {:?}", p.describe(), p.cpus));
+        res.notes.push("veth: the sink receives in softirq on the sending CPU, so a CPU's rate is generator + sink".into());
+        let reports = self.reports.lock().map_err(|_| anyhow::anyhow!("a run panicked"))?;
+        res.details.insert("runs".into(), serde_json::to_value(&*reports)?);
+        Ok(())
+    }
+
+    fn print(&self, _: &Results) {
+        let reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        for r in reports.iter() {
+            print(r, reports.len());
+        }
+    }
+}
+
+/// One run: the path set up (dut's forwarder, if any).
+struct Sending<'a> {
+    exp: &'a Gen,
+    t: &'a BuiltTopology,
+    _fwd: Option<Forwarder>,
+}
+
+impl Running for Sending<'_> {
+    /// Sends as planned, a sample every second; the run's report is kept.
+    fn measure(&self, m: Measuring) -> Result<Measured> {
+        let p = self.exp.planned()?;
+        let t = self.t;
+        let roles = t.roles()?;
+        let (gen_ns, gen_if) = t.endpoint(&roles.gen)?;
+        let cfg = p.gen_config(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?)?;
+        let counter = t.attachment(&roles.sink)?.sink_counter()?;
+        let (total0, cpus0) = (counter.total()?, counter.per_cpu()?);
+        // One step: every second at the same offered rate.
+        let kind = match p.rate {
+            Some(r) => SampleKind::Load { offered_pps: r as f64, step: 1 },
+            None => SampleKind::Max,
+        };
+        let mut samples = Vec::new();
+        let capture_done = AtomicBool::new(false);
+        let (ipv6, tcp) = (p.ipv6, p.tcp.is_some());
+        let pg = &*m.pg;
+        let (outcome, tally, profile) = std::thread::scope(|s| -> Result<_> {
+            let reader = p.verify.then(|| {
+                s.spawn(|| -> Result<Tally> {
+                    let mut t = Tally::default();
+                    counter.read_capture(&|| capture_done.load(Ordering::Relaxed), &mut |c| t.add(&c, ipv6, tcp))?;
+                    Ok(t)
+                })
+            });
+            let session = p.profile.as_ref().map(xnf_profile::Session::start).transpose()?;
+            let sent = send(p, (gen_ns, &gen_if), &cfg, counter, (m.labels, kind), &mut samples, &mut |l| pg.message(l));
+            let profile = session.map(xnf_profile::Session::stop).transpose();
+            // Frames in flight reach the sink before the capture stops.
+            // (The reader stops only when told: told before any error returns.)
+            let settled = measure::until_still(&|| Ok(counter.total()?.packets), Duration::from_secs(2));
+            capture_done.store(true, Ordering::Relaxed);
+            let tally = match reader {
+                Some(h) => Some(h.join().map_err(|_| anyhow::anyhow!("capture reader panicked"))??),
+                None => None,
+            };
+            settled?;
+            Ok((sent?, tally, profile?))
+        })?;
+        let (per_thread, secs) = outcome;
+        let run = m.labels.run;
+        let (profile, flame) = match profile {
+            Some(mut prof) => {
+                let flame = match (&p.flame, prof.stacks.take()) {
+                    (Some(dir), Some(stacks)) => {
+                        let name = if run == 0 { format!("gen-{}", std::process::id()) } else { format!("gen-{}-{}", std::process::id(), run + 1) };
+                        Some(crate::engine::profiling::write_flame(dir, &name, &format!("xnf lab gen: {}", p.describe()), &stacks.busy())?)
+                    }
+                    _ => None,
+                };
+                (Some(prof), flame)
+            }
+            None => (None, None),
+        };
+        // This run's counts: the sink counts from its attachment on.
+        let (t1, rx) = (counter.total()?, counter.per_cpu()?);
+        let total = SinkCounts {
+            packets: t1.packets - total0.packets,
+            bytes: t1.bytes - total0.bytes,
+            capture_lost: t1.capture_lost - total0.capture_lost,
+            reflected: t1.reflected - total0.reflected,
+        };
+        let rx_of = |cpu: usize| rx.get(cpu).map_or(0, |c| c.packets) - cpus0.get(cpu).map_or(0, |c| c.packets);
+        let sent: u64 = per_thread.iter().map(|t| t.1).sum();
+        let per_cpu = per_thread
+            .iter()
+            .map(|&(cpu, s)| {
+                let r = rx_of(cpu);
+                CpuReport { cpu, sent: s, received: r, loss_pct: loss_pct(s, r), sent_mpps: s as f64 / secs / 1e6, received_mpps: r as f64 / secs / 1e6 }
             })
-        });
-        let session = p.profile.as_ref().map(xnf_profile::Session::start).transpose()?;
-        let sent = send(p, gen_ns, gen_if, &cfg, counter, &point, kind, &mut results, status);
-        let profile = session.map(xnf_profile::Session::stop).transpose();
-        // Frames in flight reach the sink before the capture stops.
-        // (The reader stops only when told: told before any error returns.)
-        let settled = crate::engine::measure::until_still(&|| Ok(counter.total()?.packets), Duration::from_secs(2));
-        capture_done.store(true, Ordering::Relaxed);
-        let tally = match reader {
-            Some(h) => Some(h.join().map_err(|_| anyhow::anyhow!("capture reader panicked"))??),
+            .collect();
+        let verification = match &tally {
+            Some(t) => Some(verify::verify(&cfg, &per_thread.iter().map(|t| t.1).collect::<Vec<_>>(), t, total, sent)?),
             None => None,
         };
-        settled?;
-        Ok((sent?, tally, profile?))
-    })?;
-    let (per_thread, secs) = outcome;
-    let (profile, flame) = match profile {
-        Some(mut prof) => {
-            let flame = match (&p.flame, prof.stacks.take()) {
-                (Some(dir), Some(stacks)) => {
-                    let name = format!("gen-{}", std::process::id());
-                    Some(crate::engine::profiling::write_flame(dir, &name, &format!("xnf lab gen: {}", p.describe()), &stacks.busy())?)
-                }
-                _ => None,
-            };
-            (Some(prof), flame)
-        }
-        None => (None, None),
-    };
-
-    let rx = counter.per_cpu()?;
-    let total: SinkCounts = counter.total()?;
-    let sent: u64 = per_thread.iter().map(|t| t.1).sum();
-    let per_cpu = per_thread
-        .iter()
-        .map(|&(cpu, s)| {
-            let r = rx.get(cpu).map(|c| c.packets).unwrap_or(0);
-            CpuReport { cpu, sent: s, received: r, loss_pct: loss_pct(s, r), sent_mpps: s as f64 / secs / 1e6, received_mpps: r as f64 / secs / 1e6 }
-        })
-        .collect();
-    let verification = match &tally {
-        Some(t) => Some(verify::verify(&cfg, &per_thread.iter().map(|t| t.1).collect::<Vec<_>>(), t, total, sent)?),
-        None => None,
-    };
-    results.summarize(&[]);
-    let mut report = Report {
-        description: p.describe(),
-        seconds: secs,
-        sent,
-        received: total.packets,
-        received_bytes: total.bytes,
-        loss_pct: loss_pct(sent, total.packets),
-        per_cpu,
-        verification,
-        profile,
-        flame,
-        results: None,
-    };
-    // The outcome in the JSON too: totals per CPU and the verification.
-    results.details.insert("run".into(), serde_json::to_value(&report)?);
-    report.results = Some(results);
-    Ok(report)
+        let report = Report {
+            run,
+            description: p.describe(),
+            seconds: secs,
+            sent,
+            received: total.packets,
+            received_bytes: total.bytes,
+            loss_pct: loss_pct(sent, total.packets),
+            per_cpu,
+            verification,
+            profile,
+            flame,
+        };
+        self.exp.reports.lock().map_err(|_| anyhow::anyhow!("a run panicked"))?.push(report);
+        Ok(Measured { samples, zero_loss: None, profiled: Vec::new() })
+    }
 }
 
 /// Sends until the count is reached or the time is up, sampling every
 /// second; returns frames sent per (cpu) and the seconds it took.
-#[allow(clippy::too_many_arguments)]
 fn send(
     p: &Plan,
-    ns: &Netns,
-    dev: &str,
+    (ns, dev): (&Netns, &str),
     cfg: &GenConfig,
-    counter: &crate::programs::sink::SinkCounter,
-    point: &Point,
-    kind: SampleKind,
-    results: &mut Results,
+    counter: &SinkCounter,
+    (l, kind): (&Labels, SampleKind),
+    samples: &mut Vec<Sample>,
     status: &mut dyn FnMut(&str),
 ) -> Result<(Vec<(usize, u64)>, f64)> {
-    let seconds = p.seconds.or(if p.count.is_some() { None } else { Some(5.0) });
-    let opts = GenOptions { cpus: p.cpus.clone(), rate: p.rate.unwrap_or(0), count: p.count, queues: p.threads() as u32, seconds };
+    let opts = GenOptions { cpus: p.cpus.clone(), rate: p.rate.unwrap_or(0), count: p.count, queues: p.threads() as u32, seconds: p.seconds };
     let (c0, r0) = (cpu::sample()?, counter.total()?.packets);
     let gen = Generator::start_on(ns, dev, cfg.clone(), &opts)?;
     let t0 = Instant::now();
     let (mut last_t, mut last_s, mut last_r, mut last_c) = (t0, 0u64, r0, c0);
     let mut next = t0 + Duration::from_secs(1);
-    let mut run = 0;
     loop {
         // The threads end by themselves at the count or the deadline.
         let finished = gen.done();
@@ -214,9 +330,7 @@ fn send(
                 let (ds, dr) = (s - last_s, r.saturating_sub(last_r));
                 let delta = cpu::delta(&c, &last_c);
                 let loss = if p.through_dut.is_none() { Loss { gen_to_dut: ds as i64 - dr as i64, ..Loss::default() } } else { Loss::default() };
-                let l = Labels { variant: "gen".into(), point: point.clone(), run };
-                results.samples.push(Sample::of(&l, kind, dt, (ds, dr), loss, &delta));
-                run += 1;
+                samples.push(Sample::of(l, kind, dt, (ds, dr), loss, &delta));
                 status(&format!(
                     "{:5.1} s  sent {:>12} ({:7.3} Mpps)  received {:>12} ({:7.3} Mpps)  loss {:6.3} %",
                     now.duration_since(t0).as_secs_f64(),
@@ -240,8 +354,10 @@ fn send(
     Ok((per_cpu, t0.elapsed().as_secs_f64()))
 }
 
-fn print(r: &Report) {
-    println!("\nxnf lab gen — {}", r.description);
+/// One run's tables: per CPU, the verification, the profile.
+fn print(r: &Report, runs: usize) {
+    let run = if runs > 1 { format!(" (run {}/{runs})", r.run + 1) } else { String::new() };
+    println!("\nxnf lab gen — {}{run}", r.description);
     println!("\n{:>5} {:>14} {:>14} {:>8} {:>10} {:>10}", "CPU", "sent", "received", "loss %", "sent Mpps", "recv Mpps");
     for c in &r.per_cpu {
         println!("{:>5} {:>14} {:>14} {:>8.3} {:>10.3} {:>10.3}", c.cpu, c.sent, c.received, c.loss_pct, c.sent_mpps, c.received_mpps);
@@ -284,28 +400,16 @@ fn print(r: &Report) {
     }
 }
 
+/// Plans `a` against its topology's addresses, then runs it on the driver.
+pub fn measure(a: &mut GenArgs, lines: &mut dyn FnMut(&str)) -> Result<Results> {
+    let spec = TopologySpec::load(&a.common.topology)?;
+    a.gen.plan = Some(plan(a, &Ends::of(&spec)?)?);
+    driver::run(&mut a.gen, &a.common, lines)
+}
+
 /// `xnf lab gen` from the command line.
-pub fn run(a: GenArgs) -> Result<()> {
-    let p = plan(&a)?;
-    crate::engine::remove_stale(&mut |line| eprintln!("xnf lab: {line}"))?;
-    let tty = std::io::stderr().is_terminal();
-    let mut status = |line: &str| {
-        if tty {
-            eprint!("\r\x1b[Kxnf lab gen: {line}");
-            let _ = std::io::stderr().flush();
-        } else {
-            eprintln!("xnf lab gen: {line}");
-        }
-    };
-    let r = run_plan(&p, &a, &mut status);
-    if tty {
-        eprintln!();
-    }
-    let r = r?;
-    print(&r);
-    if let (Some(path), Some(res)) = (&a.json, &r.results) {
-        res.write_json(path)?;
-        crate::engine::results::wrote(path);
-    }
-    Ok(())
+pub fn run(mut a: GenArgs) -> Result<()> {
+    let r = measure(&mut a, &mut |line| eprintln!("xnf lab: {line}"))?;
+    a.gen.print(&r);
+    a.common.write(&r)
 }

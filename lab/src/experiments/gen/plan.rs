@@ -1,6 +1,7 @@
 //! What a run of `xnf lab gen` sends, decided and checked before anything
 //! is built: protocol, sizes, the flows' ports and addresses (all in the
-//! lab's ranges), rate, count, CPUs.
+//! lab's ranges; by default the topology's gen and sink), rate, count,
+//! CPUs; and the common options gen cannot use, refused.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -10,6 +11,7 @@ use xnf_packet::{PacketBuilder, TcpFlags};
 
 use super::args::{Dut, GenArgs, Size, TcpKind};
 use crate::engine::cpu;
+use crate::engine::topology::{ifname, TopologySpec};
 use crate::programs::gen::{imix_sequence, GenConfig};
 
 /// First source port; flows by source port count up from here.
@@ -17,7 +19,7 @@ pub const BASE_SPORT: u16 = 1024;
 /// First destination port (discard); flows by destination port count up.
 pub const BASE_DPORT: u16 = 9;
 
-// Addresses of the two ends, the same in the direct pair and the line.
+// Addresses of the line's two ends, where a topology has none of the family.
 const GEN_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const SINK_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 const GEN_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
@@ -26,6 +28,60 @@ const SINK_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 2);
 /// so dut (with --through-dut) routes them all to the sink.
 const DSTS_V4: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 0);
 const DSTS_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0xff, 0, 0, 0, 0, 0);
+
+/// The topology's addresses a plan's defaults and checks come from.
+#[derive(Clone, Debug, Default)]
+pub struct Ends {
+    /// roles.gen's addresses.
+    pub gen: Vec<IpAddr>,
+    /// roles.sink's addresses.
+    pub sink: Vec<IpAddr>,
+    /// dut's (roles.dut_in's and dut_out's) addresses and prefix lengths.
+    pub dut: Vec<(IpAddr, u8)>,
+}
+
+impl Ends {
+    /// The built-in line's.
+    pub fn line() -> Ends {
+        let dut = [("198.18.0.2", 24), ("2001:db8::2", 64), ("198.18.1.1", 24), ("2001:db8:1::1", 64)];
+        Ends {
+            gen: vec![GEN_V4.into(), GEN_V6.into()],
+            sink: vec![SINK_V4.into(), SINK_V6.into()],
+            dut: dut.iter().map(|(a, l)| (a.parse().expect("an address"), *l)).collect(),
+        }
+    }
+
+    /// Those of a topology's roles.
+    pub fn of(spec: &TopologySpec) -> Result<Ends> {
+        let roles = spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
+        let addrs = |ep: &str| cidrs(spec, ep).into_iter().map(|c| c.0).collect::<Vec<_>>();
+        let mut dut = cidrs(spec, &roles.dut_in);
+        if roles.dut_out != roles.dut_in {
+            dut.extend(cidrs(spec, &roles.dut_out));
+        }
+        Ok(Ends { gen: addrs(&roles.gen), sink: addrs(&roles.sink), dut })
+    }
+
+    fn first(v: &[IpAddr], ipv6: bool, or: IpAddr) -> IpAddr {
+        v.iter().copied().find(|a| a.is_ipv6() == ipv6).unwrap_or(or)
+    }
+}
+
+/// The addresses (and prefix lengths) a topology configures on `ns:dev`.
+pub fn cidrs(spec: &TopologySpec, ep: &str) -> Vec<(IpAddr, u8)> {
+    let Some((ns, dev)) = ep.split_once(':') else { return Vec::new() };
+    let at = |end: &str| end.split_once(':').is_some_and(|(n, d)| n == ns && ifname(d) == ifname(dev));
+    spec.links
+        .iter()
+        .flat_map(|l| [(&l.a, &l.a_addr), (&l.b, &l.b_addr)])
+        .filter(|(end, _)| at(end))
+        .flat_map(|(_, addrs)| addrs.iter())
+        .filter_map(|c| {
+            let (a, len) = c.split_once('/')?;
+            Some((a.parse().ok()?, len.parse().ok()?))
+        })
+        .collect()
+}
 
 /// Everything a run needs, checked before anything is built.
 #[derive(Clone, Debug)]
@@ -173,9 +229,16 @@ fn read_dst_list(path: &std::path::Path, ipv6: bool) -> Result<Vec<IpAddr>> {
 }
 
 /// Checks the options and turns them into a plan; nothing is built yet.
-pub fn plan(a: &GenArgs) -> Result<Plan> {
+/// `ends` are the topology's addresses.
+pub fn plan(args: &GenArgs, ends: &Ends) -> Result<Plan> {
+    let (c, a) = (&args.common, &args.gen);
     let ncpu = cpu::sample()?.len();
-    let cpus = a.cpus.clone().map(|c| c.0).unwrap_or_else(|| vec![ncpu.saturating_sub(1)]);
+    let gen_cpu = c.validate(ncpu)?.gen;
+    ensure!(c.warmup == 0.0, "--warmup: gen counts every frame it sends, from the first: it has no warm-up");
+    ensure!(c.zero_loss.is_none(), "--zero-loss: gen sends at --rate or as fast as it can; it does not search");
+    ensure!(c.load_curve == 0 && c.load_rates.is_empty(), "--load-curve / --load-rates: gen sends at one --rate");
+    ensure!(c.trial_seconds == 2.0, "--trial-seconds: gen has no load steps or search trials (--seconds is its time)");
+    let cpus = a.cpus.clone().map(|c| c.0).unwrap_or_else(|| vec![gen_cpu]);
     ensure!(!cpus.is_empty(), "--cpus needs at least one CPU");
     if let Some(c) = cpus.iter().find(|&&c| c >= ncpu) {
         bail!("--cpus: CPU {c} does not exist (this machine has {ncpu}: 0-{})", ncpu - 1);
@@ -197,7 +260,11 @@ pub fn plan(a: &GenArgs) -> Result<Plan> {
     }
     let droom = 65536 - BASE_DPORT as u64;
     ensure!(a.dports <= droom, "--dports {}: more than the destination-port range allows ({droom} ports, {BASE_DPORT}..65535)", a.dports);
-    let (gen, sink, many) = if a.ipv6 { (GEN_V6.into(), SINK_V6.into(), DSTS_V6.into()) } else { (GEN_V4.into(), SINK_V4.into(), DSTS_V4.into()) };
+    let (gen, sink, many): (IpAddr, IpAddr, IpAddr) = if a.ipv6 {
+        (Ends::first(&ends.gen, true, GEN_V6.into()), Ends::first(&ends.sink, true, SINK_V6.into()), DSTS_V6.into())
+    } else {
+        (Ends::first(&ends.gen, false, GEN_V4.into()), Ends::first(&ends.sink, false, SINK_V4.into()), DSTS_V4.into())
+    };
     for (opt, addr) in [("--src-base", a.src_base), ("--dst-base", a.dst_base)] {
         if let Some(addr) = addr {
             ensure!(addr.is_ipv6() == a.ipv6, "{opt} {addr} is not {}", family(a.ipv6));
@@ -221,16 +288,12 @@ pub fn plan(a: &GenArgs) -> Result<Plan> {
     if a.through_dut.is_some() {
         // dut owns these; the kernel drops packets from its own addresses
         // and resolves (in vain: the sink drops ARP/ND) its connected subnets.
-        let (gen_net, sink_net, dut_addrs): (u8, u8, [IpAddr; 2]) = if a.ipv6 {
-            (64, 64, [Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2).into(), Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1).into()])
-        } else {
-            (24, 24, [Ipv4Addr::new(198, 18, 0, 2).into(), Ipv4Addr::new(198, 18, 1, 1).into()])
-        };
-        if let Some(s) = srcs.iter().find(|s| dut_addrs.contains(s)) {
+        if let Some(s) = srcs.iter().find(|s| ends.dut.iter().any(|(d, _)| d == *s)) {
             bail!("source {s} is dut's own address: dut would drop it (choose --src-base elsewhere)");
         }
-        if let Some(d) = dsts.iter().find(|d| **d != sink && (in_prefix(**d, gen, gen_net) || in_prefix(**d, sink, sink_net))) {
-            bail!("destination {d} is in a subnet dut is connected to, where only {sink} answers: choose destinations outside {gen}/{gen_net} and {sink}/{sink_net}");
+        if let Some(d) = dsts.iter().find(|d| **d != sink && ends.dut.iter().any(|(n, len)| in_prefix(**d, *n, *len))) {
+            let nets: Vec<String> = ends.dut.iter().filter(|(n, _)| n.is_ipv6() == a.ipv6).map(|(n, len)| format!("{n}/{len}")).collect();
+            bail!("destination {d} is in a subnet dut is connected to, where only {sink} answers: choose destinations outside {}", nets.join(" and "));
         }
     }
     let p = Plan {
@@ -243,14 +306,13 @@ pub fn plan(a: &GenArgs) -> Result<Plan> {
         dsts,
         rate: a.rate,
         count: a.count,
-        seconds: a.seconds,
+        seconds: c.seconds.is_finite().then_some(c.seconds),
         cpus,
         through_dut: a.through_dut,
         verify: a.verify,
-        profile: a.profiling.options(),
-        flame: a.profiling.flame.clone(),
+        profile: c.profiling.options(),
+        flame: c.profiling.flame.clone(),
     };
-    a.profiling.check()?;
     ensure!(p.flows() <= u32::MAX as u64, "{} flows (ports × addresses): at most {}", p.flows(), u32::MAX);
     let n = p.threads() as u64;
     if let Some(r) = p.rate {

@@ -1,5 +1,6 @@
 //! Runs in namespaces (root): the generator sends, the sink captures,
-//! user space parses every frame and compares with what was sent.
+//! user space parses every frame and compares with what was sent — each
+//! run through the driver, as `xnf lab gen` runs it.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -28,11 +29,25 @@ fn timing_checked() -> bool {
 /// These tests measure time and share the CPUs: one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// What a run made: its plan, its report and the results (one run).
+struct Ran {
+    plan: Plan,
+    report: Report,
+    results: Results,
+}
+
 fn run(a: &[&str]) -> (Plan, Report) {
+    let r = run_all(a);
+    (r.plan, r.report)
+}
+
+fn run_all(a: &[&str]) -> Ran {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let p = plan(&args(a)).unwrap();
-    let r = run_plan(&p, &serde_json::Value::Null, &mut |_| {}).unwrap();
-    (p, r)
+    let mut a = args(a);
+    let results = measure(&mut a, &mut |_| {}).unwrap();
+    let mut reports = a.gen.reports.into_inner().unwrap();
+    assert_eq!(reports.len(), 1, "one run");
+    Ran { plan: a.gen.plan.unwrap(), report: reports.remove(0), results }
 }
 
 /// `run`, but in the kernel matrix's emulated guests a run whose sink fell
@@ -128,7 +143,7 @@ fn a_rate_with_a_count_sends_the_count_at_the_rate() {
 
 #[test]
 fn a_rate_for_some_seconds_holds_the_rate() {
-    let (_, r) = run(&["--rate", "200000", "--seconds", "2"]);
+    let Ran { report: r, results, .. } = run_all(&["--rate", "200000", "--seconds", "2"]);
     let want = 400_000.0;
     assert_eq!(r.received, r.sent);
     // The last call may end a little after the deadline when other
@@ -136,7 +151,7 @@ fn a_rate_for_some_seconds_holds_the_rate() {
     if timing_checked() {
         assert!((r.sent as f64 - want).abs() < want * 0.1, "sent {} in 2 s at 200 kpps", r.sent);
     }
-    let samples = &r.results.as_ref().unwrap().samples;
+    let samples = &results.samples;
     // One sample per second sent: on an emulated guest the last call
     // overruns the deadline by seconds, so only the lower bound holds.
     let most = if timing_checked() { 3 } else { usize::MAX };
@@ -166,15 +181,15 @@ fn plans_refuse_what_cannot_be_sent() {
         (&["--through-dut", "kernel", "--srcs", "2"][..], "dut's own address"),
         (&["--through-dut", "kernel", "--dst-base", "198.18.1.7"][..], "connected"),
     ] {
-        let err = format!("{:#}", plan(&args(a)).unwrap_err());
+        let err = format!("{:#}", plan(&args(a), &Ends::line()).unwrap_err());
         assert!(err.contains(want), "{a:?}: {err}");
     }
-    assert_eq!(plan(&args(&["--flows", "64512"])).unwrap().flows(), 64512);
+    assert_eq!(plan(&args(&["--flows", "64512"]), &Ends::line()).unwrap().flows(), 64512);
 }
 
 #[test]
 fn expected_counts_follow_the_sequence_and_the_odometer() {
-    let p = plan(&args(&["--size", "imix", "--flows", "3", "--dsts", "2"])).unwrap();
+    let p = plan(&args(&["--size", "imix", "--flows", "3", "--dsts", "2"]), &Ends::line()).unwrap();
     let cfg = p.gen_config(Mac([2, 0, 0, 0, 0, 1]), Mac([2, 0, 0, 0, 0, 2])).unwrap();
     let (sizes, flows) = expected(&cfg, &[996 + 5, 7]).unwrap();
     assert_eq!(sizes.values().sum::<u64>(), 1008);
@@ -183,4 +198,49 @@ fn expected_counts_follow_the_sequence_and_the_odometer() {
     // 1001 = 166 * 6 + 5, 7 = 1 * 6 + 1: flow 0 gets 167 + 2, flow 5 gets 166 + 1.
     assert_eq!(flows[&cfg.flow(0).unwrap()], 169);
     assert_eq!(flows[&cfg.flow(5).unwrap()], 167);
+}
+
+#[test]
+fn the_common_options_take_gens_defaults_and_what_it_cannot_use_is_refused() {
+    let a = args(&[]);
+    assert_eq!((a.common.runs, a.common.topology.as_str(), a.common.seconds, a.common.warmup), (1, "pair", 5.0, 0.0));
+    assert_eq!(args(&["--through-dut", "xnf"]).common.topology, "line");
+    assert_eq!(args(&["--through-dut", "xnf", "--topology", "my.toml"]).common.topology, "my.toml");
+    let line = Ends::line();
+    // --count without --seconds: no time limit; with it, whichever comes first.
+    assert_eq!(plan(&args(&[]), &line).unwrap().seconds, Some(5.0));
+    assert_eq!(plan(&args(&["--count", "10"]), &line).unwrap().seconds, None);
+    assert_eq!(plan(&args(&["--count", "10", "--seconds", "3"]), &line).unwrap().seconds, Some(3.0));
+    assert_eq!(plan(&args(&["--cpu", "0"]), &line).unwrap().cpus, [0]);
+    assert!(crate::engine::driver::parse_options::<GenArgs>(&["--cpu", "0", "--cpus", "1"]).is_err(), "--cpu or --cpus");
+    for (a, want) in [
+        (&["--warmup", "1"][..], "--warmup"),
+        (&["--zero-loss"][..], "--zero-loss"),
+        (&["--load-curve"][..], "--load-curve"),
+        (&["--load-rates", "1000"][..], "--load-rates"),
+        (&["--trial-seconds", "3"][..], "--trial-seconds"),
+        (&["--seconds", "0"][..], "--seconds must be positive"),
+        (&["--cpu", "99"][..], "--cpu 99 does not exist"),
+    ] {
+        let err = format!("{:#}", plan(&args(a), &line).unwrap_err());
+        assert!(err.contains(want) && !err.contains('\n'), "{a:?}: {err}");
+    }
+}
+
+#[test]
+fn the_topology_gives_the_addresses_and_loses_ipv6_without_a_dut() {
+    use crate::engine::topology::TopologySpec;
+    let mut pair = TopologySpec::load("pair").unwrap();
+    let ends = Ends::of(&pair).unwrap();
+    assert_eq!(ends.sink, ["198.18.0.2".parse::<std::net::IpAddr>().unwrap(), "2001:db8::2".parse().unwrap()]);
+    assert_eq!(plan(&args(&[]), &ends).unwrap().dsts, [ends.sink[0]]);
+    let mut line = TopologySpec::load("line").unwrap();
+    assert_eq!(Ends::of(&line).unwrap().dut, Ends::line().dut);
+    path::adapt(&mut pair, None).unwrap();
+    assert!(pair.links.iter().all(|l| l.a_addr.iter().chain(&l.b_addr).all(|a| !a.contains(':'))), "{:?}", pair.links);
+    assert!(pair.namespaces.iter().all(|n| n.sysctl.get("net.ipv6.conf.default.disable_ipv6").map(String::as_str) == Some("1")));
+    let e = format!("{:#}", path::adapt(&mut line.clone(), None).unwrap_err());
+    assert!(e.contains("--through-dut kernel|xnf"), "{e}");
+    assert!(format!("{:#}", path::adapt(&mut pair, Some(Dut::Xnf)).unwrap_err()).contains("--through-dut"));
+    path::adapt(&mut line, Some(Dut::Kernel)).unwrap();
 }

@@ -5,8 +5,9 @@
 //! 1. Every combination of the seed's §VI parameters — zero-copy (where the
 //!    driver has it; veth has not, so the matrix says so and runs copy
 //!    mode), busy poll, need_wakeup, poll() or spin on the forwarder,
-//!    poll() or spin on the receiver, batch size — repeated, in shuffled
-//!    order, with the kernel UDP and AF_PACKET baselines in the same run.
+//!    poll() or spin on the receiver, batch size — repeated, in a seeded
+//!    shuffled order, with the kernel UDP and AF_PACKET baselines in the
+//!    same run.
 //! 2. The runs are grouped with k-means on their mean, median, standard
 //!    deviation and quartiles (not min and max, which single outliers
 //!    decide), standardised; k is the one with the best mean silhouette.
@@ -18,85 +19,37 @@
 //!
 //! What the timestamps themselves cost is measured and stated: a clock
 //! read, and the pinger's bookkeeping around an RTT over an in-memory path.
+//!
+//! It runs on the lab's driver ([`run`]): each configuration is a variant
+//! that measures itself; this file holds what is done with the RTTs (the
+//! clusters, the effects, the terminal tables) and the results' form: the
+//! driver's, the RTTs in `details` ([`LatencyResults`] reads it, and files
+//! written before in a shape of their own).
 
 pub mod kmeans;
 pub mod pingpong;
 pub mod profiled;
 pub mod report;
+pub mod run;
 pub mod stats;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::profiling::ProfileArgs;
-use crate::engine::progress::Progress;
-use crate::engine::results::Machine;
+use crate::engine::results::{Machine, Results};
 use pingpong::{Config, Method, Overhead, Path};
 use stats::Summary;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Options {
-    /// Probes per second of the matrix runs (one probe in flight at a time
-    /// when the RTT is below the interval).
+pub use run::{Latency, LatencyArgs};
+
+/// How probes are sent: the matrix's rate and count, and the CPUs of the
+/// pinger and the forwarder.
+#[derive(Clone, Copy, Debug)]
+pub struct Probes {
     pub rate: u64,
-    /// Probes per run.
     pub count: u64,
-    /// Runs of every configuration.
-    pub repeats: u32,
-    /// Batch sizes in the matrix.
-    pub batches: Vec<u32>,
-    /// Largest k tried.
-    pub max_k: usize,
-    /// Probe rates of the saturation sweep (empty: none).
-    pub saturation_rates: Vec<u64>,
     pub ping_cpu: usize,
     pub fwd_cpu: usize,
-    /// Seed of the run order and of k-means.
-    pub seed: u64,
-    /// `--profile`: each method's best configuration once more, profiled.
-    #[serde(default)]
-    pub profiling: ProfileArgs,
-}
-
-impl Options {
-    pub fn validate(&self, ncpu: usize) -> Result<()> {
-        ensure!((1..=1_000_000).contains(&self.rate), "--rate {}: use 1..=1000000 probes per second", self.rate);
-        ensure!((10..=10_000_000).contains(&self.count), "--count {}: use 10..=10000000 probes per run", self.count);
-        ensure!(self.repeats >= 1, "--repeats {}: at least 1", self.repeats);
-        ensure!(!self.batches.is_empty(), "--batch: give at least one batch size");
-        for &b in &self.batches {
-            ensure!((1..=512).contains(&b), "--batch {b}: use 1..=512");
-        }
-        ensure!((2..=20).contains(&self.max_k), "--max-k {}: use 2..=20", self.max_k);
-        for &r in &self.saturation_rates {
-            ensure!((1..=10_000_000).contains(&r), "--saturation {r}: rates are 1..=10000000 probes per second");
-        }
-        ensure!(self.ping_cpu < ncpu && self.fwd_cpu < ncpu, "--ping-cpu {} / --fwd-cpu {}: this machine has {ncpu} CPUs", self.ping_cpu, self.fwd_cpu);
-        self.profiling.check()
-    }
-
-    /// The matrix: every AF_XDP combination (copy mode: veth has no
-    /// zero-copy), then the kernel baselines sleeping and spinning.
-    pub fn matrix(&self) -> Vec<Config> {
-        let mut v = Vec::new();
-        for busy_poll in [false, true] {
-            for need_wakeup in [false, true] {
-                for poll_fwd in [false, true] {
-                    for poll_recv in [false, true] {
-                        for &batch in &self.batches {
-                            v.push(Config { method: Method::Afxdp, zero_copy: false, busy_poll, need_wakeup, poll_fwd, poll_recv, batch });
-                        }
-                    }
-                }
-            }
-        }
-        for method in [Method::Udp, Method::AfPacket] {
-            for sleep in [true, false] {
-                v.push(Config { method, zero_copy: false, busy_poll: false, need_wakeup: false, poll_fwd: sleep, poll_recv: sleep, batch: 1 });
-            }
-        }
-        v
-    }
 }
 
 /// One run of one configuration.
@@ -198,30 +151,71 @@ pub fn effects(runs: &[Run]) -> Vec<Effect> {
     out
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LatencyResults {
-    pub experiment: String,
-    pub machine: Machine,
-    pub started_unix: u64,
-    pub options: Options,
+/// What `xnf lab latency` measured besides the driver's samples (it has
+/// none): its results' `details`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Details {
     pub overhead: Overhead,
     pub runs: Vec<Run>,
     pub clustering: Option<Clustering>,
     pub saturation: Vec<Run>,
     /// With --profile: each method's best configuration, profiled.
-    #[serde(default)]
     pub profiles: Vec<profiled::LatencyProfile>,
+}
+
+/// A latency results file as the tables and the report read it: the
+/// driver's results (experiment "latency", [`Details`] in `details`), or a
+/// file written before latency ran on the driver, whose top level held
+/// these fields itself.
+#[derive(Clone, Debug, Deserialize)]
+pub struct LatencyResults {
+    pub machine: Machine,
+    pub started_unix: u64,
+    /// The options as given (common and latency's own).
+    pub options: serde_json::Value,
+    #[serde(flatten)]
+    pub details: Details,
+    #[serde(default)]
     pub notes: Vec<String>,
 }
 
 impl LatencyResults {
-    pub fn write_json(&self, path: &std::path::Path) -> Result<()> {
-        std::fs::write(path, serde_json::to_string(self)?).with_context(|| format!("writing {}", path.display()))
+    /// From the driver's results.
+    pub fn of(r: &Results) -> Result<LatencyResults> {
+        let details = serde_json::from_value(serde_json::Value::Object(r.details.clone())).context("the results' details are not latency's")?;
+        Ok(LatencyResults { machine: r.machine.clone(), started_unix: r.started_unix, options: r.options.clone(), details, notes: r.notes.clone() })
     }
 
+    /// As the driver's results (what `--json` writes).
+    pub fn results(&self) -> Result<Results> {
+        let mut r = Results::new("latency", &self.options, vec![run::stage()]);
+        (r.machine, r.started_unix, r.notes) = (self.machine.clone(), self.started_unix, self.notes.clone());
+        let serde_json::Value::Object(d) = serde_json::to_value(&self.details)? else { anyhow::bail!("latency's details are not an object") };
+        r.details = d;
+        Ok(r)
+    }
+
+    /// A results file of either form.
     pub fn read(path: &std::path::Path) -> Result<LatencyResults> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("{}: not a latency results file", path.display()))
+        let bad = || format!("{}: not a latency results file", path.display());
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(bad)?;
+        anyhow::ensure!(v.get("experiment").and_then(|e| e.as_str()) == Some("latency"), "{}", bad());
+        if v.get("samples").is_some() {
+            Self::of(&serde_json::from_value(v).with_context(bad)?).with_context(bad)
+        } else {
+            serde_json::from_value(v).with_context(bad)
+        }
+    }
+
+    /// An option as given (`runs` was `repeats` before the driver).
+    pub fn option(&self, key: &str) -> String {
+        let v = match key {
+            "runs" => self.options.get("runs").or_else(|| self.options.get("repeats")),
+            k => self.options.get(k),
+        };
+        v.map_or("?".into(), |v| v.to_string())
     }
 }
 
@@ -324,8 +318,9 @@ pub fn cluster(runs: &mut [Run], max_k: usize, seed: u64) -> Option<Clustering> 
     })
 }
 
-pub(crate) fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, o: &Options) -> Result<Run> {
-    let r = pingpong::run(p, c, rate, count, o.ping_cpu, o.fwd_cpu).with_context(|| format!("{} at {rate} probes/s", c.label()))?;
+/// One run of configuration `c`: `count` probes at `rate`, the CPUs of `probes`.
+pub(crate) fn one_run(p: &Path, c: &Config, probes: &Probes, rate: u64, count: u64, repeat: u32) -> Result<Run> {
+    let r = pingpong::run(p, c, rate, count, probes.ping_cpu, probes.fwd_cpu).with_context(|| format!("{} at {rate} probes/s", c.label()))?;
     Ok(Run {
         config: *c,
         label: c.label(),
@@ -339,84 +334,6 @@ pub(crate) fn one_run(p: &Path, c: &Config, rate: u64, count: u64, repeat: u32, 
     })
 }
 
-/// Runs the experiment.
-pub fn run(o: &Options, lines: &mut dyn FnMut(&str)) -> Result<LatencyResults> {
-    let ncpu = crate::engine::cpu::sample()?.len();
-    o.validate(ncpu)?;
-    crate::engine::remove_stale(lines)?;
-    let overhead = pingpong::measure_overhead();
-    let matrix = o.matrix();
-    let per_run = o.count as f64 / o.rate as f64 + 0.15;
-    let total = per_run * (matrix.len() * o.repeats as usize) as f64 + o.saturation_rates.len() as f64 * 3.0 * 1.2;
-    let mut pg = Progress::new(total);
-    pg.message("building the pinger and forwarder namespaces");
-    let path = Path::build()?;
-    // Seeded: the same --seed gives the same run order.
-    let mut rng = fastrand::Rng::with_seed(o.seed);
-    let mut runs = Vec::new();
-    for repeat in 0..o.repeats {
-        let mut order = matrix.clone();
-        rng.shuffle(&mut order);
-        for (i, c) in order.iter().enumerate() {
-            pg.set_prefix(format!("repeat {}/{}, run {}/{}: {}", repeat + 1, o.repeats, i + 1, order.len(), c.label()));
-            runs.push(one_run(&path, c, o.rate, o.count, repeat, o)?);
-            pg.advance(per_run);
-        }
-    }
-    let clustering = cluster(&mut runs, o.max_k, o.seed);
-    let saturation = saturation(&path, o, &runs, &mut pg)?;
-    let profiles = profiled::best_profiled(&path, o, &runs, &mut pg)?;
-    drop(path);
-    pg.finish();
-    let mut notes = vec![
-        format!(
-            "veth: copy mode only (no AF_XDP zero-copy), and busy polling does not engage on it: the busy-poll runs add the syscalls, not a driver poll loop. Pinger on CPU {}, forwarder on CPU {}; a frame sent into a veth is received in softirq on the sender's CPU.",
-            o.ping_cpu, o.fwd_cpu
-        ),
-        "poll = the side sleeps in poll() and is woken by the frame (an idle vCPU halts: waking it costs tens of µs); spin = it never sleeps.".into(),
-        format!("timestamps: a clock read costs {:.0} ns; the pinger's bookkeeping adds {:.0} ns to every RTT (an RTT over an in-memory path).", overhead.clock_read_ns, overhead.loop_rtt_ns),
-    ];
-    let lost: u64 = runs.iter().map(|r| r.lost).sum();
-    if lost > 0 {
-        notes.push(format!("{lost} probe(s) lost over the matrix runs (no answer within 200 ms of the last send)."));
-    }
-    Ok(LatencyResults {
-        experiment: "latency".into(),
-        machine: Machine::this(),
-        started_unix: crate::engine::results::now_unix(),
-        options: o.clone(),
-        overhead,
-        runs,
-        clustering,
-        saturation,
-        profiles,
-        notes,
-    })
-}
-
-/// For each method, the configuration with the lowest median RTT in the
-/// matrix, at rising probe rates until more than 1 % are lost.
-fn saturation(p: &Path, o: &Options, runs: &[Run], pg: &mut Progress) -> Result<Vec<Run>> {
-    let mut out = Vec::new();
-    if o.saturation_rates.is_empty() {
-        return Ok(out);
-    }
-    for best in best_per_method(runs) {
-        for &rate in &o.saturation_rates {
-            pg.set_prefix(format!("saturation: {} at {rate} probes/s", best.label));
-            let count = (rate / 2).clamp(1000, 200_000);
-            let r = one_run(p, &best.config, rate, count, 0, o)?;
-            pg.advance(1.2);
-            let lossy = r.lost * 100 > r.sent;
-            out.push(r);
-            if lossy {
-                break;
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// For each method, the matrix run with the lowest median RTT.
 pub fn best_per_method(runs: &[Run]) -> Vec<&Run> {
     [Method::Afxdp, Method::Udp, Method::AfPacket]
@@ -428,13 +345,14 @@ pub fn best_per_method(runs: &[Run]) -> Vec<&Run> {
 /// The terminal summary: runs by configuration (median of repeats),
 /// the clusters like the seed's Table I, the baselines, the saturation sweep.
 pub fn print(r: &LatencyResults) {
+    let d = &r.details;
     println!("\nxnf lab latency — kernel {}, {} × {}, xnf {}", r.machine.kernel, r.machine.cores, r.machine.cpu_model, r.machine.xnf_version);
-    println!("RTT in µs over {} probes per run at {} probes/s; {} repeats\n", r.options.count, r.options.rate, r.options.repeats);
+    println!("RTT in µs over {} probes per run at {} probes/s; {} repeats\n", r.option("count"), r.option("rate"), r.option("runs"));
     println!(
         "{:<44} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>5}",
         "configuration", "mean", "median", "std", "q1", "q3", "p99", "p99.9", "max", "lost"
     );
-    let rows = by_config(&r.runs);
+    let rows = by_config(&d.runs);
     for ConfigRow { label: l, summary: s, lost, cluster: c } in &rows {
         let l = match c {
             Some(c) => format!("{l} [c{c}]"),
@@ -445,7 +363,7 @@ pub fn print(r: &LatencyResults) {
             s.mean, s.median, s.std, s.q1, s.q3, s.p99, s.p999, s.max
         );
     }
-    if let Some(c) = &r.clustering {
+    if let Some(c) = &d.clustering {
         println!("\nclusters of the AF_XDP runs (k = {} by {}; silhouette {:.2}; features: {}):", c.k, c.criterion, c.silhouette, c.features.join(", "));
         println!("{:<8} {:>5} {:>9} {:>8} {:>8} {:>8}  parameters always present; [in most members]", "cluster", "runs", "mean µs", "std", "median", "p99");
         for k in &c.clusters {
@@ -463,7 +381,7 @@ pub fn print(r: &LatencyResults) {
             );
         }
     }
-    let eff = effects(&r.runs);
+    let eff = effects(&d.runs);
     if !eff.is_empty() {
         println!("\neffect of each AF_XDP setting (median of the run medians, µs; largest spread first):");
         for e in &eff {
@@ -471,22 +389,22 @@ pub fn print(r: &LatencyResults) {
             println!("  {:<12} {}", e.param, v.join("   "));
         }
     }
-    if let Some(c) = &r.clustering {
+    if let Some(c) = &d.clustering {
         let s: Vec<String> = c.scores.iter().map(|(k, s)| format!("k={k}: {s:.2}")).collect();
         if !s.is_empty() {
             println!("silhouette by k: {}", s.join(", "));
         }
     }
-    if !r.saturation.is_empty() {
+    if !d.saturation.is_empty() {
         println!("\nsaturation (the lowest-median configuration of each method at rising rates):");
-        for s in &r.saturation {
+        for s in &d.saturation {
             println!(
                 "{:<44} {:>8} probes/s  median {:>7.1} µs  p99 {:>8.1} µs  lost {}/{}",
                 s.label, s.rate_pps, s.summary.median, s.summary.p99, s.lost, s.sent
             );
         }
     }
-    profiled::print(&r.profiles);
+    profiled::print(&d.profiles);
     for n in &r.notes {
         println!("note: {n}");
     }
@@ -496,48 +414,8 @@ pub fn print(r: &LatencyResults) {
 mod tests {
     use super::*;
 
-    fn opts() -> Options {
-        Options {
-            rate: 5000,
-            count: 2000,
-            repeats: 3,
-            batches: vec![1, 64],
-            max_k: 8,
-            saturation_rates: vec![],
-            ping_cpu: 1,
-            fwd_cpu: 0,
-            seed: 1,
-            profiling: ProfileArgs::default(),
-        }
-    }
-
-    #[test]
-    fn the_matrix_has_every_combination_once() {
-        let m = opts().matrix();
-        let afxdp: Vec<_> = m.iter().filter(|c| c.method == Method::Afxdp).collect();
-        assert_eq!(afxdp.len(), 2 * 2 * 2 * 2 * 2);
-        let mut labels: Vec<String> = m.iter().map(|c| c.label()).collect();
-        labels.sort();
-        labels.dedup();
-        assert_eq!(labels.len(), m.len(), "labels are unique");
-        assert_eq!(m.len() - afxdp.len(), 4, "UDP and AF_PACKET, sleeping and spinning");
-    }
-
-    #[test]
-    fn bad_options_name_the_flag() {
-        let check = |f: &dyn Fn(&mut Options), want: &str| {
-            let mut o = opts();
-            f(&mut o);
-            let e = format!("{:#}", o.validate(2).unwrap_err());
-            assert!(e.contains(want), "{e} lacks {want}");
-        };
-        check(&|o| o.rate = 0, "--rate 0");
-        check(&|o| o.count = 1, "--count 1");
-        check(&|o| o.repeats = 0, "--repeats 0");
-        check(&|o| o.batches = vec![0], "--batch 0");
-        check(&|o| o.max_k = 1, "--max-k 1");
-        check(&|o| o.ping_cpu = 5, "--ping-cpu 5");
-        assert!(opts().validate(2).is_ok());
+    fn matrix() -> Vec<Config> {
+        crate::engine::driver::parse_options::<Latency>(&["--batch", "1,64"]).unwrap().matrix()
     }
 
     fn fake(c: Config, base_us: f64, repeat: u32) -> Run {
@@ -550,12 +428,12 @@ mod tests {
         // Spinning receivers ~10 µs, sleeping ones ~40 µs, whatever else is set.
         let mut runs = Vec::new();
         let mut rng = fastrand::Rng::with_seed(3);
-        for c in opts().matrix().into_iter().filter(|c| c.method == Method::Afxdp) {
+        for c in matrix().into_iter().filter(|c| c.method == Method::Afxdp) {
             for rep in 0..2 {
                 runs.push(fake(c, if c.poll_recv { 40.0 } else { 10.0 } + rng.f64() * 2.0, rep));
             }
         }
-        runs.push(fake(opts().matrix().last().copied().unwrap(), 100.0, 0)); // a baseline: not clustered
+        runs.push(fake(matrix().last().copied().unwrap(), 100.0, 0)); // a baseline: not clustered
         let c = cluster(&mut runs, 6, 1).unwrap();
         assert_eq!(c.k, 2, "{c:?}");
         assert!(c.clusters[0].mean_us < c.clusters[1].mean_us, "best first");
@@ -563,5 +441,45 @@ mod tests {
         assert!(c.clusters[1].always.contains(&("poll_recv".into(), "true".into())));
         assert!(runs.last().unwrap().cluster.is_none());
         assert_eq!(c.clusters.iter().map(|k| k.runs).sum::<usize>(), 64);
+    }
+
+    /// A file of the driver's form and one written before it read alike,
+    /// and render.
+    #[test]
+    fn both_forms_of_results_files_read_and_render() {
+        let m = matrix();
+        let mut runs: Vec<Run> = m.iter().enumerate().map(|(i, c)| fake(*c, 10.0 + i as f64, 0)).collect();
+        let clustering = cluster(&mut runs, 4, 1);
+        let details = Details { overhead: Overhead { clock_read_ns: 30.0, loop_rtt_ns: 40.0 }, runs, clustering, saturation: Vec::new(), profiles: Vec::new() };
+        let dir = std::env::temp_dir().join(format!("xnf-latency-forms-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Before the driver: the fields at the top level, `repeats` among the options.
+        let mut old = serde_json::to_value(&details).unwrap();
+        let extra = serde_json::json!({
+            "experiment": "latency", "machine": Machine::default(), "started_unix": 1_700_000_000u64,
+            "options": {"rate": 5000, "count": 200, "repeats": 3}, "notes": ["an old note"],
+        });
+        old.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        std::fs::write(dir.join("old.json"), old.to_string()).unwrap();
+        let o = LatencyResults::read(&dir.join("old.json")).unwrap();
+        assert_eq!((o.option("runs").as_str(), o.details.runs.len(), o.notes.len()), ("3", m.len(), 1));
+        // The driver's form, written from the old one and read back.
+        o.results().unwrap().write_json(&dir.join("new.json")).unwrap();
+        let text = std::fs::read_to_string(dir.join("new.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!((v["experiment"].as_str(), v["samples"].as_array().map(Vec::len)), (Some("latency"), Some(0)));
+        assert_eq!(v["details"]["runs"].as_array().unwrap().len(), m.len());
+        let n = LatencyResults::read(&dir.join("new.json")).unwrap();
+        assert_eq!(serde_json::to_value(&n.details).unwrap(), serde_json::to_value(&o.details).unwrap());
+        for r in [&o, &n] {
+            let page = report::render(r);
+            assert!(page.contains("Table I") && page.contains("an old note"), "the clusters and the notes");
+            assert_eq!(page.matches("<table").count(), page.matches("</table>").count());
+        }
+        let e = format!("{:#}", LatencyResults::read(&dir.join("nope.json")).unwrap_err());
+        assert!(e.contains("nope.json"), "{e}");
+        std::fs::write(dir.join("router.json"), r#"{"experiment": "router", "samples": []}"#).unwrap();
+        assert!(format!("{:#}", LatencyResults::read(&dir.join("router.json")).unwrap_err()).contains("not a latency results file"));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

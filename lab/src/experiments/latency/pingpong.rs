@@ -2,7 +2,8 @@
 //! at a fixed interval and timestamps each when it sends it and when it
 //! comes back (both in one process: no clock synchronisation), and a
 //! forwarder that bounces them, each on its own thread, pinned to its own
-//! CPU, in its own namespace, joined by a veth pair.
+//! CPU, in its own namespace, joined by a veth pair (the two ends of the
+//! driver's topology: roles.gen and roles.sink).
 //!
 //! Three ways to move the frames, the same on both sides:
 //! - AF_XDP (xnf-afxdp): the selector hands UDP to port 9 to the socket;
@@ -11,6 +12,7 @@
 //! - AF_PACKET raw sockets: the forwarder is an l2fwd on AF_PACKET.
 
 use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
@@ -25,6 +27,8 @@ use xnf_netns::Netns;
 use xnf_packet::PacketBuilder;
 
 use xnf_core::xdp::{XdpLink, XdpMode};
+
+use crate::engine::topology::BuiltTopology;
 
 /// How frames move between the pinger and the forwarder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -92,18 +96,20 @@ impl Config {
     }
 }
 
-/// The two namespaces and their veth pair.
-pub struct Path {
-    pub ping: Netns,
-    pub fwd: Netns,
+/// The pinger's and the forwarder's ends of one veth pair: roles.gen and
+/// roles.sink of the driver's topology (the built-in `pair` by default).
+pub struct Path<'a> {
+    pub ping: &'a Netns,
+    pub fwd: &'a Netns,
     pub ping_if: String,
     pub fwd_if: String,
+    /// The ends' IPv4 addresses (the kernel UDP baseline's).
+    pub ping_addr: Ipv4Addr,
+    pub fwd_addr: Ipv4Addr,
     /// A raw probe (sequence number 0); each send patches in its own.
     probe: Vec<u8>,
 }
 
-pub const PING_ADDR: [u8; 4] = [198, 18, 0, 1];
-pub const FWD_ADDR: [u8; 4] = [198, 18, 0, 2];
 /// Raw probes go to an address nobody owns: neither kernel answers them.
 const NOBODY: [u8; 4] = [198, 18, 0, 99];
 const PROBE_PORT: u16 = 9;
@@ -113,31 +119,25 @@ const MAGIC: &[u8; 4] = b"XNFL";
 const SEQ_OFF: usize = 14 + 20 + 8;
 const FRAME_LEN: usize = 60; // 64 on the wire
 
-impl Path {
-    pub fn build() -> Result<Path> {
-        let ping = Netns::new("lat-ping")?;
-        let fwd = Netns::new("lat-fwd")?;
-        let (ping_if, fwd_if) = (xnf_netns::ifname("p"), xnf_netns::ifname("f"));
-        xnf_netns::veth(&ping, &ping_if, &fwd, &fwd_if, Some(1))?;
-        let (ping_mac, fwd_mac) = (ping.mac(&ping_if)?, fwd.mac(&fwd_if)?);
-        ping.ip_batch(&[
-            format!("addr add 198.18.0.1/24 dev {ping_if}"),
-            format!("link set {ping_if} up"),
-            format!("neigh replace 198.18.0.2 lladdr {fwd_mac} nud permanent dev {ping_if}"),
-        ])?;
-        fwd.ip_batch(&[
-            format!("addr add 198.18.0.2/24 dev {fwd_if}"),
-            format!("link set {fwd_if} up"),
-            format!("neigh replace 198.18.0.1 lladdr {ping_mac} nud permanent dev {fwd_if}"),
-        ])?;
-        // Kernel-sent UDP must carry whole checksums (a veth may leave them
-        // to an offload that AF_XDP and AF_PACKET readers never see done).
-        ping.set_offload(&ping_if, xnf_netns::Offload::TxChecksum, false)?;
-        fwd.set_offload(&fwd_if, xnf_netns::Offload::TxChecksum, false)?;
+/// An endpoint's IPv4 address in the topology.
+fn v4(t: &BuiltTopology, ep: &str) -> Result<Ipv4Addr> {
+    match t.addr(ep, false)? {
+        IpAddr::V4(a) => Ok(a),
+        IpAddr::V6(_) => bail!("`{ep}` has no IPv4 address"),
+    }
+}
+
+impl<'a> Path<'a> {
+    /// The path on a built topology: the pinger at roles.gen, the
+    /// forwarder at roles.sink.
+    pub fn on(t: &'a BuiltTopology) -> Result<Path<'a>> {
+        let roles = t.roles()?;
+        let ((ping, ping_if), (fwd, fwd_if)) = (t.endpoint(&roles.gen)?, t.endpoint(&roles.sink)?);
+        let (ping_addr, fwd_addr) = (v4(t, &roles.gen)?, v4(t, &roles.sink)?);
         let mut payload = MAGIC.to_vec();
         payload.extend(0u32.to_be_bytes());
-        let mut probe = PacketBuilder::ethernet(ping_mac, fwd_mac)
-            .ipv4(PING_ADDR.into(), NOBODY.into())
+        let mut probe = PacketBuilder::ethernet(ping.mac(&ping_if)?, fwd.mac(&fwd_if)?)
+            .ipv4(ping_addr, NOBODY.into())
             .udp(1024, PROBE_PORT)
             .payload(&payload)
             .frame_len(FRAME_LEN)
@@ -145,7 +145,19 @@ impl Path {
         // The sequence number changes per probe: IPv4 UDP may go without a checksum.
         probe[14 + 20 + 6] = 0;
         probe[14 + 20 + 7] = 0;
-        Ok(Path { ping, fwd, ping_if, fwd_if, probe })
+        Ok(Path { ping, fwd, ping_if, fwd_if, ping_addr, fwd_addr, probe })
+    }
+
+    /// What the two ends need once built: each other's MAC for good (no
+    /// resolution in an RTT), and kernel-sent UDP with whole checksums (a
+    /// veth may leave them to an offload that AF_XDP and AF_PACKET readers
+    /// never see done).
+    pub fn prepare(t: &BuiltTopology) -> Result<()> {
+        let p = Path::on(t)?;
+        p.ping.neigh_add(&p.fwd_addr.to_string(), p.fwd.mac(&p.fwd_if)?, &p.ping_if)?;
+        p.fwd.neigh_add(&p.ping_addr.to_string(), p.ping.mac(&p.ping_if)?, &p.fwd_if)?;
+        p.ping.set_offload(&p.ping_if, xnf_netns::Offload::TxChecksum, false)?;
+        p.fwd.set_offload(&p.fwd_if, xnf_netns::Offload::TxChecksum, false)
     }
 
     /// Writes the raw probe with sequence number `seq` into `buf` (its length).
@@ -268,13 +280,13 @@ pub struct Forwarder {
 
 impl Forwarder {
     pub fn start(p: &Path, c: &Config, cpu: usize) -> Result<Forwarder> {
-        let enter = pinned_in(&p.fwd, cpu)?;
+        let enter = pinned_in(p.fwd, cpu)?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         let (tx, rx) = mpsc::channel::<Result<(), String>>();
-        let (c, dev) = (*c, p.fwd_if.clone());
+        let (c, dev, addr) = (*c, p.fwd_if.clone(), p.fwd_addr);
         let handle = std::thread::spawn(move || -> Result<()> {
-            let r = enter().and_then(|()| forwarder_body(&c, &dev, &s2, &tx));
+            let r = enter().and_then(|()| forwarder_body(&c, (&dev, addr), &s2, &tx));
             if let Err(e) = &r {
                 let _ = tx.send(Err(format!("{e:#}")));
             }
@@ -347,7 +359,7 @@ fn afxdp_side(dev: &str, c: &Config, wait: Wait) -> Result<Side> {
     Ok(Side { _xdp: xdp, _prog: prog, set })
 }
 
-fn forwarder_body(c: &Config, dev: &str, stop: &AtomicBool, ready: &mpsc::Sender<Result<(), String>>) -> Result<()> {
+fn forwarder_body(c: &Config, (dev, addr): (&str, Ipv4Addr), stop: &AtomicBool, ready: &mpsc::Sender<Result<(), String>>) -> Result<()> {
     match c.method {
         Method::Afxdp => {
             let wait = if c.poll_fwd { Wait::Poll { timeout_ms: 50 } } else { Wait::Spin };
@@ -356,7 +368,7 @@ fn forwarder_body(c: &Config, dev: &str, stop: &AtomicBool, ready: &mpsc::Sender
             side.set.run(&mut L2Fwd, stop)
         }
         Method::Udp => {
-            let s = std::net::UdpSocket::bind((std::net::Ipv4Addr::from(FWD_ADDR), ECHO_PORT)).context("binding the UDP echo")?;
+            let s = std::net::UdpSocket::bind((addr, ECHO_PORT)).context("binding the UDP echo")?;
             set_blocking(s.as_fd(), c.poll_fwd);
             let _ = ready.send(Ok(()));
             let mut buf = [0u8; 2048];
@@ -411,7 +423,7 @@ fn set_blocking(fd: BorrowedFd<'_>, blocking: bool) {
 /// The AF_XDP pinger as a network function: emits due probes, timestamps arrivals.
 struct AfxdpPinger<'a> {
     sched: Schedule,
-    path: &'a Path,
+    path: &'a Path<'a>,
 }
 
 impl NetworkFunction for AfxdpPinger<'_> {
@@ -461,7 +473,7 @@ fn pinger_body(p: &Path, c: &Config, interval_ns: u64, count: u64) -> Result<Rec
             Ok(nf.sched.finish())
         }
         Method::Udp => {
-            let (from, to) = ((std::net::Ipv4Addr::from(PING_ADDR), 0).into(), (std::net::Ipv4Addr::from(FWD_ADDR), ECHO_PORT).into());
+            let (from, to) = ((p.ping_addr, 0).into(), (p.fwd_addr, ECHO_PORT).into());
             udp_pinger(from, to, interval_ns, count, c.poll_recv)
         }
         Method::AfPacket => {
@@ -546,7 +558,7 @@ fn socket_pinger(
 /// One run: forwarder up, `count` probes at `rate_pps`, forwarder down.
 pub fn run(p: &Path, c: &Config, rate_pps: u64, count: u64, ping_cpu: usize, fwd_cpu: usize) -> Result<Recorded> {
     let fwd = Forwarder::start(p, c, fwd_cpu)?;
-    let enter = pinned_in(&p.ping, ping_cpu)?;
+    let enter = pinned_in(p.ping, ping_cpu)?;
     let interval = 1_000_000_000 / rate_pps.max(1);
     let r = std::thread::scope(|s| s.spawn(|| enter().and_then(|()| pinger_body(p, c, interval, count))).join())
         .map_err(|_| anyhow::anyhow!("the pinger panicked"))?;
@@ -557,7 +569,7 @@ pub fn run(p: &Path, c: &Config, rate_pps: u64, count: u64, ping_cpu: usize, fwd
 /// What the timestamps cost: one clock read, and the pinger's own
 /// bookkeeping around an RTT over an in-memory "path" (send = push to a
 /// queue, receive = pop) — the floor under every RTT recorded.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct Overhead {
     pub clock_read_ns: f64,
     pub loop_rtt_ns: f64,

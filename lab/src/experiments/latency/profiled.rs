@@ -8,8 +8,7 @@ use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use super::pingpong::Path;
-use super::{best_per_method, by_config, one_run, Options, Run};
-use crate::engine::progress::Progress;
+use super::{one_run, Probes, Run};
 
 /// One configuration, profiled.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -38,37 +37,33 @@ impl LatencyProfile {
     }
 }
 
-/// With `--profile`, each method's best run again, profiled.
-pub fn best_profiled(p: &Path, o: &Options, runs: &[Run], pg: &mut Progress) -> Result<Vec<LatencyProfile>> {
-    let Some(opts) = o.profiling.options() else { return Ok(Vec::new()) };
-    let mut out = Vec::new();
-    for best in best_per_method(runs) {
-        pg.set_prefix(format!("profiling: {}", best.label));
-        let session = xnf_profile::Session::start(&opts)?;
-        let r = one_run(p, &best.config, o.rate, o.count, 0, o)?;
-        let mut prof = session.stop()?;
-        let probes = r.sent - r.lost;
-        let stacks = prof.stacks.take().map(|s| s.busy());
-        let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
-        let flame = match (&o.profiling.flame, &stacks) {
-            (Some(dir), Some(st)) => {
-                Some(crate::engine::profiling::write_flame(dir, &format!("latency-{}", best.label), &format!("xnf lab latency: {}", best.label), st)?)
-            }
-            _ => None,
-        };
-        out.push(LatencyProfile {
-            label: best.label.clone(),
-            rate_pps: o.rate,
-            probes,
-            median_us: by_config(runs).iter().find(|c| c.label == best.label).map_or(best.summary.median, |c| c.summary.median),
-            profiled_median_us: r.summary.median,
-            stages: prof.per_packet(probes),
-            top,
-            flame,
-            profile: prof,
-        });
-    }
-    Ok(out)
+/// `best`, a method's best configuration of the matrix (whose RTTs over
+/// every repeat have median `median_us`), once more with the profiler
+/// attached, at the matrix's rate and count.
+pub fn profile(p: &Path, best: &Run, median_us: f64, opts: &xnf_profile::Options, flame: Option<&std::path::Path>, probes: &Probes) -> Result<LatencyProfile> {
+    let session = xnf_profile::Session::start(opts)?;
+    let r = one_run(p, &best.config, probes, probes.rate, probes.count, 0)?;
+    let mut prof = session.stop()?;
+    let answered = r.sent - r.lost;
+    let stacks = prof.stacks.take().map(|s| s.busy());
+    let top = stacks.as_ref().map(|s| s.top(8).into_iter().map(|f| (f.name, f.self_pct)).collect()).unwrap_or_default();
+    let flame = match (flame, &stacks) {
+        (Some(dir), Some(st)) => {
+            Some(crate::engine::profiling::write_flame(dir, &format!("latency-{}", best.label), &format!("xnf lab latency: {}", best.label), st)?)
+        }
+        _ => None,
+    };
+    Ok(LatencyProfile {
+        label: best.label.clone(),
+        rate_pps: probes.rate,
+        probes: answered,
+        median_us,
+        profiled_median_us: r.summary.median,
+        stages: prof.per_packet(answered),
+        top,
+        flame,
+        profile: prof,
+    })
 }
 
 /// The profiled runs on the terminal.

@@ -1,4 +1,5 @@
-//! The HTML page of `xnf lab latency` results (through `xnf lab report`):
+//! The HTML page of `xnf lab latency` results (through `xnf lab report`,
+//! from a file of either form, see [`LatencyResults::read`]):
 //! the clusters as the seed's Table I, a density plot of each cluster's
 //! RTTs, every configuration's summary, the baselines and the saturation
 //! sweep. The same self-contained page as every lab report.
@@ -45,11 +46,11 @@ fn colour(i: usize) -> &'static str {
 
 /// The clusters (Table I) and their densities, with the baselines'.
 fn clusters(r: &LatencyResults) -> Markup {
-    let Some(c) = &r.clustering else { return html! {} };
+    let Some(c) = &r.details.clustering else { return html! {} };
     let mut charts = Vec::new();
     let mut all = Vec::new();
     for k in &c.clusters {
-        let pooled = pooled_us(r.runs.iter().filter(|x| x.cluster == Some(k.id)));
+        let pooled = pooled_us(r.details.runs.iter().filter(|x| x.cluster == Some(k.id)));
         charts.extend(density_chart(
             &format!("Cluster c{}", k.id),
             &format!("{} runs, mean {:.1} µs", k.runs, k.mean_us),
@@ -58,7 +59,7 @@ fn clusters(r: &LatencyResults) -> Markup {
         all.push((format!("c{}", k.id), colour(k.id), pooled));
     }
     for (i, m) in ["udp", "af-packet"].iter().enumerate() {
-        let pooled = pooled_us(r.runs.iter().filter(|x| x.config.method.name() == *m));
+        let pooled = pooled_us(r.details.runs.iter().filter(|x| x.config.method.name() == *m));
         all.push((m.to_string(), colour(c.clusters.len() + i), pooled));
     }
     charts.extend(density_chart("Every cluster and the kernel baselines", "RTT densities pooled over runs", &all));
@@ -86,9 +87,10 @@ fn clusters(r: &LatencyResults) -> Markup {
 
 /// The whole page.
 pub fn render(r: &LatencyResults) -> String {
-    let eff = super::effects(&r.runs);
+    let d = &r.details;
+    let eff = super::effects(&d.runs);
     // Every configuration, best median first, repeats pooled.
-    let rows = super::by_config(&r.runs);
+    let rows = super::by_config(&d.runs);
     let body = html! {
         (clusters(r))
         @if !eff.is_empty() {
@@ -113,18 +115,17 @@ pub fn render(r: &LatencyResults) -> String {
                 }
             }
         }
-        @if !r.saturation.is_empty() {
+        @if !d.saturation.is_empty() {
             section {
                 h2 { "Saturation: the best configuration of each method at rising rates (µs)" }
                 table {
                     tr { th { "configuration" } th { "probes/s" } @for h in SUMMARY_HEAD { th { (h) } } th { "lost" } }
-                    @for s in &r.saturation {
+                    @for s in &d.saturation {
                         tr { td { (s.label) } td { (s.rate_pps) } (summary_cells(&s.summary)) td { (s.lost) "/" (s.sent) } }
                     }
                 }
             }
         }
     };
-    let options = serde_json::to_value(&r.options).unwrap_or_default();
-    page(&Head { experiment: "latency", started_unix: r.started_unix, machine: &r.machine, options: &options, notes: &r.notes }, body)
+    page(&Head { experiment: "latency", started_unix: r.started_unix, machine: &r.machine, options: &r.options, notes: &r.notes }, body)
 }

@@ -1,21 +1,30 @@
 //! `xnf lab lb`'s disruption part: F established flows through a service of N backends, one backend removed; which
 //! flows change backend, with the connection table and without it, against what `xnf lb plan` expects.
 //!
-//! No timing, no sampling: the real `xnf lb` program, attached in a dut namespace with its maps, decides every
-//! flow. One TCP segment per flow is run through an instance of `lb.bpf.c` loaded on the applied configuration's
-//! pinned maps (the ones the attached data plane uses), with `BPF_PROG_TEST_RUN` on dut's ingress, and the backend
-//! is read from the outer destination of the IP-in-IP packet that comes out:
+//! No timing, no sampling: the real `xnf lb` program, attached to dut's ingress and egress with its maps, decides
+//! every flow. One TCP segment per flow is run through an instance of `lb.bpf.c` loaded on the applied
+//! configuration's pinned maps (the ones the attached data plane uses), with `BPF_PROG_TEST_RUN` on dut's ingress,
+//! and the backend is read from the outer destination of the IP-in-IP packet that comes out:
 //!
 //! 1. a SYN per flow under the first file: every flow gets its connection-table entry (and its backend);
 //! 2. the second file, without one backend, is applied with `xnf lb apply` as an operator would;
-//! 3. *with the connection table*: an ACK per flow — an established connection's next segment;
-//! 4. *without it*: a SYN per flow — the lb consults the Maglev table afresh on every SYN, so this is where every
-//!    flow would go if no entry existed (a restarted balancer, another instance behind ECMP, entries aged out).
+//! 3. the flows' next segment, one of the two variants:
+//!    - `with-table`: an ACK per flow — an established connection's next segment;
+//!    - `without-table`: a SYN per flow — the lb consults the Maglev table afresh on every SYN, so this is where
+//!      every flow would go if no entry existed (a restarted balancer, another instance behind ECMP, entries aged
+//!      out).
+//!
+//! On the lab's one driver: the topology is the driver's (`--topology`, default `line`), dut's egress the lb's port
+//! to the backends, whose prefix dut routes to the sink (nothing is sent: each frame is only run through the
+//! program); each variant is measured from a freshly attached lb, alternated within each run, and measures itself
+//! ([`Running::measure`]): no samples, its outcomes kept for [`Experiment::finish`], which writes the results'
+//! `details.disruption` (the first run's; every later run must give the same, the notes say if one did not).
 //!
 //! A flow *moved* if its backend differs from step 1's. The removed backend's flows must all move; the others
-//! that move are the collateral. The thread is pinned to one CPU: the connection table keeps an LRU list per CPU,
-//! and all flows must fit one CPU's share of it, or evictions would count as disruption.
+//! that move are the collateral. The thread is pinned to one CPU (`--cpu`, default the last): the connection table
+//! keeps an LRU list per CPU, and all flows must fit one CPU's share of it, or evictions would count as disruption.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -27,53 +36,21 @@ use xnf_core::xdp::XdpContext;
 use xnf_lb::flow::Flow;
 use xnf_lb::plan::Table;
 use xnf_lb::program::{Counter, LbProgram};
+use xnf_netns::{Mac, Netns};
 use xnf_packet::{MacAddr, PacketBuilder, TcpFlags};
 
 use super::setup::{self, LbGuard, Mode, Proto, VIP};
+use crate::engine::driver::{variant_name, AtPoint, Cpus, Experiment, Measuring, Running, VariantName};
+use crate::engine::measure::{Measured, Plan, Timing};
+use crate::engine::params::{self, Param, Point, Value};
+use crate::engine::progress::Progress;
+use crate::engine::results::Results;
 use crate::engine::topology::{BuiltTopology, TopologySpec};
-
-/// Its own small topology: dut with an ingress (gen's end runs XDP_PASS) and one lb port behind which every backend
-/// address is routed (the backends need not exist: nothing is sent, each frame is only run through the program).
-const TOPOLOGY: &str = r#"
-description = "gen -> dut -> backends: the lb's disruption experiment"
-[[namespace]]
-name = "gen"
-[[namespace]]
-name = "dut"
-forwarding = true
-[[namespace]]
-name = "be"
-[[link]]
-a = "gen:gen"
-b = "dut:in"
-a_addr = ["198.18.0.1/24"]
-b_addr = ["198.18.0.2/24"]
-[[link]]
-a = "dut:be"
-b = "be:be"
-a_addr = ["198.18.10.1/24"]
-b_addr = ["198.18.10.2/24"]
-[[route]]
-ns = "dut"
-to = "198.19.128.0/20"
-via = "198.18.10.2"
-[[neighbour]]
-ns = "dut"
-ip = "198.18.10.2"
-dev = "be"
-mac = "be:be"
-[[function]]
-ns = "gen"
-kind = "pass"
-interfaces = ["gen"]
-[[function]]
-ns = "be"
-kind = "sink"
-interfaces = ["be"]
-"#;
 
 /// Most backends: addresses in 198.19.128.0/20.
 pub const MAX_BACKENDS: u32 = 4000;
+/// The backends' prefix, routed by dut to the sink.
+const BACKENDS: &str = "198.19.128.0/20";
 /// Client addresses (198.19.16.0/20); more flows by source ports.
 const CLIENTS: u32 = 4096;
 /// The service's port.
@@ -128,7 +105,7 @@ fn flow(i: u32) -> Flow {
 }
 
 /// What one step did to the flows, against their backends after the first SYNs.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// Flows on another backend than before.
     pub moved: u64,
@@ -181,6 +158,9 @@ pub struct Disruption {
     pub backends: u32,
     pub table_size: u32,
     pub removed: IpAddr,
+    /// Runs that measured each variant (each from a fresh lb); all gave these outcomes unless the notes say otherwise.
+    #[serde(default)]
+    pub runs: u32,
     /// After the first SYNs, under the first file (`moved`, `collateral` are 0).
     pub before: Outcome,
     pub with_table: Outcome,
@@ -188,57 +168,99 @@ pub struct Disruption {
     pub plan: Planned,
 }
 
-/// Runs the disruption part; `lines` gets progress.
-pub fn run(a: &DisruptionArgs, table_size: u32, lines: &mut dyn FnMut(&str)) -> Result<Disruption> {
-    crate::engine::remove_stale(lines)?;
-    let n = a.disruption_backends;
-    let all: Vec<IpAddr> = (1..=n).map(|i| IpAddr::V4(backend(i))).collect();
-    let removed = all[a.remove as usize - 1];
-    let kept: Vec<IpAddr> = all.iter().copied().filter(|b| *b != removed).collect();
-    let first = setup::service_file(IpAddr::V4(VIP), Proto::Tcp, PORT, Mode::Ipip, table_size, &all);
-    let second = setup::service_file(IpAddr::V4(VIP), Proto::Tcp, PORT, Mode::Ipip, table_size, &kept);
-    let (c1, _) = xnf_lb::Config::parse(&first, "lab-before.toml")?;
-    let (c2, _) = xnf_lb::Config::parse(&second, "lab-after.toml")?;
-    let plan = xnf_lb::plan(&c1, &c2)?.into_iter().next().context("the plan has no service")?;
-    let d = plan.disruption.context("the plan has no disruption for the changed service")?;
-    let planned =
-        Planned { moved: d.moved, removed: 1.0 - d.kept, collateral_of_kept: d.collateral_of_kept(), balance_max: plan.balance.map_or(f64::NAN, |b| b.max) };
-    let models = [(Table::of(&c1.services[0])?, c1.services[0].clone()), (Table::of(&c2.services[0])?, c2.services[0].clone())];
+/// How the flows' segment after the change is sent: the driver's variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// An ACK per flow: the connection table holds every established flow.
+    WithTable,
+    /// A SYN per flow: the Maglev table decides afresh, as with no entry.
+    WithoutTable,
+}
 
-    lines(&format!("disruption: building its topology, {} flows over {n} backends, then backend {removed} removed", a.established));
-    let spec = TopologySpec::parse(TOPOLOGY, "the lb's disruption topology")?;
-    let t = BuiltTopology::build(&spec, &mut |m| lines(m))?;
-    let (dut, din) = t.endpoint("dut:in")?;
-    let (_, dbe) = t.endpoint("dut:be")?;
-    let (gen_mac, din_mac) = (t.mac("gen:gen")?, t.mac("dut:in")?);
-    let (_guard, _) = LbGuard::new(dut, &[din.clone(), dbe], &first)?;
-    let flows = a.established;
-    let index: HashMap<IpAddr, usize> = all.iter().enumerate().map(|(i, b)| (*b, i)).collect();
-    let steps = dut.run(|| -> Result<[(Vec<usize>, [u64; 4]); 3]> {
-        pin_to_current_cpu()?;
-        let prog = xnf_lb::pinned_program()?;
-        let ifindex = xnf_netns::netlink::link_by_name(&din)?.ifindex;
-        let step = |syn: bool| -> Result<(Vec<usize>, [u64; 4])> {
-            let c0 = xnf_lb::counters()?;
-            let picked = (0..flows).map(|i| decide(&prog, ifindex, gen_mac, din_mac, &flow(i), syn, &index)).collect::<Result<Vec<_>>>()?;
-            let c1 = xnf_lb::counters()?;
-            let ct = [Counter::CtHit, Counter::CtMiss, Counter::CtSyn, Counter::CtStale].map(|k| c1[k as usize] - c0[k as usize]);
-            Ok((picked, ct))
+impl VariantName for Step {
+    fn name(&self) -> String {
+        variant_name(self)
+    }
+}
+
+/// One variant's run: its flows' placement before the change and after.
+struct Kept {
+    step: Step,
+    run: u32,
+    before: Outcome,
+    after: Outcome,
+}
+
+/// The disruption part as the driver runs it: its options, the service files and what the control plane expects.
+#[derive(Serialize)]
+pub struct Part {
+    #[serde(flatten)]
+    args: DisruptionArgs,
+    table_size: u32,
+    /// Run without the throughput part: the common options for measuring rates are refused.
+    #[serde(skip)]
+    alone: bool,
+    #[serde(skip)]
+    files: [String; 2],
+    /// Every backend, in the file's order, and the one removed (its index).
+    #[serde(skip)]
+    all: Vec<IpAddr>,
+    #[serde(skip)]
+    removed_at: usize,
+    /// The control plane's model of each file: its table and service.
+    #[serde(skip)]
+    models: [(Table, xnf_lb::Service); 2],
+    #[serde(skip)]
+    plan: Planned,
+    #[serde(skip)]
+    kept: RefCell<Vec<Kept>>,
+}
+
+/// Checks that `spec` has a dut with an ingress and an egress of its own and the sink behind it, naming the flag.
+fn check_topology(spec: &TopologySpec, name: &str) -> Result<()> {
+    let bad = || format!("--topology {name}: the disruption part needs a dut with two interfaces (roles dut_in, dut_out) and the sink behind dut_out");
+    let r = spec.roles.as_ref().with_context(bad)?;
+    let ns = |ep: &str| ep.split(':').next().unwrap_or_default().to_string();
+    ensure!(r.dut_in != r.dut_out && ns(&r.dut_in) == ns(&r.dut_out) && ns(&r.sink) != ns(&r.dut_out), bad());
+    Ok(())
+}
+
+impl Part {
+    /// Checks the options (with the throughput part's `--table-size` and the common `--topology`), naming the flag
+    /// at fault, and prepares the two service files and the plan, before anything is built.
+    pub fn new(args: DisruptionArgs, table_size: u32, alone: bool, topology: &str) -> Result<Part> {
+        args.check()?;
+        xnf_lb::maglev::check_size(table_size).map_err(|e| anyhow::anyhow!("--table-size: {e:#}"))?;
+        let n = args.disruption_backends;
+        ensure!(n <= table_size, "--disruption-backends {n}: more than the --table-size {table_size} entries");
+        check_topology(&TopologySpec::load(topology)?, topology)?;
+        let all: Vec<IpAddr> = (1..=n).map(|i| IpAddr::V4(backend(i))).collect();
+        let removed_at = args.remove as usize - 1;
+        let kept: Vec<IpAddr> = all.iter().copied().filter(|b| *b != all[removed_at]).collect();
+        let file = |backends: &[IpAddr]| setup::service_file(IpAddr::V4(VIP), Proto::Tcp, PORT, Mode::Ipip, table_size, backends);
+        let files = [file(&all), file(&kept)];
+        let (c1, _) = xnf_lb::Config::parse(&files[0], "lab-before.toml")?;
+        let (c2, _) = xnf_lb::Config::parse(&files[1], "lab-after.toml")?;
+        let plan = xnf_lb::plan(&c1, &c2)?.into_iter().next().context("the plan has no service")?;
+        let d = plan.disruption.context("the plan has no disruption for the changed service")?;
+        let plan = Planned {
+            moved: d.moved,
+            removed: 1.0 - d.kept,
+            collateral_of_kept: d.collateral_of_kept(),
+            balance_max: plan.balance.map_or(f64::NAN, |b| b.max),
         };
-        let before = step(true)?;
-        xnf_lb::apply_text(&second, "lab-after.toml").context("applying the service file without the removed backend")?;
-        let with = step(false)?;
-        let without = step(true)?;
-        Ok([before, with, without])
-    })??;
-    let [(b0, ct0), (b1, ct1), (b2, ct2)] = steps;
-    let removed_at = a.remove as usize - 1;
-    let outcome = |after: &[usize], ct: [u64; 4], model: &(Table, xnf_lb::Service)| -> Outcome {
-        let mut o = Outcome { per_backend: vec![0; all.len()], ..Default::default() };
-        for (i, (&was, &is)) in b0.iter().zip(after).enumerate() {
+        let models = [(Table::of(&c1.services[0])?, c1.services[0].clone()), (Table::of(&c2.services[0])?, c2.services[0].clone())];
+        Ok(Part { args, table_size, alone, files, all, removed_at, models, plan, kept: RefCell::new(Vec::new()) })
+    }
+
+    /// What one step did to the flows: `after[i]` is flow i's backend (an index into `all`), `before` step 1's.
+    fn outcome(&self, before: &[usize], after: &[usize], ct: [u64; 4], model: &(Table, xnf_lb::Service)) -> Outcome {
+        let mut o = Outcome { per_backend: vec![0; self.all.len()], ..Default::default() };
+        for (i, (&was, &is)) in before.iter().zip(after).enumerate() {
             let moved = was != is;
             o.moved += moved as u64;
-            if was == removed_at {
+            if was == self.removed_at {
                 o.removed_flows += 1;
                 o.removed_moved += moved as u64;
             } else {
@@ -246,24 +268,202 @@ pub fn run(a: &DisruptionArgs, table_size: u32, lines: &mut dyn FnMut(&str)) -> 
                 o.collateral += moved as u64;
             }
             o.per_backend[is] += 1;
-            o.model_agrees += (flow(i as u32).backend(&model.1, &model.0) == Some(all[is])) as u64;
+            o.model_agrees += (flow(i as u32).backend(&model.1, &model.0) == Some(self.all[is])) as u64;
         }
-        let serving: Vec<u64> = o.per_backend.iter().enumerate().filter(|(i, _)| model.0.backends().iter().any(|b| b.0 == all[*i])).map(|(_, &c)| c).collect();
+        let serving: Vec<u64> =
+            o.per_backend.iter().enumerate().filter(|(i, _)| model.0.backends().iter().any(|b| b.0 == self.all[*i])).map(|(_, &c)| c).collect();
         let mean = serving.iter().sum::<u64>() as f64 / serving.len().max(1) as f64;
         o.max_over_mean = serving.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0);
         [o.ct_hit, o.ct_miss, o.ct_syn, o.ct_stale] = ct;
         o
-    };
-    Ok(Disruption {
-        flows,
-        backends: n,
-        table_size,
-        removed,
-        before: outcome(&b0, ct0, &models[0]),
-        with_table: outcome(&b1, ct1, &models[1]),
-        without_table: outcome(&b2, ct2, &models[1]),
-        plan: planned,
-    })
+    }
+
+    /// The first run's outcome of `step`: (before, after).
+    fn first(&self, step: Step) -> Result<(Outcome, Outcome)> {
+        let kept = self.kept.borrow();
+        let k = kept.iter().find(|k| k.step == step).with_context(|| format!("the {} variant was not measured", variant_name(&step)))?;
+        Ok((k.before.clone(), k.after.clone()))
+    }
+}
+
+/// The backends' parameter.
+fn backends_param() -> Param {
+    let mut p = Param::plain("backends", &Value::from(1u32));
+    p.unit = ("backend".into(), "backends".into());
+    p
+}
+
+impl Experiment for Part {
+    type Variant = Step;
+    const NAME: &'static str = "lb";
+
+    fn params(&self) -> Vec<Param> {
+        vec![params::flows(), backends_param()]
+    }
+
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        vec![("flows", params::values(&[self.args.established])), ("backends", params::values(&[self.args.disruption_backends]))]
+    }
+
+    fn variants(&self) -> Vec<Step> {
+        vec![Step::WithTable, Step::WithoutTable]
+    }
+
+    fn ratios(&self) -> Vec<(&str, &str)> {
+        Vec::new()
+    }
+
+    /// Checked by [`Part::new`].
+    fn check(&self, _: Cpus) -> Result<()> {
+        Ok(())
+    }
+
+    /// Nothing of the driver's own measurement; alone, the common options for it are refused (with the throughput
+    /// part they are its).
+    fn plan(&self, common: Plan) -> Result<Plan> {
+        if self.alone {
+            ensure!(common.zero_loss.is_none(), "--zero-loss: the disruption part measures no rates (--part throughput does)");
+            ensure!(common.load.count() == 0, "--load-curve / --load-rates: the disruption part measures no rates (--part throughput does)");
+            ensure!(common.profile.is_none(), "--profile: the disruption part profiles nothing (--part throughput does)");
+        }
+        Ok(Plan::default())
+    }
+
+    /// The lb attached and applied twice, two test runs per flow (about 7 µs each here, with the frame built).
+    fn planned_seconds(&self, _: &Timing, _: &Plan) -> f64 {
+        1.0 + 2.0 * f64::from(self.args.established) * 7e-6
+    }
+
+    /// dut routes the backends' prefix to the sink, which it knows (the lb's FIB lookup needs the neighbour).
+    fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
+        let r = t.roles()?;
+        let (dut, dout) = t.endpoint(&r.dut_out)?;
+        let sink = t.addr(&r.sink, false)?.to_string();
+        dut.ip(&["neigh", "replace", &sink, "lladdr", &t.mac(&r.sink)?.to_string(), "dev", &dout, "nud", "permanent"])
+            .context("dut's neighbour entry for the sink")?;
+        dut.route_add(BACKENDS, Some(&sink), Some(&dout)).context("routing the backends' prefix to the sink in dut")
+    }
+
+    /// No generator: every frame is run through the program.
+    fn at_point<'a>(&'a self, _: &'a BuiltTopology, _: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
+        let (n, removed) = (self.args.disruption_backends, self.all[self.removed_at]);
+        pg.message(&format!("disruption: {} flows over {n} backends, then backend {removed} removed", self.args.established));
+        Ok(AtPoint::without_traffic(()))
+    }
+
+    /// `xnf lb` attached to dut's ingress and egress, the first file applied.
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, step: Step, cpus: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let r = t.roles()?;
+        let ((dut, din), (_, dout)) = (t.endpoint(&r.dut_in)?, t.endpoint(&r.dut_out)?);
+        let (lb, warnings) = LbGuard::new(dut, &[din.clone(), dout], &self.files[0])?;
+        warnings.iter().for_each(|w| pg.println(&format!("xnf lb: {w}")));
+        Ok(Box::new(Run { part: self, step, dut, din, gen_mac: t.mac(&r.gen)?, din_mac: t.mac(&r.dut_in)?, cpu: cpus.gen, _lb: lb }))
+    }
+
+    /// The first run's outcomes as the results' `details.disruption`, the later runs checked against them.
+    fn finish(&mut self, _: Cpus, res: &mut Results) -> Result<()> {
+        // xnf's run files of the namespaces, which are gone now.
+        xnf_core::state::gc_dead_namespaces();
+        let ((before, with_table), (before_syn, without_table)) = (self.first(Step::WithTable)?, self.first(Step::WithoutTable)?);
+        if before != before_syn {
+            res.notes.push("disruption: the flows' backends before the change differed between the variants (the lb decided the same SYNs differently)".into());
+        }
+        let runs = self.kept.borrow().iter().map(|k| k.run + 1).max().unwrap_or(0);
+        for k in self.kept.borrow().iter() {
+            let want = if k.step == Step::WithTable { &with_table } else { &without_table };
+            if k.before != before || k.after != *want {
+                res.notes.push(format!(
+                    "disruption: run {} of {} differs from run 1: {} moved, {} collateral (run 1: {}, {})",
+                    k.run + 1,
+                    variant_name(&k.step),
+                    k.after.moved,
+                    k.after.collateral,
+                    want.moved,
+                    want.collateral
+                ));
+            }
+        }
+        let d = Disruption {
+            flows: self.args.established,
+            backends: self.args.disruption_backends,
+            table_size: self.table_size,
+            removed: self.all[self.removed_at],
+            runs,
+            before,
+            with_table,
+            without_table,
+            plan: self.plan.clone(),
+        };
+        res.notes.push(format!(
+            "disruption: {} flows, {} backends, one removed: with the connection table {:.3} % moved ({} of the removed backend's {} flows, collateral {}); without it {:.3} % ({} collateral, {:.3} % of the kept flows; plan {:.3} %)",
+            d.flows,
+            d.backends,
+            100.0 * d.with_table.moved_share(),
+            d.with_table.removed_moved,
+            d.with_table.removed_flows,
+            d.with_table.collateral,
+            100.0 * d.without_table.moved_share(),
+            d.without_table.collateral,
+            100.0 * d.without_table.collateral_share(),
+            100.0 * d.plan.collateral_of_kept
+        ));
+        res.details.insert("disruption".into(), serde_json::to_value(&d)?);
+        Ok(())
+    }
+}
+
+/// The throughput part's results with the disruption part's details and notes.
+pub fn merge(r: &mut Results, d: Results) {
+    r.details.extend(d.details);
+    for n in d.notes {
+        if !r.notes.contains(&n) {
+            r.notes.push(n);
+        }
+    }
+}
+
+/// A variant set up for one run: the lb attached in dut, the first file applied.
+struct Run<'a> {
+    part: &'a Part,
+    step: Step,
+    dut: &'a Netns,
+    din: String,
+    gen_mac: Mac,
+    din_mac: Mac,
+    cpu: usize,
+    _lb: LbGuard,
+}
+
+impl Running for Run<'_> {
+    /// A SYN per flow, the second file applied, the variant's segment per flow; the outcomes kept.
+    fn measure(&self, m: Measuring) -> Result<Measured> {
+        let p = self.part;
+        let (flows, cpu, second) = (p.args.established, self.cpu, &p.files[1]);
+        let (gen_mac, din_mac) = (self.gen_mac, self.din_mac);
+        let index: HashMap<IpAddr, usize> = p.all.iter().enumerate().map(|(i, b)| (*b, i)).collect();
+        m.pg.message(&format!("a SYN per flow, the backend removed, then {}", if self.step == Step::WithTable { "an ACK per flow" } else { "a SYN per flow" }));
+        let (din, syn_after) = (&self.din, self.step == Step::WithoutTable);
+        let steps = self.dut.run(|| -> Result<[(Vec<usize>, [u64; 4]); 2]> {
+            pin_to(cpu)?;
+            let prog = xnf_lb::pinned_program()?;
+            let ifindex = xnf_netns::netlink::link_by_name(din)?.ifindex;
+            let step = |syn: bool| -> Result<(Vec<usize>, [u64; 4])> {
+                let c0 = xnf_lb::counters()?;
+                let picked = (0..flows).map(|i| decide(&prog, ifindex, gen_mac, din_mac, &flow(i), syn, &index)).collect::<Result<Vec<_>>>()?;
+                let c1 = xnf_lb::counters()?;
+                let ct = [Counter::CtHit, Counter::CtMiss, Counter::CtSyn, Counter::CtStale].map(|k| c1[k as usize] - c0[k as usize]);
+                Ok((picked, ct))
+            };
+            let before = step(true)?;
+            xnf_lb::apply_text(second, "lab-after.toml").context("applying the service file without the removed backend")?;
+            Ok([before, step(syn_after)?])
+        })??;
+        let [(b0, ct0), (b1, ct1)] = steps;
+        let before = p.outcome(&b0, &b0, ct0, &p.models[0]);
+        let after = p.outcome(&b0, &b1, ct1, &p.models[1]);
+        p.kept.borrow_mut().push(Kept { step: self.step, run: m.labels.run, before, after });
+        Ok(Measured { samples: Vec::new(), zero_loss: None, profiled: Vec::new() })
+    }
 }
 
 /// Runs one TCP segment of `f` (a SYN, or an ACK of an established connection) through the lb on dut's ingress and
@@ -294,14 +494,12 @@ fn decide(prog: &LbProgram, ifindex: u32, src: MacAddr, dst: MacAddr, f: &Flow, 
     index.get(&outer).copied().with_context(|| format!("the lb sent {}:{} to {outer}, which is no backend of the service", f.src, f.sport))
 }
 
-/// Pins the calling thread to the CPU it is on: every segment then meets the same per-CPU LRU list.
-fn pin_to_current_cpu() -> Result<()> {
-    // SAFETY: plain syscalls on this thread with a zeroed, then filled cpu_set_t.
+/// Pins the calling thread to `cpu`: every segment then meets the same per-CPU LRU list.
+fn pin_to(cpu: usize) -> Result<()> {
+    // SAFETY: a plain syscall on this thread with a zeroed, then filled cpu_set_t.
     unsafe {
-        let cpu = libc::sched_getcpu();
-        ensure!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
+        libc::CPU_SET(cpu, &mut set);
         ensure!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0, "pinning to CPU {cpu}: {}", std::io::Error::last_os_error());
     }
     Ok(())
@@ -387,5 +585,21 @@ mod tests {
             assert!(e.contains(want), "{e} lacks {want}");
         }
         assert!(a(100_000, 10, 1).check().is_ok());
+    }
+
+    #[test]
+    fn the_part_checks_the_shared_options_and_alone_refuses_what_it_does_not_measure() {
+        let a = DisruptionArgs { established: 1000, disruption_backends: 10, remove: 1 };
+        for (table, topology, want) in [(65536, "line", "--table-size: "), (7, "line", "--disruption-backends 10: "), (65537, "pair", "--topology pair: ")] {
+            let e = format!("{:#}", Part::new(a.clone(), table, true, topology).err().expect("refused"));
+            assert!(e.starts_with(want), "{e}");
+        }
+        let zero_loss = || Plan { zero_loss: Some(0.0), ..Default::default() };
+        let alone = Part::new(a.clone(), 65537, true, "line").unwrap();
+        assert!(alone.plan(zero_loss()).unwrap_err().to_string().starts_with("--zero-loss: "));
+        assert!(Part::new(a, 65537, false, "line").unwrap().plan(zero_loss()).is_ok(), "with the throughput part the options are its");
+        assert_eq!(alone.variants().iter().map(VariantName::name).collect::<Vec<_>>(), ["with-table", "without-table"]);
+        assert!((alone.plan.removed - 0.1).abs() < 0.01, "one backend of ten: {:?}", alone.plan);
+        assert_eq!(crate::engine::driver::points(&alone).len(), 1);
     }
 }
