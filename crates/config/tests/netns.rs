@@ -222,3 +222,77 @@ fn a_bad_file_changes_nothing_and_names_every_fault() {
     assert!(err.contains("fib: \"fast\"") && err.contains("line 5") && err.contains("[bgp]"), "{err}");
     assert_eq!(b.show(), "", "nothing runs");
 }
+
+/// State another version of xnf could have left — a pinned map alike in
+/// type, sizes, entries and flags, but whose key and value are other
+/// types — is never read nor written: every command that would touch it
+/// refuses in one line naming the map and both layout versions, and the
+/// box stays exactly as it was (an apply that changed the filter before
+/// reaching the lb puts it back).
+#[test]
+fn a_pin_of_another_layout_is_refused_and_nothing_changes() {
+    let b = Boxed::new();
+    let f = b.file("box.toml", 9999, "198.18.100.1", "");
+    xnf_ok(b.dut(), &["apply", &f]);
+    let (show, mut before) = (b.show(), pins(b.dut()));
+    let path = b
+        .dut()
+        .run(|| {
+            use std::os::unix::fs::MetadataExt;
+            let key = format!("net-{}", std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino());
+            Path::new("/sys/fs/bpf/xnf").join(key).join("lb/conntrack")
+        })
+        .unwrap();
+    let original = xnf_testrun::layout::pin_foreign_layout(&path).expect("a map of another layout pinned in place of lb/conntrack");
+    let changed = b.file("changed.toml", 9998, "198.18.100.2", "");
+    for args in [&["lb", "stats"][..], &["lb", "status"], &["apply", &changed]] {
+        let e = xnf_err(b.dut(), args);
+        assert!(e.contains("lb/conntrack has layout") && e.contains("this xnf expects"), "{args:?}: {e}");
+    }
+    let e = xnf_err(b.dut(), &["lb", "stats"]);
+    eprintln!("xnf lb stats: {e}");
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    let mut after = pins(b.dut());
+    // The route cache's and neighbour stamps' maps move by themselves
+    // (the follower), as in the test above.
+    for p in [&mut before, &mut after] {
+        p.retain(|n, _| !["lb/conntrack", "router/fib_ctl", "router/fib_kgen", "router/fib_cache", "router/neigh_use"].contains(&n.as_str()));
+    }
+    assert_eq!(before, after, "a pinned map changed");
+    xnf_testrun::layout::restore(&path, &original).unwrap();
+    assert_eq!(b.show(), show, "the box changed");
+    xnf_ok(b.dut(), &["lb", "stats"]);
+}
+
+/// Every function changed at once under traffic through them — the
+/// filter's rules, the lb's service and backends, the router's
+/// interfaces — and back: not one frame lost, not one slow-pathed (each
+/// change is one map update or one stage-slot update; an instance with
+/// other options replaces the old one in its slot).
+#[test]
+fn a_whole_box_change_under_traffic_loses_no_frame_and_slow_paths_none() {
+    let b = Boxed::new();
+    let a = b.file("a.toml", 9999, "198.18.100.1", "");
+    xnf_ok(b.dut(), &["apply", &a]);
+    for args in [&["link", "add", "xnfcx0", "type", "veth", "peer", "name", "xnfcx1"][..], &["link", "set", "xnfcx0", "up"]] {
+        b.dut().ip(args).unwrap();
+    }
+    let changed = b.file("b.toml", 7777, "198.18.100.2", ", \"xnfcx0\"");
+    std::fs::write(&changed, std::fs::read_to_string(&changed).unwrap().replace("198.18.0.12", "198.18.0.13")).unwrap();
+    b.r.resolve_sink();
+    let (redir, forwarded) = (b.r.redirected(), b.r.forw_v4());
+    // About 5 s of traffic (paced): both applies end well inside it.
+    const N: usize = 300_000;
+    let received = std::thread::scope(|s| {
+        let traffic = s.spawn(|| b.r.send_udp(false, N));
+        wait_for("the traffic to flow", || b.r.redirected() > redir + 1000);
+        let there = xnf_ok(b.dut(), &["apply", &changed]);
+        assert!(there.contains("xnfcx0") && there.contains("service web"), "{there}");
+        xnf_ok(b.dut(), &["apply", &a]);
+        assert!(!traffic.is_finished(), "the traffic ended before both applies did: the test saw nothing");
+        traffic.join().unwrap()
+    });
+    assert_eq!(received, N, "frames lost");
+    assert_eq!(b.r.redirected() - redir, N as u64, "frames not forwarded in XDP");
+    assert_eq!(b.r.forw_v4(), forwarded, "the kernel forwarded some");
+}

@@ -323,10 +323,10 @@ mod tests {
     use crate::lifecycle::pin_maps;
 
     crate::pinned_maps! {
-        struct Stages { xnf_stages }
+        struct Stages in skel::EntrySkelBuilder { xnf_stages }
     }
     crate::pinned_maps! {
-        struct Stale { xnf_stages, xnf_gone }
+        struct Stale in skel::EntrySkelBuilder { xnf_stages, xnf_gone }
     }
 
     fn open() -> skel::OpenEntrySkel<'static> {

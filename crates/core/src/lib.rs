@@ -12,6 +12,7 @@ pub mod entry;
 pub mod features;
 pub mod files;
 pub mod fwd;
+pub mod layout;
 pub mod lifecycle;
 pub mod maps;
 pub mod neigh;

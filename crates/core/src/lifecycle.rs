@@ -30,6 +30,7 @@ use libbpf_rs::{MapCore, MapHandle};
 use xnf_netns::netlink::{self, Link};
 
 use crate::entry::{self, Stage};
+use crate::layout::{self, Layout};
 use crate::state::{self, StateLock};
 use crate::xdp::XdpMode;
 
@@ -44,12 +45,24 @@ pub trait PinnedMaps: Sized {
     /// The struct from one handle per name.
     fn from_named(maps: &mut NamedMaps) -> Result<Self>;
 
-    /// Opens the maps pinned in `dir`.
+    /// The layout this xnf expects of each map: its own object's
+    /// ([`layout`](crate::layout)).
+    fn layouts() -> Result<&'static [(String, Layout)]>;
+
+    /// The layout expected of map `name`.
+    fn layout_of(name: &str) -> Result<Layout> {
+        let l = Self::layouts()?.iter().find(|(n, _)| n == name).map(|(_, l)| *l);
+        l.with_context(|| format!("the program has no map named {name}: its declaration of shared maps is out of date"))
+    }
+
+    /// Opens the maps pinned in `dir`, each checked to have the layout
+    /// this xnf expects before anything reads it.
     fn open_pinned(dir: &Path) -> Result<Self> {
         let mut named = NamedMaps::default();
         for name in Self::NAMES {
             let path = dir.join(name);
             let h = MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
+            layout::check(&path, &h, Self::layout_of(name)?)?;
             named.0.push((name.to_string(), h));
         }
         Self::from_named(&mut named)
@@ -81,15 +94,18 @@ impl NamedMaps {
 /// Declares a program's shared maps once: a struct with one `MapHandle`
 /// field per map, named as in the BPF source, implementing [`PinnedMaps`].
 ///
+/// `in` names the skeleton whose object defines them: the layouts
+/// expected of the pins are its ([`layout`](crate::layout)).
+///
 /// ```ignore
 /// xnf_core::pinned_maps! {
 ///     /// The filter's shared maps.
-///     pub struct FilterMaps { rule_sets, lists, stats }
+///     pub struct FilterMaps in crate::skel::FilterSkelBuilder { rule_sets, lists, stats }
 /// }
 /// ```
 #[macro_export]
 macro_rules! pinned_maps {
-    ($(#[$meta:meta])* $vis:vis struct $name:ident { $($(#[$fmeta:meta])* $fvis:vis $field:ident),* $(,)? }) => {
+    ($(#[$meta:meta])* $vis:vis struct $name:ident in $skel:path { $($(#[$fmeta:meta])* $fvis:vis $field:ident),* $(,)? }) => {
         $(#[$meta])*
         $vis struct $name {
             // A map is shared because the data plane needs it; user space
@@ -100,6 +116,14 @@ macro_rules! pinned_maps {
             const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
             fn from_named(maps: &mut $crate::lifecycle::NamedMaps) -> ::anyhow::Result<Self> {
                 Ok(Self { $($field: maps.take(stringify!($field))?,)* })
+            }
+            fn layouts() -> ::anyhow::Result<&'static [(String, $crate::layout::Layout)]> {
+                static LAYOUTS: ::std::sync::OnceLock<Vec<(String, $crate::layout::Layout)>> = ::std::sync::OnceLock::new();
+                if let Some(l) = LAYOUTS.get() {
+                    return Ok(l);
+                }
+                let l = $crate::layout::of_skeleton::<$skel>(<Self as $crate::lifecycle::PinnedMaps>::NAMES)?;
+                Ok(LAYOUTS.get_or_init(|| l))
             }
         }
         impl $name {
@@ -114,9 +138,17 @@ macro_rules! pinned_maps {
 
 /// Points the maps `M` declares, in a program being opened, at their pins
 /// in `dir`: the first load creates and pins them, every later one reuses
-/// them (libbpf checks that type and sizes match). A declared map the
+/// them, each checked first to have this object's layout (libbpf itself
+/// compares only type, sizes, entries and flags). A declared map the
 /// program does not have is an error, not a silently unshared map.
 pub fn pin_maps<M: PinnedMaps>(open: &mut libbpf_rs::OpenObject, dir: &Path) -> Result<()> {
+    let layouts = layout::of_object(open, M::NAMES)?;
+    for (name, want) in &layouts {
+        let path = dir.join(name);
+        if let Ok(h) = MapHandle::from_pinned_path(&path) {
+            layout::check(&path, &h, *want)?;
+        }
+    }
     let mut found = 0;
     for mut map in open.maps_mut() {
         let name = map.name().to_string_lossy().into_owned();

@@ -138,19 +138,6 @@ pub fn zero_percpu<T>(map: &impl libbpf_rs::MapCore, slot: u32) -> anyhow::Resul
     map.update_percpu(&slot.to_ne_bytes(), &zero, libbpf_rs::MapFlags::ANY).context("zeroing counters")
 }
 
-/// Opens the maps pinned in `dir` under `names`, in order.
-pub fn open_pinned<const N: usize>(dir: &std::path::Path, names: [&str; N]) -> anyhow::Result<[libbpf_rs::MapHandle; N]> {
-    use anyhow::Context;
-    let v = names
-        .iter()
-        .map(|name| {
-            let path = dir.join(name);
-            libbpf_rs::MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(v.try_into().unwrap_or_else(|_| unreachable!("one handle per name")))
-}
-
 /// Tables the data plane reads through a one-slot `ARRAY_OF_MAPS`: a
 /// change builds a new inner `ARRAY`, fills it, and then points the outer
 /// slot at it in one update. A packet sees the old table or the new one

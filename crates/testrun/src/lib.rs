@@ -13,6 +13,7 @@ pub mod forward;
 pub mod frames;
 pub mod fuzz;
 pub mod kernel;
+pub mod layout;
 pub mod parse_probe;
 pub mod table;
 

@@ -209,7 +209,7 @@ impl ChainProgram {
 
 xnf_core::pinned_maps! {
     /// The chain's shared maps, as pinned.
-    pub struct ChainMaps {
+    pub struct ChainMaps in ChainSkelBuilder {
         ports,
         rules,
         nfs,

@@ -117,7 +117,7 @@ impl FilterProgram {
 
 xnf_core::pinned_maps! {
     /// The maps shared by every filter instance, as pinned.
-    pub struct FilterMaps {
+    pub struct FilterMaps in FilterSkelBuilder {
         rule_sets,
         lists,
         stats,

@@ -125,7 +125,7 @@ impl DecapProgram {
 
 xnf_core::pinned_maps! {
     /// The maps every decap instance shares, as pinned.
-    pub struct DecapMaps { locals, stats }
+    pub struct DecapMaps in DecapSkelBuilder { locals, stats }
 }
 
 /// An address as `locals` keys it (`struct xnf_lb_addr`, as the lb's `vips`).

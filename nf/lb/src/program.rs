@@ -143,7 +143,7 @@ impl LbProgram {
 
 xnf_core::pinned_maps! {
     /// The maps shared by every lb instance, as pinned.
-    pub struct LbMaps {
+    pub struct LbMaps in LbSkelBuilder {
         services,
         vips,
         tables,

@@ -161,7 +161,7 @@ impl RouterProgram {
 
 xnf_core::pinned_maps! {
     /// The maps shared by every router instance, as pinned.
-    pub struct RouterMaps {
+    pub struct RouterMaps in RouterSkelBuilder {
         tx_ports,
         tx_ports_all,
         skb_ports,
