@@ -268,17 +268,8 @@ fn set_timeout(fd: &OwnedFd, spin: bool) {
         // SAFETY: fcntl on a valid fd.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     } else {
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
-        // SAFETY: valid timeval.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
+        let timeout = nix::sys::time::TimeVal::new(0, 100_000);
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &timeout).expect("SO_RCVTIMEO on a socket of ours");
     }
 }
 

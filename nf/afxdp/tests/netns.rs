@@ -92,17 +92,8 @@ impl Raw {
         let rcvbuf: libc::c_int = 32 << 20;
         // SAFETY: valid int option.
         unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &rcvbuf as *const _ as *const libc::c_void, 4) };
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
-        // SAFETY: valid timeval.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
+        let timeout = nix::sys::time::TimeVal::new(0, 200_000);
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &timeout).expect("SO_RCVTIMEO on a socket of ours");
         Raw { fd }
     }
 

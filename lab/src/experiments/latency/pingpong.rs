@@ -401,17 +401,8 @@ fn forwarder_body(c: &Config, (dev, addr): (&str, Ipv4Addr), stop: &AtomicBool, 
 /// Blocking with a 50 ms timeout (so the stop flag is seen), or non-blocking for spinning.
 fn set_blocking(fd: BorrowedFd<'_>, blocking: bool) {
     if blocking {
-        let tv = libc::timeval { tv_sec: 0, tv_usec: 50_000 };
-        // SAFETY: valid timeval on a valid fd.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                &tv as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
+        let timeout = nix::sys::time::TimeVal::new(0, 50_000);
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &timeout).expect("SO_RCVTIMEO on a socket of ours");
     } else {
         // SAFETY: fcntl on a valid fd.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
