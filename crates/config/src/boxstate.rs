@@ -45,25 +45,29 @@ impl Running {
     pub fn show(&self) -> Result<String> {
         let mut out = String::new();
         let list = |v: Vec<String>| format!("[{}]", v.iter().map(|i| format!("{i:?}")).collect::<Vec<_>>().join(", "));
-        if let Some(d) = stage::as_deploy(&self.router) {
+        if let Some((d, notes)) = stage::as_deploy(&self.router) {
+            out.push_str(&notes);
             let _ = write!(out, "[router]\ninterfaces = {}\nmode = \"{}\"\nfib = \"{}\"\n", list(d.interfaces), d.mode.name(), d.opts.fib.name());
             let _ = writeln!(out, "byte_counters = {}\n", !d.opts.no_bytes);
         }
-        if let Some(d) = stage::as_deploy(&self.filter) {
+        if let Some((d, notes)) = stage::as_deploy(&self.filter) {
+            out.push_str(&notes);
             let _ = writeln!(out, "[filter]\ninterfaces = {}\nmode = \"{}\"\n", list(d.interfaces), d.mode.name());
             if let Some(a) = &self.filter_rules {
                 out.push_str(&text::nest(&rules_with_lists(a)?, "filter.rules"));
                 out.push('\n');
             }
         }
-        if let Some(d) = stage::as_deploy(&self.lb) {
+        if let Some((d, notes)) = stage::as_deploy(&self.lb) {
+            out.push_str(&notes);
             let _ = writeln!(out, "[lb]\ninterfaces = {}\nmode = \"{}\"\n", list(d.interfaces), d.mode.name());
             if let Some(a) = &self.lb_services {
                 out.push_str(&text::nest(&a.text, "lb.services"));
                 out.push('\n');
             }
         }
-        if let Some(d) = stage::as_deploy(&self.decap) {
+        if let Some((d, notes)) = stage::as_deploy(&self.decap) {
+            out.push_str(&notes);
             let _ = writeln!(out, "[decap]\ninterfaces = {}\nmode = \"{}\"\ngue_port = {}\n", list(d.interfaces), d.mode.name(), d.opts);
         }
         if self.chains != xnf_chain::ChainFile::default() {

@@ -39,6 +39,11 @@ impl Describe for xnf_router::AttachOptions {
     }
 }
 
+/// A mode and options as diff and show say them ("native, fib cache").
+fn how<O: Describe>(m: &XdpMode, o: &O) -> String {
+    [m.name().to_string(), o.describe()].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(", ")
+}
+
 /// Interface → (mode, options) where `N` runs.
 pub type Placement<O> = BTreeMap<String, (XdpMode, O)>;
 
@@ -59,17 +64,24 @@ pub fn wanted<O: Clone>(d: Option<&Deploy<O>>) -> Placement<O> {
 }
 
 /// The file's placement as a section: one mode and options for all, when
-/// the running interfaces share them (else those of the first).
-pub fn as_deploy<O: Clone>(p: &Placement<O>) -> Option<Deploy<O>> {
+/// the running interfaces share them (else those of the first), and one
+/// comment line for each interface that runs with others (attached by
+/// hand): a section cannot say them, and an apply of it gives that
+/// interface the section's.
+pub fn as_deploy<O: Clone + PartialEq + Describe>(p: &Placement<O>) -> Option<(Deploy<O>, String)> {
     let (_, (mode, opts)) = p.iter().next()?;
-    Some(Deploy { interfaces: p.keys().cloned().collect(), mode: *mode, opts: opts.clone() })
+    let notes = p
+        .iter()
+        .filter(|(_, (m, o))| m != mode || o != opts)
+        .map(|(i, (m, o))| format!("# {i} runs {}: one section has one mode and options, and an apply of it gives {i} these\n", how(m, o)))
+        .collect();
+    Some((Deploy { interfaces: p.keys().cloned().collect(), mode: *mode, opts: opts.clone() }, notes))
 }
 
 /// What going from `now` to `want` does, one line each (`name: ...`).
 pub fn changes<O: PartialEq + Describe>(name: &str, now: &Placement<O>, want: &Placement<O>) -> Vec<String> {
     let mut out = Vec::new();
     for (i, (m, o)) in want {
-        let how = |m: &XdpMode, o: &O| [m.name().to_string(), o.describe()].into_iter().filter(|s| !s.is_empty()).collect::<Vec<_>>().join(", ");
         match now.get(i) {
             None => out.push(format!("{name}: attach {i} ({})", how(m, o))),
             Some((nm, no)) if nm != m || no != o => out.push(format!("{name}: {i}: {} -> {}", how(nm, no), how(m, o))),

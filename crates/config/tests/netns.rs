@@ -296,3 +296,21 @@ fn a_whole_box_change_under_traffic_loses_no_frame_and_slow_paths_none() {
     assert_eq!(b.r.redirected() - redir, N as u64, "frames not forwarded in XDP");
     assert_eq!(b.r.forw_v4(), forwarded, "the kernel forwarded some");
 }
+
+/// An interface attached by hand with other options than its section's:
+/// `show` says so in a comment (a section has one mode and options), and
+/// its file, applied, gives that interface the section's options back.
+#[test]
+fn show_names_an_interface_running_other_options_than_its_section() {
+    let b = Boxed::new();
+    xnf_ok(b.dut(), &["apply", &b.file("a.toml", 9999, "198.18.100.1", "")]);
+    let s = b.r.line.dut_sink_if.clone();
+    xnf_ok(b.dut(), &["router", "attach", &s, "--fib", "cache"]);
+    let shown = b.show();
+    let note = format!("# {s} runs native, fib cache: one section has one mode and options, and an apply of it gives {s} these");
+    assert!(shown.lines().any(|l| l == note), "{shown}");
+    let f = b.files.write("shown.toml", &shown);
+    assert_eq!(xnf_ok(b.dut(), &["diff", &f]).trim(), format!("router: {s}: native, fib cache -> native, fib full"));
+    xnf_ok(b.dut(), &["apply", &f]);
+    assert!(!b.show().contains("# "), "{}", b.show());
+}
