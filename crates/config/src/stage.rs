@@ -93,15 +93,16 @@ pub fn changes<O: PartialEq + Describe>(name: &str, now: &Placement<O>, want: &P
 }
 
 /// Attaches `N` where `want` has it and `now` does not, and replaces the
-/// instance where the options differ (a new mode means detach, attach):
-/// the additions of an apply. Each step's undo goes to `undo`.
+/// instance where the options differ (a new mode: attached again in it,
+/// state kept): the additions of an apply. Each step's undo goes to `undo`.
 pub fn add<N: StageNf>(now: &Placement<N::Options>, want: &Placement<N::Options>, undo: &mut Undo) -> Result<()> {
     for (i, (m, o)) in want {
         match now.get(i) {
             Some((nm, no)) if nm == m && no == o => continue,
             Some((nm, no)) if nm != m => {
-                Lifecycle::<N>::detach(std::slice::from_ref(i))?;
+                Lifecycle::<N>::remode(i, *m, o)?;
                 undo.push(reattach::<N>(i, *nm, no.clone()));
+                continue;
             }
             Some((nm, no)) => {
                 Lifecycle::<N>::attach(std::slice::from_ref(i), *m, o)?;
@@ -129,8 +130,8 @@ pub fn remove<N: StageNf>(now: &Placement<N::Options>, want: &Placement<N::Optio
     Ok(())
 }
 
-/// An undo that puts `N` back on `iface` as it was (a detach first when
-/// it runs there with something else).
+/// An undo that puts `N` back on `iface` as it was (moved back to its
+/// mode, state kept, when it runs there in another).
 fn reattach<N: StageNf>(iface: &str, mode: XdpMode, opts: N::Options) -> Box<dyn FnOnce() -> Result<()>> {
     let iface = iface.to_string();
     Box::new(move || {
@@ -138,7 +139,7 @@ fn reattach<N: StageNf>(iface: &str, mode: XdpMode, opts: N::Options) -> Box<dyn
         if let Some(idx) = xnf_netns::netlink::links()?.iter().find(|l| l.name == names[0]).map(|l| l.ifindex) {
             let same_mode = xnf_core::entry::info(idx).is_none_or(|i| i.mode == mode);
             if Lifecycle::<N>::stage_prog(idx).is_some() && !same_mode {
-                Lifecycle::<N>::detach(&names)?;
+                return Lifecycle::<N>::remode(&names[0], mode, &opts);
             }
             if Lifecycle::<N>::options_of(idx)?.as_ref() == Some(&opts) {
                 return Ok(());

@@ -314,3 +314,35 @@ fn show_names_an_interface_running_other_options_than_its_section() {
     xnf_ok(b.dut(), &["apply", &f]);
     assert!(!b.show().contains("# "), "{}", b.show());
 }
+
+/// A mode change of a function's only interface, in an apply that then
+/// fails: the function moves to the new mode and back with its state —
+/// a detach of its last interface would have taken its rules with it.
+#[test]
+fn a_mode_change_rolled_back_keeps_the_functions_state() {
+    let b = Boxed::new();
+    let (g, s) = (&b.r.line.dut_gen_if, &b.r.line.dut_sink_if);
+    let file = |name: &str, mode: &str, extra: &str| {
+        b.files.write(
+            name,
+            &format!(
+                "[filter]\ninterfaces = [\"{g}\"]\nmode = \"{mode}\"\n[filter.rules]\ndefault = \"pass\"\n[[filter.rules.rule]]\nname = \"no-9999\"\n\
+                 proto = \"udp\"\ndport = 9999\naction = \"drop\"\n\n[router]\ninterfaces = [\"{s}\"{extra}]\n"
+            ),
+        )
+    };
+    xnf_ok(b.dut(), &["apply", &file("a.toml", "native", "")]);
+    let (show, maps) = (b.show(), pins(b.dut()));
+    let err = xnf_err(b.dut(), &["apply", &file("b.toml", "skb", ", \"xnfnosuch0\"")]);
+    assert!(err.contains("xnfnosuch0") && err.contains("nothing was changed"), "{err}");
+    assert_eq!(b.show(), show, "the running configuration changed");
+    let after = pins(b.dut());
+    let live = ["router/fib_ctl", "router/fib_kgen", "router/fib_cache", "router/neigh_use"];
+    for (name, contents) in maps.iter().filter(|(n, _)| !live.contains(&n.as_str())) {
+        assert!(after.get(name) == Some(contents), "pinned map {name} differs after the rolled-back mode change");
+    }
+    // And forward: the mode changes, the rules stay.
+    xnf_ok(b.dut(), &["apply", &file("c.toml", "skb", "")]);
+    let shown = b.show();
+    assert!(shown.contains("mode = \"skb\"") && shown.contains("no-9999"), "{shown}");
+}

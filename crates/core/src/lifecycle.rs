@@ -424,6 +424,20 @@ impl<N: StageNf> Lifecycle<N> {
         N::replaced(maps, link, opts)
     }
 
+    /// Moves it on `iface` to another XDP mode, its state kept: the entry
+    /// is attached again in `mode` (an XDP link cannot change its mode),
+    /// so traffic takes the kernel's path for that moment. A detach and an
+    /// attach would remove the state in between when `iface` is its last
+    /// interface — the filter's rules, the lb's connections.
+    pub fn remode(iface: &str, mode: XdpMode, opts: &N::Options) -> Result<()> {
+        let _lock = Self::lock()?;
+        let (dir, maps) = (Self::pin_dir()?, Self::open_maps()?);
+        let link = netlink::link_by_name(iface)?;
+        entry::remove(link.ifindex, N::STAGE)?;
+        N::leave(&maps, link.ifindex)?;
+        Self::add_one(&dir, &maps, &link, mode, opts)
+    }
+
     /// Detaches it from `names`; with no interface left, its state goes too.
     pub fn detach(names: &[String]) -> Result<()> {
         let _lock = Self::lock()?;
