@@ -88,6 +88,24 @@ pub fn use_xnf_beside_this_binary() {
 /// (state::join_host_mount_ns), where the path the kernel gives for the
 /// binary may lead nowhere (`/debug/xnf` when it lives on a mount of its
 /// own, as target/ does in the kernel matrix's guests).
+/// Makes `cmd`'s process a session of its own (no terminal's Ctrl-C nor
+/// its parent's group reaches it) with no signal blocked: a parent that
+/// waits for signals in a thread (on_interrupt) has them blocked, and exec
+/// keeps the mask; unblocked, the child dies of SIGTERM like any daemon.
+pub fn in_own_session(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid, sigemptyset and sigprocmask are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+}
+
 pub fn spawn_detached(args: &[&str], log: &std::path::Path) -> Result<u32> {
     use std::os::unix::io::AsRawFd;
     use std::os::unix::process::CommandExt;
@@ -104,19 +122,7 @@ pub fn spawn_detached(args: &[&str], log: &std::path::Path) -> Result<u32> {
     let mut cmd = std::process::Command::new(program);
     cmd.arg0("xnf");
     cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
-    // SAFETY: setsid, sigemptyset and sigprocmask are async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            // A parent that waits for signals in a thread (on_interrupt)
-            // has them blocked, and exec keeps the mask: unblocked, the
-            // child dies of SIGTERM like any daemon.
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            Ok(())
-        });
-    }
+    in_own_session(&mut cmd);
     let child = cmd.spawn().with_context(|| format!("starting `xnf {}`", args.join(" ")))?;
     Ok(child.id())
 }

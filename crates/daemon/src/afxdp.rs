@@ -126,16 +126,7 @@ fn spawn(argv: &[String]) -> anyhow::Result<Child> {
     let err = std::io::stderr().as_fd().try_clone_to_owned()?;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0(&argv[0]).args(&argv[1..]).stdin(Stdio::null()).stdout(Stdio::from(err)).stderr(Stdio::inherit());
-    // SAFETY: setsid, sigemptyset and sigprocmask are async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            let mut none: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut none);
-            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            Ok(())
-        });
-    }
+    xnf_core::runtime::in_own_session(&mut cmd);
     Ok(cmd.spawn()?)
 }
 
