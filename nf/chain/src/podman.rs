@@ -107,8 +107,11 @@ impl Podman {
         format!("{}:{CNI_PLUGINS}", self.path("bin"))
     }
 
-    /// Runs podman with `args` in the host namespace.
+    /// Runs podman with `args` in the host namespace; refused once an
+    /// interrupt is removing this process's roots ([`remove_live`]).
     pub fn run(&self, args: &[&str]) -> Result<Output> {
+        let closed = COMMANDS.lock().unwrap_or_else(|e| e.into_inner());
+        ensure!(!*closed, "interrupted: this process's podman roots are being removed");
         let mut c = Command::new("podman");
         c.args(args).envs(self.env());
         in_netns(&mut c, &self.host)?;
@@ -199,10 +202,18 @@ pub fn remove_root(dir: &Path, host: &Path) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Held while a podman command of this process runs; true once an
+/// interrupt closed it for good.
+static COMMANDS: Mutex<bool> = Mutex::new(false);
+
 /// Removes the containers and roots of every private podman of this
 /// process: for an interrupt handler, before it deletes the namespaces
-/// they run in (the containers' own namespaces would outlive them).
+/// they run in (the containers' own namespaces would outlive them). It
+/// first waits for a podman command another thread runs and refuses the
+/// next ones: one still running would make its root again (its storage's
+/// lock files) after the removal, and the root would be left.
 pub fn remove_live() {
+    *COMMANDS.lock().unwrap_or_else(|e| e.into_inner()) = true;
     let all = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|e| e.into_inner()));
     for (dir, host) in all {
         remove_root(&dir, &host);
