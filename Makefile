@@ -5,7 +5,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 XNF := target/release/xnf
 
-.PHONY: all build demo demo-containers peers test test-host test-kernels fmt fmt-check fuzz clippy clean man deb
+.PHONY: all build demo demo-containers layout-bump peers test test-host test-kernels fmt fmt-check fuzz clippy clean man deb
 
 all: build
 
@@ -56,14 +56,23 @@ fmt-check:
 
 # --no-fail-fast: cargo runs every test binary even after one fails, and
 # names every failed one at the end.
-test-host: deps-test
+test-host: deps-test layout-bump
 	$(CARGO) build --workspace --all-targets
 	$(CARGO) test --workspace --no-fail-fast
 
 KERNEL ?= all
-test-kernels: deps-test
+test-kernels: deps-test layout-bump
 	@scripts/kernels.sh setup
 	@scripts/kernels.sh test $(KERNEL)
+
+## layout-bump: target/debug/xnf-layout-bump, this source built with one
+## more field in the lb's connection value and the filter's bucket: the
+## build the upgrade tests upgrade to (and back from). Features change only
+## the crates that have them, so the normal build after it only relinks.
+layout-bump: deps-build
+	$(CARGO) build -p xnf --features layout-bump
+	cp target/debug/xnf target/debug/xnf-layout-bump
+	$(CARGO) build -p xnf
 
 ## peers: xdp-tools' xdp-filter and xdp-forward, built from source into
 ## /opt/xnf/peers (or $$XNF_PEERS), which `xnf lab` compares xnf with.

@@ -128,6 +128,9 @@ struct xnf_filter_bucket_key {
 struct xnf_filter_bucket {
 	__u64 last_ns;
 	__u64 tokens_p, tokens_b;
+#ifdef XNF_LAYOUT_BUMP
+	__u64 upgraded; /* the upgrade tests' build: one more field */
+#endif
 };
 
 /* A slot of the dropped-sources table (see sample_source). */

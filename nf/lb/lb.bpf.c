@@ -284,7 +284,7 @@ static __always_inline const struct xnf_lb_backend *choose(struct lctx *c, const
 {
 	const struct xnf_lb_flow_backend *ct = bpf_map_lookup_elem(&conntrack, &c->flow);
 	const struct xnf_lb_backend *b;
-	struct xnf_lb_flow_backend v;
+	struct xnf_lb_flow_backend v = {};
 
 	if (ct && !syn) {
 		b = backend_at(ct->id, ct->gen);

@@ -97,6 +97,9 @@ struct xnf_lb_backend {
 struct xnf_lb_flow_backend {
 	__u32 id;
 	__u32 gen;
+#ifdef XNF_LAYOUT_BUMP
+	__u64 upgraded; /* the upgrade tests' build: one more field */
+#endif
 };
 
 /* A flow as the connection table keys it: client to VIP. */

@@ -56,5 +56,20 @@ fn build(src: &Path, skel: &Path, includes: &[&Path], multiarch: &str) {
     println!("cargo:rerun-if-changed={}", src.display());
     let mut args: Vec<String> = includes.iter().map(|i| format!("-I{}", i.display())).collect();
     args.extend([format!("-I/usr/include/{multiarch}"), "-Wall".into(), "-Werror".into()]);
+    // The test build of an upgrade (feature `layout-bump` of the crate):
+    // the same source with one more field in some map values.
+    if env::var_os("CARGO_FEATURE_LAYOUT_BUMP").is_some() {
+        args.push("-DXNF_LAYOUT_BUMP".into());
+    }
     SkeletonBuilder::new().source(src).clang_args(args).build_and_generate(skel).unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
+    append_build_id(skel);
+}
+
+/// Appends `BUILD`, a hash of the skeleton (which embeds the object): an
+/// upgrade tells a program of another build from its own by it.
+fn append_build_id(skel: &Path) {
+    let text = std::fs::read_to_string(skel).unwrap_or_else(|e| panic!("reading {}: {e}", skel.display()));
+    let h = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
+    let line = format!("\n/// A hash of this skeleton: which build of the program it is.\npub const BUILD: &str = \"{h:016x}\";\n");
+    std::fs::write(skel, text + &line).unwrap_or_else(|e| panic!("writing {}: {e}", skel.display()));
 }

@@ -54,6 +54,16 @@ pub enum BoxCmd {
         #[arg(default_value = DEFAULT_FILE)]
         file: PathBuf,
     },
+    /// After installing another xnf: move every network function's pinned
+    /// state and programs in this network namespace to this build's, in
+    /// place — maps of a changed layout copied, each interface's stage
+    /// swapped in one update, never a detach. A rerun finishes an upgrade
+    /// that was interrupted. `xnf daemon` does this when it starts.
+    Upgrade {
+        /// Print what was done as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Reads and checks `path`, or fails with every error, one line each.
@@ -114,6 +124,14 @@ pub fn run(cmd: BoxCmd) -> Result<()> {
         }
         BoxCmd::Show => print!("{}", crate::apply::show()?),
         BoxCmd::Status { file } => crate::apply::status(&file)?.iter().for_each(|l| println!("{l}")),
+        BoxCmd::Upgrade { json } => {
+            let done = crate::upgrade::upgrade()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                crate::upgrade::lines(&done).iter().for_each(|l| println!("{l}"));
+            }
+        }
     }
     Ok(())
 }

@@ -13,6 +13,7 @@
 //!   lifecycle, compared and converged;
 //! - `boxstate`: what runs now, as a file (`show`) and against one (`diff`);
 //! - `undo`, `apply`: all or nothing, confirm and roll back;
+//! - [`upgrade`]: the state and programs of another build moved to this one's;
 //! - [`cli`]: the commands.
 
 pub mod afxdp;
@@ -23,6 +24,7 @@ pub mod file;
 mod stage;
 mod text;
 mod undo;
+pub mod upgrade;
 
 pub use apply::{apply, confirm, diff, interfaces, pending_seconds, rollback, show, ApplyOptions};
 pub use file::{load, parse, BoxConfig, Content, DaemonSettings, Deploy};

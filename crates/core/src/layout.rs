@@ -51,14 +51,14 @@ fn hash(text: &str) -> Layout {
 
 /// Renders types of one BTF (a loop in a malformed one is refused by
 /// depth, never followed for ever).
-struct Walker {
-    btf: *const sys::btf,
+pub(crate) struct Walker {
+    pub(crate) btf: *const sys::btf,
 }
 
-const BTF_KIND_INT: u32 = 1;
+pub(crate) const BTF_KIND_INT: u32 = 1;
 const BTF_KIND_PTR: u32 = 2;
-const BTF_KIND_ARRAY: u32 = 3;
-const BTF_KIND_STRUCT: u32 = 4;
+pub(crate) const BTF_KIND_ARRAY: u32 = 3;
+pub(crate) const BTF_KIND_STRUCT: u32 = 4;
 const BTF_KIND_UNION: u32 = 5;
 const BTF_KIND_ENUM: u32 = 6;
 const BTF_KIND_FWD: u32 = 7;
@@ -70,13 +70,13 @@ const BTF_KIND_TYPE_TAG: u32 = 18;
 const BTF_KIND_ENUM64: u32 = 19;
 
 impl Walker {
-    fn ty(&self, id: u32) -> Result<&sys::btf_type> {
+    pub(crate) fn ty(&self, id: u32) -> Result<&sys::btf_type> {
         // SAFETY: libbpf returns a pointer into the BTF it owns, or null.
         let t = unsafe { sys::btf__type_by_id(self.btf, id) };
         unsafe { t.as_ref() }.with_context(|| format!("BTF type {id} does not exist"))
     }
 
-    fn name(&self, off: u32) -> String {
+    pub(crate) fn name(&self, off: u32) -> String {
         // SAFETY: a name offset of this BTF; libbpf returns a C string it owns, or null.
         let p = unsafe { sys::btf__name_by_offset(self.btf, off) };
         if p.is_null() {
@@ -86,15 +86,44 @@ impl Walker {
     }
 
     /// The `n` records of type `R` that follow `t` in the BTF.
-    fn records<R: Copy>(t: &sys::btf_type, n: usize) -> Vec<R> {
+    pub(crate) fn records<R: Copy>(t: &sys::btf_type, n: usize) -> Vec<R> {
         // SAFETY: BTF puts a kind's records right after its btf_type, as
         // many as its vlen says (libbpf validated the BTF when loading it).
         let first = unsafe { (t as *const sys::btf_type).add(1) as *const R };
         (0..n).map(|i| unsafe { first.add(i).read_unaligned() }).collect()
     }
 
+    /// Type `id` with typedefs and qualifiers looked through: its id, kind
+    /// and record count.
+    pub(crate) fn strip(&self, mut id: u32) -> Result<(u32, u32, usize)> {
+        for _ in 0..32 {
+            let t = self.ty(id)?;
+            let kind = (t.info >> 24) & 0x1f;
+            if !matches!(kind, BTF_KIND_TYPEDEF | BTF_KIND_VOLATILE | BTF_KIND_CONST | BTF_KIND_RESTRICT | BTF_KIND_TYPE_TAG) {
+                return Ok((id, kind, (t.info & 0xffff) as usize));
+            }
+            // SAFETY: a modifier's union holds the type it modifies.
+            id = unsafe { t.__bindgen_anon_1.type_ };
+        }
+        bail!("BTF type {id} is a chain of more than 32 typedefs")
+    }
+
+    /// The size in bytes of type `id`.
+    pub(crate) fn size(&self, id: u32) -> Result<usize> {
+        // SAFETY: a valid BTF; libbpf resolves the size or returns an error.
+        let n = unsafe { sys::btf__resolve_size(self.btf, id) };
+        usize::try_from(n).map_err(|_| anyhow::anyhow!("BTF type {id} has no size"))
+    }
+
+    /// The canonical text of `id` on its own.
+    pub(crate) fn text(&self, id: u32) -> Result<String> {
+        let mut s = String::new();
+        self.render(id, 0, &mut s)?;
+        Ok(s)
+    }
+
     /// The canonical text of type `id`: what a reader needs to agree on.
-    fn render(&self, id: u32, depth: u32, out: &mut String) -> Result<()> {
+    pub(crate) fn render(&self, id: u32, depth: u32, out: &mut String) -> Result<()> {
         if depth > 32 {
             bail!("BTF type {id} nests more than 32 deep");
         }
@@ -174,7 +203,7 @@ impl Walker {
 /// keeps no key and value types for the others (program, device, socket
 /// and map arrays hold references; libbpf creates them without), so
 /// their sizes alone are compared, on both sides alike.
-fn typed(map_type: u32) -> bool {
+pub(crate) fn typed(map_type: u32) -> bool {
     matches!(map_type, 1 | 2 | 5 | 6 | 9 | 10 | 11)
 }
 
@@ -247,7 +276,7 @@ pub fn check(path: &std::path::Path, map: &MapHandle, want: Layout) -> Result<()
     let found = of_map(map).with_context(|| format!("reading the layout of pinned map {}", path.display()))?;
     if found != want {
         bail!(
-            "pinned map {} has layout {found}, this xnf expects {want}: it was written by another version of xnf (detach with that version, or remove the pin folder to start afresh)",
+            "pinned map {} has layout {found}, this xnf expects {want}: it was written by another version of xnf: `xnf upgrade` moves it to this one's",
             path.display()
         );
     }

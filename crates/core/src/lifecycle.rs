@@ -186,6 +186,9 @@ pub trait StageNf: Sized + 'static {
     const COMMAND: &'static str;
     /// Its program's name as the kernel reports it: what its slot holds.
     const PROG_NAME: &'static str;
+    /// Which build its program is (the skeleton's `BUILD`): an upgrade
+    /// replaces the programs of other builds.
+    const BUILD: &'static str;
     const STAGE: Stage;
     /// Ends the message for an interface that is not Ethernet.
     const ETHERNET_WHY: &'static str;
@@ -295,7 +298,7 @@ impl<N: StageNf> Lifecycle<N> {
         StateLock::acquire(N::NAME)
     }
 
-    fn pinned(dir: &Path) -> bool {
+    pub(crate) fn pinned(dir: &Path) -> bool {
         N::Maps::NAMES.first().is_some_and(|n| dir.join(n).exists())
     }
 
@@ -405,9 +408,10 @@ impl<N: StageNf> Lifecycle<N> {
         entry::remove(ifindex, N::STAGE)
     }
 
-    fn install(dir: &Path, maps: &N::Maps, link: &Link, mode: XdpMode, opts: &N::Options) -> Result<()> {
+    pub(crate) fn install(dir: &Path, maps: &N::Maps, link: &Link, mode: XdpMode, opts: &N::Options) -> Result<()> {
         let load = |stages: &MapHandle| N::load(dir, Some(&Target { link, opts, maps, stages }));
-        entry::install(link.ifindex, &link.name, mode, N::STAGE, load, |i| N::prog(i)).map(drop)
+        let instance = entry::install(link.ifindex, &link.name, mode, N::STAGE, load, |i| N::prog(i))?;
+        Self::record_build(link.ifindex, N::prog(&instance))
     }
 
     fn add_one(dir: &Path, maps: &N::Maps, link: &Link, mode: XdpMode, opts: &N::Options) -> Result<()> {

@@ -107,6 +107,18 @@ fn apply(path: &Path) -> Result<BoxConfig> {
     Ok(cfg)
 }
 
+/// State and programs a build before this one left are moved to this
+/// build's first, in place (`xnf upgrade`): a package upgrade restarts the
+/// daemon, and the apply that follows then finds its own layouts.
+fn upgrade() -> Result<()> {
+    let done = xnf_config::upgrade::upgrade().inspect_err(|e| log("upgrade", &format!("result=error error={:?}", format!("{e:#}"))))?;
+    for r in &done {
+        let maps: Vec<String> = r.migrated.iter().map(|m| format!("{}:{}+{}", m.name, m.copied, m.caught_up)).collect();
+        log("upgrade", &format!("result=ok nf={} swapped={} migrated={:?} resumed={}", r.nf, r.swapped.len(), maps.join(","), r.resumed));
+    }
+    Ok(())
+}
+
 /// The interfaces of `cfg` that exist now: when this changes, the daemon
 /// applies again (one that appeared gets its functions; one that went
 /// lost them with its device).
@@ -166,6 +178,7 @@ impl Follower {
 pub fn run(args: DaemonArgs) -> Result<()> {
     install_signals();
     let path = args.config;
+    upgrade()?;
     let cfg = apply(&path)?;
     let health = Arc::new(http::Health::default());
     health.beat.store(http::now(), Ordering::Relaxed);

@@ -385,6 +385,7 @@ impl StageNf for Chain {
     const TITLE: &'static str = "the chain";
     const COMMAND: &'static str = "xnf chain";
     const PROG_NAME: &'static str = "xnf_chain";
+    const BUILD: &'static str = crate::skel::chain::BUILD;
     const STAGE: Stage = Stage::Forward;
     const ETHERNET_WHY: &'static str = "the chain steers Ethernet frames";
     type Maps = ChainMaps;

@@ -23,6 +23,7 @@ impl StageNf for Filter {
     const TITLE: &'static str = "the filter";
     const COMMAND: &'static str = "xnf filter";
     const PROG_NAME: &'static str = "xnf_filter";
+    const BUILD: &'static str = crate::skel::filter::BUILD;
     const STAGE: Stage = Stage::Filter;
     const ETHERNET_WHY: &'static str = "the filter parses Ethernet frames";
     type Maps = FilterMaps;

@@ -31,6 +31,7 @@ impl StageNf for Lb {
     const TITLE: &'static str = "the lb";
     const COMMAND: &'static str = "xnf lb";
     const PROG_NAME: &'static str = "xnf_lb";
+    const BUILD: &'static str = crate::skel::lb::BUILD;
     const STAGE: Stage = Stage::Lb;
     const ETHERNET_WHY: &'static str = "the lb works on Ethernet frames";
     type Maps = LbMaps;

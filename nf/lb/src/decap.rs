@@ -242,6 +242,7 @@ impl StageNf for Decap {
     const TITLE: &'static str = "decap";
     const COMMAND: &'static str = "xnf lb decap";
     const PROG_NAME: &'static str = PROG_NAME;
+    const BUILD: &'static str = crate::skel::decap::BUILD;
     const STAGE: Stage = Stage::Lb;
     const ETHERNET_WHY: &'static str = "decap parses Ethernet frames (balancers reach backends over Ethernet)";
     type Maps = DecapMaps;

@@ -73,6 +73,7 @@ impl StageNf for Router {
     const TITLE: &'static str = "the router";
     const COMMAND: &'static str = "xnf router";
     const PROG_NAME: &'static str = PROG_NAME;
+    const BUILD: &'static str = crate::skel::router::BUILD;
     const STAGE: Stage = Stage::Forward;
     const ETHERNET_WHY: &'static str = "the router rewrites Ethernet headers";
     type Maps = RouterMaps;

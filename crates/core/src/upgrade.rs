@@ -1,0 +1,250 @@
+//! Upgrading a network function in place: a new xnf moves the state the
+//! old one left pinned to its own layouts and puts its own programs into
+//! the stage slots, without a detach and without a moment an interface
+//! runs no stage.
+//!
+//! [`Lifecycle::upgrade`] does, holding the function's lock:
+//!
+//! 1. **Stage** the new state beside the old, in `<NAME>-next/` (bpffs
+//!    refuses names with a dot): every map whose layout is unchanged is
+//!    the same map, pinned there too; the others are made anew by loading
+//!    this build's program there.
+//! 2. **Copy** the changed maps' entries ([`migrate`](crate::migrate)).
+//! 3. **Swap** each interface's stage slot to this build's program on the
+//!    staged maps: one update of the slot each; the old program runs until
+//!    that update, the new one from it.
+//! 4. **Catch up** with what the old programs wrote between the copy and
+//!    their swap (new connections, counters), once no CPU can still be
+//!    running them.
+//! 5. **Exchange** the two folders in one `renameat2(RENAME_EXCHANGE)` and
+//!    remove the old pins; the old maps go with the last program using them.
+//!
+//! Killed before a swap, the old programs never stopped and `-next` is
+//! thrown away by the rerun; killed after a swap, the rerun sees a program
+//! in a slot using a staged map and finishes from step 3 (the counters'
+//! increase in between is lost; connections are caught up).
+//!
+//! A function whose layouts are this build's and whose interfaces run
+//! this build's program (recorded per interface at every install, with the
+//! program's id) is left alone: a restart of the same xnf changes nothing.
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapHandle};
+use xnf_netns::netlink::Link;
+
+use crate::entry;
+use crate::layout;
+use crate::lifecycle::{Lifecycle, PinnedMaps, StageNf};
+use crate::migrate::Migration;
+use crate::state;
+
+/// What an upgrade did to one network function.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UpgradeReport {
+    pub nf: &'static str,
+    /// Maps moved to this build's layout.
+    pub migrated: Vec<MigratedMap>,
+    /// Interfaces whose stage now runs this build's program.
+    pub swapped: Vec<String>,
+    /// It finished an upgrade an earlier run left half done.
+    pub resumed: bool,
+}
+
+/// One map moved to a new layout.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MigratedMap {
+    pub name: String,
+    /// Entries copied before the swap.
+    pub copied: usize,
+    /// Entries the old programs wrote after the copy, caught up after it.
+    pub caught_up: usize,
+}
+
+/// The run file recording which build each interface's program is.
+const BUILDS: &str = "builds.json";
+
+/// Per ifindex: the program id in the slot and the build it was loaded from.
+type Builds = BTreeMap<u32, (u32, String)>;
+
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dir.with_file_name(format!("{name}{suffix}"))
+}
+
+/// Map ids of the pins in `dir`, by name.
+fn pinned_ids(dir: &Path) -> BTreeMap<String, u32> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return BTreeMap::new() };
+    rd.flatten()
+        .filter_map(|e| {
+            let h = MapHandle::from_pinned_path(e.path()).ok()?;
+            Some((e.file_name().to_string_lossy().into_owned(), h.info().ok()?.info.id))
+        })
+        .collect()
+}
+
+/// The ids of the maps program `id` uses.
+fn prog_maps(id: u32) -> Vec<u32> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: a new fd is ours to own.
+    let fd = unsafe {
+        let fd = libbpf_sys::bpf_prog_get_fd_by_id(id);
+        if fd < 0 {
+            return Vec::new();
+        }
+        OwnedFd::from_raw_fd(fd)
+    };
+    let mut ids = vec![0u32; 64];
+    let mut info = libbpf_sys::bpf_prog_info { nr_map_ids: ids.len() as u32, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: a valid fd; info is plain data of the size given and points
+    // at a buffer of nr_map_ids ids.
+    if unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) } != 0 {
+        return Vec::new();
+    }
+    ids.truncate((info.nr_map_ids as usize).min(64));
+    ids
+}
+
+/// The id of the program open as `fd`.
+fn fd_prog_id(fd: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: a valid fd; info is plain data of the size given.
+    (unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) } == 0).then_some(info.id)
+}
+
+/// Exchanges two folders of bpffs in one step.
+fn exchange(a: &Path, b: &Path) -> Result<()> {
+    nix::fcntl::renameat2(nix::fcntl::AT_FDCWD, a, nix::fcntl::AT_FDCWD, b, nix::fcntl::RenameFlags::RENAME_EXCHANGE)
+        .with_context(|| format!("exchanging {} and {} (renameat2 RENAME_EXCHANGE on bpffs)", a.display(), b.display()))
+}
+
+fn remove_pins(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// Test builds only: dies by SIGKILL at `point` when `XNF_UPGRADE_DIE_AT`
+/// names it, as an upgrade killed there would (the interrupted-upgrade
+/// tests).
+fn die_at(point: &str) {
+    if std::env::var("XNF_UPGRADE_DIE_AT").is_ok_and(|p| p == point) {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+impl<N: StageNf> Lifecycle<N> {
+    /// Records that `ifindex`'s slot holds `prog`, of this build.
+    pub(crate) fn record_build(ifindex: u32, prog: std::os::fd::BorrowedFd<'_>) -> Result<()> {
+        let Some(id) = fd_prog_id(prog) else { return Ok(()) };
+        let dir = Self::run_dir()?;
+        let mut b: Builds = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
+        b.insert(ifindex, (id, N::BUILD.to_string()));
+        state::write_json(&dir, BUILDS, &b)
+    }
+
+    /// Whether `ifindex`'s slot runs this build's program.
+    fn current(builds: &Builds, ifindex: u32) -> bool {
+        let running = Self::stage_prog(ifindex);
+        builds.get(&ifindex).is_some_and(|(id, b)| Some(*id) == running && b == N::BUILD)
+    }
+
+    /// The pinned maps whose layout is not this build's.
+    fn changed(dir: &Path) -> Result<Vec<&'static str>> {
+        let mut out = Vec::new();
+        for name in N::Maps::NAMES {
+            let path = dir.join(name);
+            let h = MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
+            if layout::of_map(&h)? != N::Maps::layout_of(name)? {
+                out.push(*name);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a slot runs a program on a map staged in `next` (a map that
+    /// is not also the old state's): an earlier upgrade swapped it.
+    fn staged_in_use(dir: &Path, next: &Path, links: &[Link]) -> bool {
+        let old: HashSet<u32> = pinned_ids(dir).into_values().collect();
+        let staged: HashSet<u32> = pinned_ids(next).into_values().filter(|id| !old.contains(id)).collect();
+        links.iter().filter_map(|l| Self::stage_prog(l.ifindex)).any(|p| prog_maps(p).iter().any(|m| staged.contains(m)))
+    }
+
+    /// The old state's maps of unchanged layout, pinned in `next` too; the
+    /// changed ones made there by loading this build's program.
+    fn stage(dir: &Path, next: &Path, changed: &[&str]) -> Result<()> {
+        std::fs::create_dir_all(next).with_context(|| format!("creating {}", next.display()))?;
+        for name in N::Maps::NAMES.iter().filter(|n| !changed.contains(n)) {
+            let h = MapHandle::from_pinned_path(dir.join(name)).with_context(|| format!("opening pinned map {name}"))?;
+            crate::xdp::pin_fd(h.as_fd(), &next.join(name))?;
+        }
+        N::load(next, None).map(drop).context("loading this build's program on the staged maps")
+    }
+
+    /// Upgrades its state and programs in this network namespace to this
+    /// build's; `None` when they are this build's already (or it has no
+    /// state here).
+    pub fn upgrade() -> Result<Option<UpgradeReport>> {
+        let _lock = Self::lock()?;
+        let dir = Self::pin_dir()?;
+        let next = sibling(&dir, "-next");
+        if !Self::pinned(&dir) {
+            return Ok(None);
+        }
+        let links = Self::attached_links()?;
+        let changed = Self::changed(&dir)?;
+        let resumed = next.exists() && Self::staged_in_use(&dir, &next, &links);
+        if next.exists() && !resumed {
+            // Left by an upgrade killed before its first swap (or after its
+            // exchange): nothing runs on it.
+            remove_pins(&next);
+        }
+        let builds: Builds = state::read_json(&Self::run_dir()?, BUILDS).ok().flatten().unwrap_or_default();
+        if changed.is_empty() && !resumed && links.iter().all(|l| Self::current(&builds, l.ifindex)) {
+            return Ok(None);
+        }
+        if !resumed {
+            Self::stage(&dir, &next, &changed)?;
+        }
+        let mut migrations = Vec::new();
+        for name in &changed {
+            let open = |d: &Path| MapHandle::from_pinned_path(d.join(name)).with_context(|| format!("opening map {name} in {}", d.display()));
+            let mut m = Migration::new(name, open(&dir)?, open(&next)?)?;
+            let copied = if resumed { 0 } else { m.copy()? };
+            migrations.push((m, copied));
+        }
+        die_at("copied");
+        let maps = N::Maps::open_pinned(&next)?;
+        let mut report = UpgradeReport { nf: N::NAME, resumed, ..Default::default() };
+        for (i, l) in links.iter().enumerate() {
+            let mode = entry::info(l.ifindex).map(|i| i.mode).with_context(|| format!("{} lost its entry program during the upgrade", l.name))?;
+            let opts = N::options(&maps, l.ifindex)?;
+            Self::install(&next, &maps, l, mode, &opts).with_context(|| format!("swapping {}'s program to this build", l.name))?;
+            N::replaced(&maps, l, &opts)?;
+            report.swapped.push(l.name.clone());
+            if i == 0 {
+                die_at("swapped");
+            }
+        }
+        // An XDP program runs within one NAPI poll: by now no CPU is still
+        // in an old one that read its slot before the swap.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for (mut m, copied) in migrations {
+            let caught_up = m.catch_up()?;
+            report.migrated.push(MigratedMap { name: m.name.clone(), copied, caught_up });
+        }
+        exchange(&dir, &next)?;
+        remove_pins(&next);
+        N::settle(&maps)?;
+        Ok(Some(report))
+    }
+}
