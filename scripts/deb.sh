@@ -236,9 +236,26 @@ cat >"$t/DEBIAN/postinst" <<'EOF'
 # Tells a running systemd about the unit. Neither enables nor starts the
 # service: /etc/xnf/xnf.toml is an example until it names this box's
 # interfaces (then: systemctl enable --now xnf).
+#
+# On an upgrade ($2: the version replaced), what runs moves to the new
+# build in place (`xnf upgrade`: maps of a changed layout copied, each
+# stage swapped in one update, never a detach): a running daemon is
+# restarted and does it first; otherwise this script does it, in the
+# host's network namespace and in every named one (ip netns).
 set -e
 if [ "$1" = configure ] && [ -d /run/systemd/system ]; then
 	systemctl --system daemon-reload >/dev/null || true
+fi
+if [ "$1" = configure ] && [ -n "$2" ] && [ -d /sys/fs/bpf/xnf ]; then
+	if [ -d /run/systemd/system ] && systemctl --quiet is-active xnf.service; then
+		deb-systemd-invoke restart xnf.service || echo "xnf: restarting xnf.service failed; the old programs run on: see journalctl -u xnf" >&2
+	else
+		xnf upgrade || echo "xnf: the upgrade of what runs failed; the old programs run on: run xnf upgrade" >&2
+	fi
+	for ns in /run/netns/*; do
+		[ -e "$ns" ] || continue
+		xnf --netns "${ns##*/}" upgrade >/dev/null || echo "xnf: the upgrade in network namespace ${ns##*/} failed: run xnf --netns ${ns##*/} upgrade" >&2
+	done
 fi
 exit 0
 EOF
@@ -246,7 +263,7 @@ cat >"$t/DEBIAN/prerm" <<'EOF'
 #!/bin/sh
 # On removal, stops the daemon if it runs: that detaches nothing (programs
 # and maps stay pinned in bpffs and keep forwarding). On upgrade, nothing:
-# the running daemon keeps its binary until the operator restarts it.
+# the old daemon runs until postinst restarts it with the new binary.
 # deb-systemd-invoke (init-system-helpers) honours policy-rc.d.
 set -e
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then

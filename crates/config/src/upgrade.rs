@@ -1,15 +1,18 @@
-//! `xnf upgrade`: every network function's pinned state and programs in
-//! this network namespace moved to this build's, in place
-//! ([`Lifecycle::upgrade`] says how). The package's maintainer scripts
+//! `xnf upgrade`: the entry programs, and every network function's pinned
+//! state and programs in this network namespace, moved to this build's in
+//! place ([`Lifecycle::upgrade`] says how; [`entry::upgrade`]). The package's maintainer scripts
 //! restart `xnf daemon`, which runs it before anything else.
 
 use anyhow::Result;
+use xnf_core::entry;
 use xnf_core::lifecycle::Lifecycle;
 use xnf_core::upgrade::UpgradeReport;
 
 /// Upgrades each network function that has state here, one after the
 /// other; what each did (none: all were this build's already).
 pub fn upgrade() -> Result<Vec<UpgradeReport>> {
+    let links = xnf_netns::netlink::links()?;
+    let entries = entry::upgrade()?;
     let steps: [fn() -> Result<Option<UpgradeReport>>; 5] = [
         Lifecycle::<xnf_filter::Filter>::upgrade,
         Lifecycle::<xnf_lb::Lb>::upgrade,
@@ -18,6 +21,11 @@ pub fn upgrade() -> Result<Vec<UpgradeReport>> {
         Lifecycle::<xnf_chain::program::Chain>::upgrade,
     ];
     let mut out = Vec::new();
+    if !entries.is_empty() {
+        let name = |i: &u32| links.iter().find(|l| l.ifindex == *i).map(|l| l.name.clone()).unwrap_or_else(|| i.to_string());
+        let names = entries.iter().map(name).collect();
+        out.push(UpgradeReport { nf: "entry", swapped: names, ..Default::default() });
+    }
     for step in steps {
         out.extend(step()?);
     }

@@ -176,4 +176,15 @@ fn an_upgrade_killed_half_way_leaves_the_old_forwarding_and_a_rerun_completes_it
     assert!(done.contains("half done"), "the rerun did not finish the swap: {done}");
     assert_eq!(b.show(), show, "the box changed");
     forwards(&b);
+    // Entry programs of a build that recorded none: replaced in place too.
+    let records = b.dut().run(|| std::path::Path::new("/run/xnf").join(netns_key()).join("entry-builds.json")).unwrap();
+    std::fs::remove_file(records).unwrap();
+    let entries = xnf_ok(b.dut(), &["upgrade"]);
+    assert!(entries.contains("entry: 2 interface(s) swapped"), "{entries}");
+    forwards(&b);
+}
+
+fn netns_key() -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("net-{}", std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino())
 }

@@ -150,13 +150,51 @@ pub fn install<P>(
     let pinned = std::fs::create_dir_all(&dir)
         .with_context(|| format!("creating {}", dir.display()))
         .and_then(|_| crate::xdp::pin_fd(stages.as_fd(), &dir.join("stages")))
-        .and_then(|_| link.pin(&link_pin(&dir, mode)));
+        .and_then(|_| link.pin(&link_pin(&dir, mode)))
+        .and_then(|_| record_build(ifindex, &link));
     if let Err(e) = pinned {
         let _ = link.detach();
         remove_pins(&dir);
         return Err(e);
     }
     Ok(p)
+}
+
+/// The run file recording which build each interface's entry program is:
+/// ifindex -> (program id, build).
+const BUILDS: &str = "entry-builds.json";
+
+fn record_build(ifindex: u32, link: &XdpLink) -> Result<()> {
+    let (_, id) = link.info()?;
+    let dir = state::run_dir()?;
+    let mut b: std::collections::BTreeMap<u32, (u32, String)> = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
+    b.insert(ifindex, (id, skel::BUILD.to_string()));
+    state::write_json(&dir, BUILDS, &b)
+}
+
+/// Puts this build's entry program on every interface of this network
+/// namespace running another build's: one `BPF_LINK_UPDATE` each, the
+/// stage array kept (the stages never stop). Returns the interfaces'
+/// ifindexes it replaced.
+pub fn upgrade() -> Result<Vec<u32>> {
+    let _lock = StateLock::acquire(LOCK)?;
+    let dir = state::run_dir()?;
+    let builds: std::collections::BTreeMap<u32, (u32, String)> = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
+    let mut done = Vec::new();
+    for l in xnf_netns::netlink::links()? {
+        let Some(i) = info(l.ifindex) else { continue };
+        if builds.get(&l.ifindex).is_some_and(|(id, b)| *id == i.entry_prog_id && b == skel::BUILD) {
+            continue;
+        }
+        let pins = self::dir(l.ifindex)?;
+        let stages = MapHandle::from_pinned_path(pins.join("stages")).context("opening the stage array")?;
+        let entry = EntryProgram::load(&stages)?;
+        let link = XdpLink::open(&link_pin(&pins, i.mode))?;
+        link.update(entry.skel.progs.xnf_entry.as_fd()).with_context(|| format!("replacing {}'s entry program", l.name))?;
+        record_build(l.ifindex, &link)?;
+        done.push(l.ifindex);
+    }
+    Ok(done)
 }
 
 /// The interfaces `names` where `prog_name` holds `stage`, as ifindexes,

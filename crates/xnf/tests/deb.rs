@@ -86,6 +86,12 @@ echo "version: $(xnf --version)"
 echo "lab version: $(xnf-lab --version)"
 xnf check /etc/xnf/xnf.toml || fail "the installed /etc/xnf/xnf.toml does not check"
 dpkg-query -W -f="conffiles:\${Conffiles}\n" xnf
+# An upgrade (the same packages again: postinst configure with the old
+# version) with xnf state present: postinst runs xnf upgrade.
+mkdir -p /sys/fs/bpf/xnf
+dpkg -i xnf_*.deb > dpkg-u.log 2>&1 || { cat dpkg-u.log; fail "dpkg -i over the installed package (an upgrade)"; }
+grep -q "nothing to upgrade" dpkg-u.log || fail "the package upgrade did not run xnf upgrade: $(cat dpkg-u.log)"
+echo "upgrade: $(grep "nothing to upgrade" dpkg-u.log)"
 MANWIDTH=80 man -P cat xnf-router > man.txt 2> man.err || { cat man.err; fail "man xnf-router"; }
 grep -q "^NAME" man.txt || fail "man xnf-router prints no NAME section: $(head -c 300 man.txt)"
 echo "man: $(sed -n "/^NAME/{n;p;q}" man.txt | sed "s/^ *//")"
