@@ -109,6 +109,17 @@ pub enum LabCmd {
     /// nexthop-mac the sink changes its MAC silently instead, and the
     /// report is how long until traffic reached the new MAC, if it did.
     FibChange(Box<crate::experiments::fibchange::FibChangeArgs>),
+    /// What touching a running data plane costs: a sequenced UDP stream
+    /// (--rate) and --connections TCP connections gen -> sink through dut
+    /// while one event at a time is done to it — xnf's daemon killed or
+    /// restarted, a whole-box change, a bad file applied, an upgrade
+    /// (--upgrade-to); the kernel's route replaced, an nftables ruleset
+    /// replaced, xdp-forward and xdp-filter reloaded — each --repeat
+    /// times, variants alternated event by event. Reports per event and
+    /// variant (mean and max) the datagrams lost by sequence number, the
+    /// longest gap at the sink, TCP connections broken, what dut's kernel
+    /// forwarded and what xnf's counters left to it, by reason.
+    Disrupt(Box<crate::experiments::disrupt::DisruptArgs>),
     /// A real routing daemon in the loop: BIRD 2 in a peer namespace
     /// announces a table (--routes N synthetic prefixes or a dump file)
     /// over iBGP to a BIRD on dut that installs it into dut's kernel; the
@@ -172,6 +183,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Scrape(a) => crate::experiments::scrape::run(*a),
         LabCmd::FibChange(a) => crate::experiments::fibchange::run(*a),
+        LabCmd::Disrupt(a) => crate::experiments::disrupt::run(*a),
         LabCmd::Bgp(a) => experiment(*a),
         LabCmd::Up(a) => up(a),
     })

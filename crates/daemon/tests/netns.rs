@@ -35,16 +35,17 @@ impl Daemon {
     /// Each daemon its own log (a second one in a test must not truncate
     /// a file an adopted child of the first still writes to).
     fn start(ns: &Netns, file: &str, files: &TempFiles) -> Daemon {
+        Self::start_bin(&xnf_bin(), ns, file, files)
+    }
+
+    /// Started from binary `bin` (another build, for upgrades).
+    fn start_bin(bin: &std::path::Path, ns: &Netns, file: &str, files: &TempFiles) -> Daemon {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let log = files.dir().join(format!("daemon-{n}.log"));
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(xnf_bin())
-            .args(["--netns", ns.name(), "daemon", "--config", file])
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("starting xnf daemon");
+        let child =
+            Command::new(bin).args(["--netns", ns.name(), "daemon", "--config", file]).stdout(Stdio::null()).stderr(out).spawn().expect("starting xnf daemon");
         Daemon { child: ChildGuard(child), log }
     }
 
@@ -445,16 +446,21 @@ fn a_daemon_killed_or_restarted_under_traffic_loses_no_frame() {
     ready(&mut d);
     r.resolve_sink();
     let (redir, forwarded) = (r.redirected(), r.forw_v4());
-    // About 5 s of traffic (paced): both restarts end well inside it.
-    const N: usize = 300_000;
+    // The package's upgrade: a restart into another build (one more field
+    // in the lb's connection value), and back.
+    let bumped = xnf_bin().with_file_name("xnf-layout-bump");
+    assert!(bumped.exists(), "{} is missing: this test restarts into it; build it with `make layout-bump` (make test does)", bumped.display());
+    let events = [(9, xnf_bin()), (15, xnf_bin()), (15, bumped), (15, xnf_bin())];
+    // About 10 s of traffic (paced): the restarts end well inside it.
+    const N: usize = 600_000;
     let (received, logs) = std::thread::scope(|s| {
         let traffic = s.spawn(|| r.send_udp(false, N));
         wait_for("the traffic to flow", || r.redirected() > redir + 1000);
         let mut logs = Vec::new();
-        for sig in [9, 15] {
-            d.signal(sig);
+        for (sig, bin) in &events {
+            d.signal(*sig);
             wait_for("the daemon to exit", || d.child.0.try_wait().ok().flatten().is_some());
-            d = Daemon::start(r.dut(), &f, &files);
+            d = Daemon::start_bin(bin, r.dut(), &f, &files);
             ready(&mut d);
             logs.push(d.log());
         }
@@ -464,8 +470,12 @@ fn a_daemon_killed_or_restarted_under_traffic_loses_no_frame() {
     assert_eq!(received, N, "frames lost");
     assert_eq!(r.redirected() - redir, N as u64, "frames not forwarded in XDP");
     assert_eq!(r.forw_v4(), forwarded, "the kernel forwarded some");
-    for log in logs {
+    for (i, log) in logs.iter().enumerate() {
         assert!(log.contains("event=apply result=ok changes=0"), "a new daemon changed something:\n{log}");
+        // Restarts into the same build reload nothing; into another, the
+        // lb's connection table moves to its layout (and back).
+        let upgraded = log.contains("event=upgrade result=ok nf=lb swapped=1 migrated=\"conntrack:");
+        assert_eq!(upgraded, i >= 2, "daemon {i} {} the lb:\n{log}", if upgraded { "upgraded" } else { "did not upgrade" });
     }
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);

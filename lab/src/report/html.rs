@@ -101,6 +101,7 @@ pub fn results(r: &Results, sections: &[Section]) -> String {
     let body = html! {
         (ratio_table(r))
         (rtt_table(r))
+        (super::disrupt::section(r))
         @for s in sections { (charts(s)) }
         (summary_table(r))
         (super::profiles::section(r))

@@ -10,6 +10,7 @@
 
 pub mod charts;
 pub mod data;
+pub mod disrupt;
 pub mod html;
 pub mod profiles;
 pub mod svg;

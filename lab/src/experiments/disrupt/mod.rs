@@ -1,0 +1,661 @@
+//! `xnf lab disrupt`: what touching a running data plane costs, per event
+//! and per variant. A sequenced UDP stream (`--rate` datagrams/s, well
+//! below any variant's zero-loss rate) flows gen -> sink through dut, and
+//! `--connections` TCP connections from gen to a server in the sink each
+//! send a small request every `--request-ms` and read the reply. Then one
+//! event at a time: for xnf (a box file of filter, lb and router under
+//! `xnf daemon`) the daemon killed with -9 or stopped and started again, a
+//! whole-box change, a bad file applied, an upgrade (`--upgrade-to`); for
+//! the peers doing the same job their own way to change: the kernel's
+//! route replaced, an nftables ruleset replaced, xdp-forward and
+//! xdp-filter unloaded and loaded again.
+//!
+//! Per event, from just before it to `--settle-ms` after it: datagrams
+//! lost (by sequence number), the longest wait between two at the sink,
+//! TCP connections broken (an error or EOF), what dut's kernel forwarded
+//! and, for xnf, what its functions' counters say they left to the kernel,
+//! by reason. On the lab's one driver: each (variant, event) is one of
+//! its variants, set up afresh, the order reversed on every other
+//! `--repeat` (the driver's runs), so consecutive events are of different
+//! variants; the rows are the results' `details.events`, each event also a
+//! sample (sent and received datagrams of its window) for `--csv`.
+
+pub mod counters;
+pub mod peers;
+pub mod results;
+pub mod tcp;
+pub mod xnf;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::{ArgMatches, Args, Command, FromArgMatches};
+use serde::Serialize;
+use xnf_netns::{Netns, Offload};
+
+use self::peers::PeerOn;
+use self::results::EventRow;
+use self::tcp::{Clients, Server};
+use self::xnf::XnfBox;
+use crate::engine::driver::{self, variant_name, AtPoint, Common, Cpus, Experiment, Measuring, Running, VariantName};
+use crate::engine::measure::{Measured, Plan, Timing};
+use crate::engine::params::{Param, Point, Value};
+use crate::engine::progress::Progress;
+use crate::engine::results::{Loss, Results, Sample, SampleKind};
+use crate::engine::stream::Stream;
+use crate::engine::topology::{BuiltTopology, FunctionKind, FunctionSpec, TopologySpec};
+use crate::engine::{cpu, nft, peers as peer_tools};
+
+/// The stream's UDP port and the TCP server's port, at the sink.
+const UDP_PORT: u16 = 9999;
+const TCP_PORT: u16 = 8080;
+/// dut's spare interface, which the whole-box change gives the router.
+const SPARE: [&str; 2] = ["xnfspare0", "xnfspare1"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Variant {
+    /// A box file (filter, lb, router) under `xnf daemon`.
+    Xnf,
+    /// The kernel forwards.
+    Kernel,
+    /// The kernel forwards through an nftables ruleset.
+    Nft,
+    /// xdp-tools' xdp-forward.
+    XdpForward,
+    /// xdp-tools' xdp-filter in front of the kernel's forwarding.
+    XdpFilter,
+}
+
+/// What is done to a running variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Event {
+    /// xnf: the daemon killed with -9, started again, ready.
+    DaemonKill,
+    /// xnf: the daemon stopped (SIGTERM), started again, ready.
+    DaemonRestart,
+    /// xnf: `xnf apply` of a file changing filter rules, adding an lb
+    /// service and a router interface.
+    WholeBoxChange,
+    /// xnf: `xnf apply` of a file with one bad line (must be refused).
+    BadConfig,
+    /// xnf: the daemon stopped and started from the other build
+    /// (`--upgrade-to PATH`, then back), as the package's upgrade does.
+    Upgrade,
+    /// xdp-forward, xdp-filter: unloaded and loaded again.
+    Reload,
+    /// nft: `nft -f` of a changed ruleset (one transaction).
+    RulesetChange,
+    /// kernel: `ip route replace` of the sink's route, one attribute changed.
+    RouteChange,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 5] = [Variant::Xnf, Variant::Kernel, Variant::Nft, Variant::XdpForward, Variant::XdpFilter];
+
+    pub fn events(self) -> &'static [Event] {
+        match self {
+            Variant::Xnf => &[Event::DaemonKill, Event::DaemonRestart, Event::WholeBoxChange, Event::BadConfig, Event::Upgrade],
+            Variant::Kernel => &[Event::RouteChange],
+            Variant::Nft => &[Event::RulesetChange],
+            Variant::XdpForward | Variant::XdpFilter => &[Event::Reload],
+        }
+    }
+}
+
+impl Event {
+    pub fn name(self) -> String {
+        variant_name(&self)
+    }
+}
+
+/// One of the driver's variants: a variant and one of its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Case {
+    pub variant: Variant,
+    pub event: Event,
+}
+
+impl VariantName for Case {
+    fn name(&self) -> String {
+        format!("{}/{}", variant_name(&self.variant), self.event.name())
+    }
+}
+
+/// `xnf lab disrupt`: its own options.
+#[derive(Args, Serialize)]
+pub struct Disrupt {
+    /// Variants [default: xnf,kernel,nft,xdp-forward,xdp-filter; a peer
+    /// whose binary is missing is left out with a note].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub variants: Vec<Variant>,
+    /// Events [default: every event of each variant]; each variant runs
+    /// those of its own.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub events: Vec<Event>,
+    /// Datagrams per second of the stream, well below any variant's
+    /// zero-loss rate.
+    #[arg(long, default_value_t = 20_000)]
+    pub rate: u32,
+    /// TCP connections gen -> sink through dut.
+    #[arg(long, default_value_t = 100)]
+    pub connections: u32,
+    /// Milliseconds between one connection's requests.
+    #[arg(long, default_value_t = 5)]
+    pub request_ms: u64,
+    /// Milliseconds measured after each event has ended.
+    #[arg(long, default_value_t = 500)]
+    pub settle_ms: u64,
+    /// Another build of xnf (`make layout-bump` makes one): the upgrade
+    /// event restarts the daemon into it, and the next one back (without
+    /// it, the event is skipped with a note).
+    #[arg(long, value_name = "PATH")]
+    pub upgrade_to: Option<PathBuf>,
+    /// xdp-forward's binary (default: where scripts/peers.sh builds it).
+    #[arg(long, value_name = "PATH")]
+    pub xdp_forward: Option<PathBuf>,
+    /// xdp-filter's binary (default: where scripts/peers.sh builds it).
+    #[arg(long, value_name = "PATH")]
+    pub xdp_filter: Option<PathBuf>,
+    /// The (variant, event) pairs, in the order of the first repeat.
+    #[arg(skip)]
+    #[serde(skip)]
+    cases: Vec<Case>,
+    #[arg(skip)]
+    #[serde(skip)]
+    notes: Vec<String>,
+    #[arg(skip)]
+    #[serde(skip)]
+    traffic: RefCell<Option<Traffic>>,
+    #[arg(skip)]
+    #[serde(skip)]
+    rows: RefCell<Vec<EventRow>>,
+}
+
+/// `xnf lab disrupt`'s command line: the driver's common options, its
+/// `--runs` named `--repeat` (default 3), and the experiment's own.
+pub struct DisruptArgs {
+    pub common: Common,
+    pub experiment: Disrupt,
+    /// Common options given that disrupt has no use for: flag, why.
+    unused: Vec<(&'static str, &'static str)>,
+}
+
+#[derive(Args)]
+struct Raw {
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    experiment: Disrupt,
+}
+
+/// Common options disrupt cannot honour that have no "not given" value
+/// (--zero-loss, the load curve and --profile are refused by its plan).
+const UNUSED: [(&str, &str, &str); 4] = [
+    ("seconds", "--seconds", "disrupt measures events, not intervals of traffic (--settle-ms is the time after each)"),
+    ("warmup", "--warmup", "disrupt measures events, not intervals of traffic (traffic flows before every event)"),
+    ("trial_seconds", "--trial-seconds", "disrupt measures events, not intervals of traffic"),
+    ("cpu", "--cpu", "disrupt's sender is a paced socket thread, not the generator"),
+];
+
+fn repeats(cmd: Command) -> Command {
+    let hidden = ["seconds", "warmup", "trial_seconds", "cpu", "zero_loss", "load_curve", "load_rates", "profile", "flame", "prog_stats"];
+    let cmd = hidden.into_iter().fold(cmd, |c, id| c.mut_arg(id, |a| a.hide(true)));
+    cmd.mut_arg("runs", |a| {
+        a.long("repeat")
+            .visible_alias("runs")
+            .value_name("K")
+            .default_value("3")
+            .help("Times each event is repeated; the order of the events is reversed on every other repeat")
+    })
+    .mut_arg("json", |a| a.help("Write the results as JSON, the events in its details.events (input of `xnf lab report`)"))
+    .mut_arg("csv", |a| a.help("Write one row per event and repeat as CSV (the stream's datagrams sent and received in its window)"))
+}
+
+impl FromArgMatches for DisruptArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let Raw { common, experiment } = Raw::from_arg_matches(m)?;
+        let given = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        let unused = UNUSED.iter().filter(|(id, ..)| given(id)).map(|(_, flag, why)| (*flag, *why)).collect();
+        Ok(DisruptArgs { common, experiment, unused })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+impl Args for DisruptArgs {
+    fn augment_args(cmd: Command) -> Command {
+        repeats(Raw::augment_args(cmd))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        repeats(Raw::augment_args_for_update(cmd))
+    }
+}
+
+pub fn run(mut a: DisruptArgs) -> Result<()> {
+    if let Some((flag, why)) = a.unused.first() {
+        bail!("{flag}: {why}");
+    }
+    ensure!((1..=100).contains(&a.common.runs), "--repeat {}: 1 to 100", a.common.runs);
+    a.experiment.resolve()?;
+    let r = driver::run(&mut a.experiment, &a.common, &mut |line| eprintln!("xnf lab: {line}"))?;
+    a.experiment.print(&r);
+    a.common.write(&r)
+}
+
+impl Disrupt {
+    /// The variants to run: those named (each peer's binary checked), or
+    /// the defaults without the peers that are missing (a note each).
+    fn chosen_variants(&mut self) -> Result<Vec<Variant>> {
+        for (i, v) in self.variants.iter().enumerate() {
+            ensure!(!self.variants[..i].contains(v), "--variants: {} named twice", variant_name(v));
+        }
+        if !self.variants.is_empty() {
+            for v in &self.variants {
+                self.available(*v)?;
+            }
+            return Ok(self.variants.clone());
+        }
+        let mut out = Vec::new();
+        for v in Variant::ALL {
+            match self.available(v) {
+                Ok(()) => out.push(v),
+                Err(e) => self.notes.push(format!("{} left out: {e:#}", variant_name(&v))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `v` can run here: its binary, nft.
+    fn available(&self, v: Variant) -> Result<()> {
+        match v {
+            Variant::XdpForward => peer_tools::xdp_forward_binary(self.xdp_forward.as_deref()).map(drop),
+            Variant::XdpFilter => peer_tools::binary("xdp-filter", "--xdp-filter", self.xdp_filter.as_deref()).map(drop),
+            Variant::Nft => nft::require("the nft variant"),
+            Variant::Xnf => xnf::xnf_binary().map(drop),
+            Variant::Kernel => Ok(()),
+        }
+    }
+
+    /// The cases: each chosen variant's events that `--events` names,
+    /// interleaved variant by variant; the options checked.
+    fn resolve(&mut self) -> Result<()> {
+        ensure!((1000..=1_000_000).contains(&self.rate), "--rate {}: 1000 to 1000000 datagrams/s", self.rate);
+        ensure!((1..=1000).contains(&self.connections), "--connections {}: 1 to 1000", self.connections);
+        ensure!((1..=1000).contains(&self.request_ms), "--request-ms {}: 1 to 1000", self.request_ms);
+        ensure!((50..=60_000).contains(&self.settle_ms), "--settle-ms {}: 50 to 60000", self.settle_ms);
+        if let Some(p) = &self.upgrade_to {
+            ensure!(p.is_file(), "--upgrade-to {}: no such file", p.display());
+        }
+        for (i, e) in self.events.iter().enumerate() {
+            ensure!(!self.events[..i].contains(e), "--events: {} named twice", e.name());
+        }
+        let variants = self.chosen_variants()?;
+        let wanted = |e: &Event| self.events.is_empty() || self.events.contains(e);
+        for e in &self.events {
+            if !variants.iter().any(|v| v.events().contains(e)) {
+                let of: Vec<String> = Variant::ALL.iter().filter(|v| v.events().contains(e)).map(variant_name).collect();
+                bail!("--events: {} is an event of {}, which --variants leaves out", e.name(), of.join(", "));
+            }
+        }
+        let mut per: Vec<Vec<Case>> = Vec::new();
+        for v in variants {
+            let mut cases: Vec<Case> = v.events().iter().filter(|e| wanted(e)).map(|&event| Case { variant: v, event }).collect();
+            if self.upgrade_to.is_none() && cases.iter().any(|c| c.event == Event::Upgrade) {
+                cases.retain(|c| c.event != Event::Upgrade);
+                self.notes.push("upgrade: skipped (no --upgrade-to PATH)".into());
+            }
+            let evs: Vec<String> = v.events().iter().map(|e| e.name()).collect();
+            ensure!(!cases.is_empty(), "--events: none of {}'s events ({}) is named", variant_name(&v), evs.join(", "));
+            per.push(cases);
+        }
+        // The results' options say what ran.
+        self.variants = per.iter().map(|c| c[0].variant).collect();
+        self.events = per.iter().flatten().map(|c| c.event).collect();
+        // Round robin: no two consecutive events of one variant.
+        let longest = per.iter().map(Vec::len).max().unwrap_or(0);
+        self.cases = (0..longest).flat_map(|i| per.iter().filter_map(move |c| c.get(i).copied())).collect();
+        Ok(())
+    }
+}
+
+/// The point's traffic: the sequenced stream and the TCP server.
+struct Traffic {
+    stream: Stream,
+    _server: Server,
+}
+
+/// Stops the point's traffic when dropped.
+struct Flowing<'a>(&'a RefCell<Option<Traffic>>);
+
+impl Drop for Flowing<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.borrow_mut().take() {
+            t.stream.stop();
+        }
+    }
+}
+
+/// The topology's roles as disrupt uses them.
+struct Line<'a> {
+    gen: &'a Netns,
+    dut: &'a Netns,
+    sink: &'a Netns,
+    din: String,
+    dout: String,
+    gen_ip: IpAddr,
+    sink_ip: IpAddr,
+}
+
+impl<'a> Line<'a> {
+    fn of(t: &'a BuiltTopology) -> Result<Line<'a>> {
+        let r = t.roles()?;
+        let ((gen, _), (dut, din), (_, dout), (sink, _)) = (t.endpoint(&r.gen)?, t.endpoint(&r.dut_in)?, t.endpoint(&r.dut_out)?, t.endpoint(&r.sink)?);
+        Ok(Line { gen, dut, sink, din, dout, gen_ip: t.addr(&r.gen, false)?, sink_ip: t.addr(&r.sink, false)? })
+    }
+}
+
+fn param(name: &str, one: &str, many: &str) -> Param {
+    let mut p = Param::plain(name, &Value::from(1u32));
+    p.unit = (one.into(), many.into());
+    p
+}
+
+impl Experiment for Disrupt {
+    type Variant = Case;
+    const NAME: &'static str = "disrupt";
+
+    fn params(&self) -> Vec<Param> {
+        vec![param("rate", "datagram/s", "datagrams/s"), param("connections", "TCP connection", "TCP connections")]
+    }
+
+    fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
+        vec![("rate", vec![Value::from(self.rate)]), ("connections", vec![Value::from(self.connections)])]
+    }
+
+    fn variants(&self) -> Vec<Case> {
+        self.cases.clone()
+    }
+
+    fn ratios(&self) -> Vec<(&str, &str)> {
+        Vec::new()
+    }
+
+    /// Checked by [`Disrupt::resolve`], before the driver.
+    fn check(&self, _: Cpus) -> Result<()> {
+        Ok(())
+    }
+
+    fn plan(&self, common: Plan) -> Result<Plan> {
+        ensure!(common.zero_loss.is_none(), "--zero-loss: disrupt measures no rates (xnf lab router does)");
+        ensure!(common.load.count() == 0, "--load-curve / --load-rates: disrupt offers no load but its stream (--rate)");
+        ensure!(common.profile.is_none(), "--profile: disrupt profiles nothing");
+        Ok(Plan::default())
+    }
+
+    /// A variant set up and taken down, the event, its settling time.
+    fn planned_seconds(&self, _: &Timing, _: &Plan) -> f64 {
+        2.0 + self.settle_ms as f64 / 1000.0
+    }
+
+    /// The stream's and the connections' ends pass frames to their
+    /// kernels (frames redirected into a veth need an XDP program on its
+    /// peer), dut sits between them.
+    fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
+        let r = spec.roles.clone().context("disrupt needs a topology with [roles]")?;
+        let split = |ep: &str| ep.split_once(':').map(|(n, d)| (n.to_string(), d.to_string())).with_context(|| format!("the role `{ep}` is no ns:dev"));
+        let ((gen, gen_if), (dut, _), (out_ns, _), (sink, sink_if)) = (split(&r.gen)?, split(&r.dut_in)?, split(&r.dut_out)?, split(&r.sink)?);
+        ensure!(
+            out_ns == dut && r.dut_in != r.dut_out && gen != dut && sink != dut,
+            "--topology: disrupt needs a dut between gen and sink (roles dut_in and dut_out: two interfaces of a namespace of their own)"
+        );
+        for f in &mut spec.functions {
+            f.interfaces.retain(|d| !((f.ns == gen && *d == gen_if) || (f.ns == sink && *d == sink_if)));
+        }
+        spec.functions.retain(|f| !f.interfaces.is_empty());
+        for (ns, dev) in [(gen, gen_if), (sink, sink_if)] {
+            spec.functions.push(FunctionSpec { ns, kind: FunctionKind::Pass, interfaces: vec![dev] });
+        }
+        Ok(())
+    }
+
+    /// Whole checksums from both ends (a veth sender's partial ones arrive
+    /// bad through XDP), and dut's spare interface for the box change.
+    fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
+        let r = t.roles()?.clone();
+        for ep in [&r.gen, &r.sink] {
+            let (ns, dev) = t.endpoint(ep)?;
+            ns.set_offload(&dev, Offload::TxChecksum, false)?;
+        }
+        let (dut, _) = t.endpoint(&r.dut_in)?;
+        dut.ip(&["link", "add", SPARE[0], "type", "veth", "peer", "name", SPARE[1]]).context("dut's spare interface")?;
+        SPARE.iter().try_for_each(|d| dut.link_up(d))
+    }
+
+    /// The stream and the TCP server, for all of the point's events.
+    fn at_point<'a>(&'a self, t: &'a BuiltTopology, _: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
+        let l = Line::of(t)?;
+        pg.message(&format!("sequenced stream gen -> sink, {} datagrams/s; TCP server in sink", self.rate));
+        let server = Server::start(l.sink, SocketAddr::new(l.sink_ip, TCP_PORT))?;
+        let stream = Stream::sequenced(l.gen, l.gen_ip, l.sink, SocketAddr::new(l.sink_ip, UDP_PORT), self.rate)?;
+        *self.traffic.borrow_mut() = Some(Traffic { stream, _server: server });
+        Ok(AtPoint::without_traffic(Flowing(&self.traffic)))
+    }
+
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, c: Case, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
+        let l = Line::of(t)?;
+        pg.message(&format!("setting up {}", variant_name(&c.variant)));
+        let on = self.attach(&l, c.variant)?;
+        let every = Duration::from_millis(self.request_ms);
+        let clients = Clients::open(l.gen, SocketAddr::new(l.sink_ip, TCP_PORT), self.connections, every)?;
+        Ok(Box::new(Set { exp: self, case: c, gen: l.gen, dut: l.dut, sink: l.sink, clients, on }))
+    }
+
+    fn finish(&mut self, _: Cpus, res: &mut Results) -> Result<()> {
+        let mut rows = std::mem::take(&mut *self.rows.borrow_mut());
+        rows.iter_mut().for_each(EventRow::summarize);
+        res.details.insert("events".into(), serde_json::to_value(&rows)?);
+        // A fixed-rate stream's Mpps says nothing here: the events' rows do.
+        res.summary.clear();
+        res.notes.append(&mut self.notes);
+        res.notes.push(format!(
+            "each event measured from just before it to {} ms after it ended; the sender keeps {} datagrams/s on average (late ones sent at once)",
+            self.settle_ms, self.rate
+        ));
+        Ok(())
+    }
+
+    fn print(&self, r: &Results) {
+        results::print(&results::rows(r), self.rate);
+        for n in &r.notes {
+            println!("note: {n}");
+        }
+    }
+}
+
+/// A variant on dut.
+enum On<'a> {
+    Xnf(XnfBox<'a>),
+    Peer(PeerOn<'a>),
+}
+
+impl Disrupt {
+    fn attach<'a>(&self, l: &Line<'a>, v: Variant) -> Result<On<'a>> {
+        Ok(match v {
+            Variant::Xnf => On::Xnf(XnfBox::up(l.dut, [&l.din, &l.dout, SPARE[0]], self.upgrade_to.clone())?),
+            Variant::Kernel => On::Peer(PeerOn::kernel(l.dut, &l.sink_ip.to_string(), &l.dout)?),
+            Variant::Nft => On::Peer(PeerOn::nft(l.dut)?),
+            Variant::XdpForward => {
+                let bin = peer_tools::xdp_forward_binary(self.xdp_forward.as_deref())?;
+                let peer = peer_tools::Peer::built_in("xdp-forward", &bin).expect("a built-in peer");
+                On::Peer(PeerOn::tool(l.dut, peer, &l.din, &l.dout)?)
+            }
+            Variant::XdpFilter => {
+                let bin = peer_tools::binary("xdp-filter", "--xdp-filter", self.xdp_filter.as_deref())?;
+                On::Peer(PeerOn::tool(l.dut, peers::xdp_filter_peer(&bin), &l.din, &l.dout)?)
+            }
+        })
+    }
+}
+
+/// One case set up for one repeat. The connections close before the
+/// variant goes (fields drop in order).
+struct Set<'a> {
+    exp: &'a Disrupt,
+    case: Case,
+    gen: &'a Netns,
+    dut: &'a Netns,
+    sink: &'a Netns,
+    clients: Clients,
+    on: On<'a>,
+}
+
+/// Counters read before and after an event.
+struct Snapshot {
+    forwarded: u64,
+    /// Datagrams the sink's UDP sockets had no room for.
+    sink_drops: u64,
+    /// Frames gen's and dut's interfaces dropped (a veth peer's full ring).
+    link_drops: u64,
+    xnf: BTreeMap<String, u64>,
+    cpu: Vec<cpu::CpuTimes>,
+}
+
+impl Set<'_> {
+    fn snapshot(&self) -> Result<Snapshot> {
+        let forwarded = self.dut.snmp()?.value("Ip", "ForwDatagrams")?;
+        let xnf = match &self.on {
+            On::Xnf(b) => counters::to_kernel(&b.metrics().context("reading xnf's counters in dut")?),
+            On::Peer(_) => BTreeMap::new(),
+        };
+        let sink_drops = self.sink.snmp()?.value("Udp", "RcvbufErrors")?;
+        let mut link_drops = 0;
+        for ns in [self.gen, self.dut] {
+            link_drops += ns.all_link_stats()?.values().map(|l| l.tx_dropped + l.rx_dropped).sum::<u64>();
+        }
+        Ok(Snapshot { forwarded, sink_drops, link_drops, xnf, cpu: cpu::sample()? })
+    }
+
+    fn event(&self) -> Result<String> {
+        match &self.on {
+            On::Xnf(b) => b.event(self.case.event),
+            On::Peer(p) => p.event(self.case.event),
+        }
+    }
+}
+
+impl Running for Set<'_> {
+    /// One event under the point's traffic: its row kept for
+    /// [`Experiment::finish`], its stream window as the sample.
+    fn measure(&self, m: Measuring) -> Result<Measured> {
+        let traffic = self.exp.traffic.borrow();
+        let stream = &traffic.as_ref().context("the point's traffic is not running")?.stream;
+        ensure!(stream.wait_for(stream.sent(), Duration::from_secs(10)), "the stream does not get through dut");
+        self.clients.wait_replies(u64::from(self.clients.connections))?;
+        let (before, broken0) = (self.snapshot()?, self.clients.broken());
+        let (s0, t0) = (stream.sent(), Instant::now());
+        m.pg.message(&format!("{}: {}", variant_name(&self.case.variant), self.case.event.name()));
+        let outcome = self.event()?;
+        let event_ms = t0.elapsed().as_secs_f64() * 1e3;
+        // A measured window, not a wait for a state: what the event leaves
+        // behind (a lease lapsing, a retransmission) shows within it.
+        std::thread::sleep(Duration::from_millis(self.exp.settle_ms));
+        let s1 = stream.sent();
+        // Datagrams still on their way are not lost.
+        stream.wait_for(s1, Duration::from_secs(1));
+        let (w, secs) = (stream.window(s0, s1), t0.elapsed().as_secs_f64());
+        let after = self.snapshot()?;
+        stream.forget_before(s1);
+        let delta: BTreeMap<String, u64> =
+            after.xnf.iter().map(|(k, v)| (k.clone(), v.saturating_sub(before.xnf.get(k).copied().unwrap_or(0)))).filter(|(_, v)| *v > 0).collect();
+        self.record(EventRow {
+            sent: vec![w.sent],
+            lost: vec![w.lost()],
+            sink_drops: vec![after.sink_drops.saturating_sub(before.sink_drops)],
+            link_drops: vec![after.link_drops.saturating_sub(before.link_drops)],
+            gap_ms: vec![w.longest_gap_ns as f64 / 1e6],
+            broken: vec![self.clients.broken() - broken0],
+            kernel_forwarded: vec![after.forwarded.saturating_sub(before.forwarded)],
+            to_kernel: vec![delta],
+            event_ms: vec![event_ms],
+            outcome: vec![outcome],
+            ..Default::default()
+        });
+        let loss = Loss { in_dut: w.lost() as i64, ..Default::default() };
+        let sample = Sample::of(m.labels, SampleKind::Max, secs, (w.sent, w.received), loss, &cpu::delta(&after.cpu, &before.cpu));
+        Ok(Measured { samples: vec![sample], zero_loss: None, profiled: Vec::new() })
+    }
+}
+
+impl Set<'_> {
+    /// Appends one repeat to its (variant, event)'s row.
+    fn record(&self, one: EventRow) {
+        let (variant, event) = (variant_name(&self.case.variant), self.case.event.name());
+        let mut rows = self.exp.rows.borrow_mut();
+        let i = rows.iter().position(|r| r.variant == variant && r.event == event).unwrap_or_else(|| {
+            rows.push(EventRow { variant, event, connections: self.clients.connections, ..Default::default() });
+            rows.len() - 1
+        });
+        let r = &mut rows[i];
+        r.sent.extend(one.sent);
+        r.lost.extend(one.lost);
+        r.sink_drops.extend(one.sink_drops);
+        r.link_drops.extend(one.link_drops);
+        r.gap_ms.extend(one.gap_ms);
+        r.broken.extend(one.broken);
+        r.kernel_forwarded.extend(one.kernel_forwarded);
+        r.to_kernel.extend(one.to_kernel);
+        r.event_ms.extend(one.event_ms);
+        r.outcome.extend(one.outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::driver::parse_options;
+
+    fn parse(a: &[&str]) -> Result<DisruptArgs, clap::Error> {
+        parse_options::<DisruptArgs>(a)
+    }
+
+    #[test]
+    fn cases_interleave_the_variants_and_each_runs_its_own_events() {
+        let mut a = parse(&["--variants", "xnf,kernel,nft", "--events", "daemon-kill,bad-config,route-change,ruleset-change"]).unwrap();
+        assert_eq!(a.common.runs, 3, "--repeat defaults to 3");
+        a.experiment.resolve().unwrap();
+        let names: Vec<String> = a.experiment.cases.iter().map(Case::name).collect();
+        assert_eq!(names, ["xnf/daemon-kill", "kernel/route-change", "nft/ruleset-change", "xnf/bad-config"]);
+        let mut a = parse(&["--variants", "xnf", "--events", "upgrade,daemon-kill"]).unwrap();
+        a.experiment.resolve().unwrap();
+        assert_eq!(a.experiment.cases.len(), 1);
+        assert_eq!(a.experiment.notes, ["upgrade: skipped (no --upgrade-to PATH)"]);
+    }
+
+    #[test]
+    fn bad_options_are_refused_in_one_line_naming_the_flag() {
+        assert!(parse(&["--repeat", "2", "--runs", "3"]).is_err(), "one count, two names");
+        assert!(parse(&["--events", "explode"]).is_err());
+        for (args, want) in [
+            (&["--rate", "10"][..], "--rate 10"),
+            (&["--connections", "0"][..], "--connections 0"),
+            (&["--variants", "kernel,kernel"][..], "--variants: kernel named twice"),
+            (&["--variants", "kernel", "--events", "daemon-kill"][..], "--events: daemon-kill is an event of xnf, which --variants leaves out"),
+            (&["--variants", "kernel,nft", "--events", "route-change"][..], "--events: none of nft's events (ruleset-change) is named"),
+            (&["--upgrade-to", "/nonexistent/xnf"][..], "--upgrade-to /nonexistent/xnf"),
+            (&["--variants", "xdp-forward", "--xdp-forward", "/nonexistent/xdp-forward"][..], "xdp-forward: /nonexistent/xdp-forward not found"),
+        ] {
+            let e = parse(args).unwrap().experiment.resolve().unwrap_err().to_string();
+            assert!(e.starts_with(want) && !e.contains('\n'), "{args:?}: {e}");
+        }
+    }
+}
