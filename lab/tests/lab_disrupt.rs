@@ -63,7 +63,8 @@ fn a_short_run_measures_each_event_and_xnf_loses_nothing() {
     }
     for event in ["daemon-kill", "bad-config", "upgrade"] {
         let r = row(rows, "xnf", event);
-        assert_eq!((ints(r, "lost"), ints(r, "broken")), (vec![0], vec![0]), "xnf {event}: {r}");
+        assert_eq!((ints(r, "lost"), ints(r, "broken"), ints(r, "moved")), (vec![0], vec![0], vec![0]), "xnf {event}: {r}");
+        assert_eq!(r["lb_flows"], 200, "{r}");
     }
     assert_eq!(row(rows, "xnf", "bad-config")["outcome"][0], "refused, nothing changed");
     let upgrade = row(rows, "xnf", "upgrade")["outcome"][0].as_str().unwrap_or_default().to_string();

@@ -10,12 +10,12 @@ use crate::experiments::disrupt::results::{rows, EventRow};
 /// The events' table, if the results have any.
 pub fn section(r: &Results) -> Markup {
     let rows = rows(r);
-    let heads = ["repeats", "lost datagrams", "of them at the sink's socket / links", "longest gap ms", "TCP broken", "kernel forwarded"];
+    let heads = ["repeats", "lost datagrams", "of them at the sink's socket / links", "longest gap ms", "TCP broken", "lb flows moved", "kernel forwarded"];
     html! {
         @if !rows.is_empty() {
             section {
                 h2 { "Events under traffic" }
-                p { "Mean (max) over the repeats, from just before each event to the end of its settling time: datagrams of the stream lost by sequence number, the longest wait between two at the sink, TCP connections that saw an error or EOF, datagrams dut's kernel forwarded; for xnf what its counters left to the kernel, by reason." }
+                p { "Mean (max) over the repeats, from just before each event to the end of its settling time: datagrams of the stream lost by sequence number, the longest wait between two at the sink, TCP connections that saw an error or EOF, lb flows whose backend changed (xnf), datagrams dut's kernel forwarded; for xnf what its counters left to the kernel, by reason." }
                 table class="data" {
                     thead { tr { th { "variant" } th { "event" } @for h in heads { th class="num" { (h) } } th { "xnf to kernel" } th { "outcome" } } }
                     tbody { @for x in &rows { (row(x)) } }
@@ -37,6 +37,7 @@ fn row(x: &EventRow) -> Markup {
             td class="num" { (mm(s.sink_drops, 1)) " / " (mm(s.link_drops, 1)) }
             td class="num" { (mm(s.gap_ms, 1)) }
             td class="num" { (mm(s.broken, 1)) " of " (x.connections) }
+            td class="num" { @if x.moved.is_empty() { "—" } @else { (mm(s.moved, 1)) " of " (x.lb_flows) } }
             td class="num" { (mm(s.kernel_forwarded, 0)) }
             td { (x.reasons_cell()) }
             td { (x.outcome_cell()) }

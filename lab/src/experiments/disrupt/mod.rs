@@ -85,7 +85,7 @@ pub enum Event {
     /// xnf: `xnf apply` of a file with one bad line (must be refused).
     BadConfig,
     /// xnf: the daemon stopped and started from the other build
-    /// (`--upgrade-to PATH`, then back), as the package's upgrade does.
+    /// (`--upgrade-to PATH`), as the package's upgrade does.
     Upgrade,
     /// xdp-forward, xdp-filter: unloaded and loaded again.
     Reload,
@@ -145,6 +145,11 @@ pub struct Disrupt {
     /// TCP connections gen -> sink through dut.
     #[arg(long, default_value_t = 100)]
     pub connections: u32,
+    /// xnf: lb flows (UDP, a source port each) to a service of two
+    /// backends, opened at the start, whose backends are followed across
+    /// every event.
+    #[arg(long, default_value_t = 200)]
+    pub lb_flows: u32,
     /// Milliseconds between one connection's requests.
     #[arg(long, default_value_t = 5)]
     pub request_ms: u64,
@@ -152,8 +157,8 @@ pub struct Disrupt {
     #[arg(long, default_value_t = 500)]
     pub settle_ms: u64,
     /// Another build of xnf (`make layout-bump` makes one): the upgrade
-    /// event restarts the daemon into it, and the next one back (without
-    /// it, the event is skipped with a note).
+    /// event restarts the daemon into it (without it, the event is
+    /// skipped with a note).
     #[arg(long, value_name = "PATH")]
     pub upgrade_to: Option<PathBuf>,
     /// xdp-forward's binary (default: where scripts/peers.sh builds it).
@@ -353,6 +358,7 @@ struct Line<'a> {
     din: String,
     dout: String,
     gen_ip: IpAddr,
+    dut_in_ip: IpAddr,
     sink_ip: IpAddr,
 }
 
@@ -360,7 +366,8 @@ impl<'a> Line<'a> {
     fn of(t: &'a BuiltTopology) -> Result<Line<'a>> {
         let r = t.roles()?;
         let ((gen, _), (dut, din), (_, dout), (sink, _)) = (t.endpoint(&r.gen)?, t.endpoint(&r.dut_in)?, t.endpoint(&r.dut_out)?, t.endpoint(&r.sink)?);
-        Ok(Line { gen, dut, sink, din, dout, gen_ip: t.addr(&r.gen, false)?, sink_ip: t.addr(&r.sink, false)? })
+        let (gen_ip, dut_in_ip, sink_ip) = (t.addr(&r.gen, false)?, t.addr(&r.dut_in, false)?, t.addr(&r.sink, false)?);
+        Ok(Line { gen, dut, sink, din, dout, gen_ip, dut_in_ip, sink_ip })
     }
 }
 
@@ -457,7 +464,11 @@ impl Experiment for Disrupt {
         let on = self.attach(&l, c.variant)?;
         let every = Duration::from_millis(self.request_ms);
         let clients = Clients::open(l.gen, SocketAddr::new(l.sink_ip, TCP_PORT), self.connections, every)?;
-        Ok(Box::new(Set { exp: self, case: c, gen: l.gen, dut: l.dut, sink: l.sink, clients, on }))
+        let flows = match on {
+            On::Xnf(_) => self.open_flows(&l)?,
+            On::Peer(_) => Vec::new(),
+        };
+        Ok(Box::new(Set { exp: self, case: c, gen: l.gen, dut: l.dut, sink: l.sink, clients, flows, on }))
     }
 
     fn finish(&mut self, _: Cpus, res: &mut Results) -> Result<()> {
@@ -488,7 +499,25 @@ enum On<'a> {
     Peer(PeerOn<'a>),
 }
 
+/// The lb flows whose backend changed or whose entry went between two
+/// snapshots (None: the variant has no lb).
+fn moved(before: &Snapshot, after: &Snapshot) -> Option<u64> {
+    let (b, a) = (before.backends.as_ref()?, after.backends.as_ref()?);
+    Some(b.iter().filter(|(k, id)| a.get(*k) != Some(id)).count() as u64)
+}
+
 impl Disrupt {
+    /// Opens the lb flows and waits until the lb holds every one of them.
+    fn open_flows(&self, l: &Line<'_>) -> Result<Vec<std::net::UdpSocket>> {
+        let flows = xnf::open_flows(l.gen, l.gen_ip, &l.dut_in_ip.to_string(), self.lb_flows)?;
+        let t0 = Instant::now();
+        while (xnf::lb_backends(l.dut)?.len() as u32) < self.lb_flows {
+            ensure!(t0.elapsed() < Duration::from_secs(10), "the lb did not record the {} flows to {} within 10 s", self.lb_flows, xnf::FLOWS_VIP);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(flows)
+    }
+
     fn attach<'a>(&self, l: &Line<'a>, v: Variant) -> Result<On<'a>> {
         Ok(match v {
             Variant::Xnf => On::Xnf(XnfBox::up(l.dut, [&l.din, &l.dout, SPARE[0]], self.upgrade_to.clone())?),
@@ -516,6 +545,9 @@ struct Set<'a> {
     dut: &'a Netns,
     sink: &'a Netns,
     clients: Clients,
+    /// xnf: the lb flows' sockets, kept open (their ports not reused).
+    #[allow(dead_code)]
+    flows: Vec<std::net::UdpSocket>,
     on: On<'a>,
 }
 
@@ -527,22 +559,24 @@ struct Snapshot {
     /// Frames gen's and dut's interfaces dropped (a veth peer's full ring).
     link_drops: u64,
     xnf: BTreeMap<String, u64>,
+    /// xnf: the lb's flows and their backends.
+    backends: Option<BTreeMap<Vec<u8>, u32>>,
     cpu: Vec<cpu::CpuTimes>,
 }
 
 impl Set<'_> {
     fn snapshot(&self) -> Result<Snapshot> {
         let forwarded = self.dut.snmp()?.value("Ip", "ForwDatagrams")?;
-        let xnf = match &self.on {
-            On::Xnf(b) => counters::to_kernel(&b.metrics().context("reading xnf's counters in dut")?),
-            On::Peer(_) => BTreeMap::new(),
+        let (xnf, backends) = match &self.on {
+            On::Xnf(b) => (counters::to_kernel(&b.metrics().context("reading xnf's counters in dut")?), Some(xnf::lb_backends(self.dut)?)),
+            On::Peer(_) => (BTreeMap::new(), None),
         };
         let sink_drops = self.sink.snmp()?.value("Udp", "RcvbufErrors")?;
         let mut link_drops = 0;
         for ns in [self.gen, self.dut] {
             link_drops += ns.all_link_stats()?.values().map(|l| l.tx_dropped + l.rx_dropped).sum::<u64>();
         }
-        Ok(Snapshot { forwarded, sink_drops, link_drops, xnf, cpu: cpu::sample()? })
+        Ok(Snapshot { forwarded, sink_drops, link_drops, xnf, backends, cpu: cpu::sample()? })
     }
 
     fn event(&self) -> Result<String> {
@@ -584,6 +618,7 @@ impl Running for Set<'_> {
             link_drops: vec![after.link_drops.saturating_sub(before.link_drops)],
             gap_ms: vec![w.longest_gap_ns as f64 / 1e6],
             broken: vec![self.clients.broken() - broken0],
+            moved: moved(&before, &after).into_iter().collect(),
             kernel_forwarded: vec![after.forwarded.saturating_sub(before.forwarded)],
             to_kernel: vec![delta],
             event_ms: vec![event_ms],
@@ -611,6 +646,10 @@ impl Set<'_> {
         r.sink_drops.extend(one.sink_drops);
         r.link_drops.extend(one.link_drops);
         r.gap_ms.extend(one.gap_ms);
+        r.moved.extend(one.moved);
+        if matches!(self.on, On::Xnf(_)) {
+            r.lb_flows = self.exp.lb_flows;
+        }
         r.broken.extend(one.broken);
         r.kernel_forwarded.extend(one.kernel_forwarded);
         r.to_kernel.extend(one.to_kernel);

@@ -29,6 +29,13 @@ pub struct EventRow {
     /// Per repeat: TCP connections that saw an error or EOF, of `connections`.
     pub broken: Vec<u64>,
     pub connections: u32,
+    /// Per repeat, xnf only: lb flows (of `lb_flows`, one UDP flow per
+    /// source port to a service of two backends) whose backend changed or
+    /// whose entry went from the lb's connection table.
+    #[serde(default)]
+    pub moved: Vec<u64>,
+    #[serde(default)]
+    pub lb_flows: u32,
     /// Per repeat: datagrams dut's kernel forwarded (its ForwDatagrams).
     pub kernel_forwarded: Vec<u64>,
     /// Per repeat, xnf only: what its functions' counters say they left
@@ -52,6 +59,8 @@ pub struct Summary {
     pub link_drops: (f64, f64),
     pub gap_ms: (f64, f64),
     pub broken: (f64, f64),
+    #[serde(default)]
+    pub moved: (f64, f64),
     pub kernel_forwarded: (f64, f64),
     /// By reason: (mean, max) over the repeats (a repeat without it counts 0).
     pub to_kernel: BTreeMap<String, (f64, f64)>,
@@ -86,6 +95,7 @@ impl EventRow {
             link_drops: mean_max(&floats(&self.link_drops)),
             gap_ms: mean_max(&self.gap_ms),
             broken: mean_max(&floats(&self.broken)),
+            moved: mean_max(&floats(&self.moved)),
             kernel_forwarded: mean_max(&floats(&self.kernel_forwarded)),
             to_kernel,
         };
@@ -121,14 +131,14 @@ pub fn rows(r: &Results) -> Vec<EventRow> {
 pub fn print(rows: &[EventRow], rate: u32) {
     println!("events under {rate} datagrams/s and TCP connections through dut; mean (max) over the repeats");
     println!(
-        "{:<12} {:<17} {:>7} {:>16} {:>14} {:>18} {:>12} {:>16}  {}",
-        "variant", "event", "repeats", "lost datagrams", "sink/link max", "longest gap ms", "TCP broken", "kernel forwarded", "xnf to kernel; outcome"
+        "{:<12} {:<17} {:>7} {:>16} {:>14} {:>18} {:>12} {:>12} {:>16}  xnf to kernel; outcome",
+        "variant", "event", "repeats", "lost datagrams", "sink/link max", "longest gap ms", "TCP broken", "lb moved", "kernel forwarded"
     );
     for x in rows {
         let s = &x.summary;
         let mm = |(mean, max): (f64, f64), d: usize| format!("{mean:.d$} ({max:.d$})");
         println!(
-            "{:<12} {:<17} {:>7} {:>16} {:>14} {:>18} {:>12} {:>16}  {}; {}",
+            "{:<12} {:<17} {:>7} {:>16} {:>14} {:>18} {:>12} {:>12} {:>16}  {}; {}",
             x.variant,
             x.event,
             x.lost.len(),
@@ -136,6 +146,7 @@ pub fn print(rows: &[EventRow], rate: u32) {
             format!("{:.0}/{:.0}", s.sink_drops.1, s.link_drops.1),
             mm(s.gap_ms, 1),
             mm(s.broken, 1),
+            if x.moved.is_empty() { "—".to_string() } else { mm(s.moved, 1) },
             mm(s.kernel_forwarded, 0),
             x.reasons_cell(),
             x.outcome_cell()
@@ -156,11 +167,13 @@ mod tests {
             kernel_forwarded: vec![10, 30],
             to_kernel: vec![BTreeMap::from([("router/no-neigh".to_string(), 4)]), BTreeMap::new()],
             outcome: vec!["refused".into(), "refused".into()],
+            moved: vec![0, 2],
             ..Default::default()
         };
         x.summarize();
         assert_eq!((x.summary.lost, x.summary.gap_ms, x.summary.kernel_forwarded), ((2.0, 4.0), (2.0, 3.0), (20.0, 30.0)));
         assert_eq!(x.summary.to_kernel["router/no-neigh"], (2.0, 4.0));
+        assert_eq!(x.summary.moved, (1.0, 2.0));
         assert_eq!(x.reasons_cell(), "router/no-neigh 2.0 (max 4)");
         assert_eq!(x.outcome_cell(), "refused");
         assert_eq!(mean_max(&[]), (0.0, 0.0));

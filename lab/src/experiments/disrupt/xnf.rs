@@ -3,6 +3,7 @@
 //! and stopped by the lab; its events are what an operator does to it.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -32,6 +33,41 @@ pub fn xnf_binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The lb service whose flows the experiment follows.
+pub const FLOWS_VIP: &str = "198.18.100.1";
+pub const FLOWS_PORT: u16 = 53;
+
+/// The lb's connection table in `dut`: flow -> backend id, read raw (the
+/// first 4 bytes of each value: the id, in every build's layout, so that
+/// an upgrade to another layout is read alike on both sides).
+pub fn lb_backends(dut: &Netns) -> Result<BTreeMap<Vec<u8>, u32>> {
+    dut.run(|| -> Result<BTreeMap<Vec<u8>, u32>> {
+        use libbpf_rs::{MapCore, MapFlags, MapHandle};
+        let path = xnf_core::state::pin_dir("lb")?.join("conntrack");
+        let m = MapHandle::from_pinned_path(&path).with_context(|| format!("opening {}", path.display()))?;
+        let mut out = BTreeMap::new();
+        for k in m.keys() {
+            if let Some(v) = m.lookup(&k, MapFlags::ANY)? {
+                out.insert(k, u32::from_ne_bytes(v[..4].try_into()?));
+            }
+        }
+        Ok(out)
+    })?
+}
+
+/// Opens `n` lb flows from `gen` (address `from`, route to the VIP via
+/// `via`): one socket, and so one source port, each, kept open.
+pub fn open_flows(gen: &Netns, from: std::net::IpAddr, via: &str, n: u32) -> Result<Vec<std::net::UdpSocket>> {
+    gen.ip(&["route", "replace", &format!("{FLOWS_VIP}/32"), "via", via])?;
+    (0..n)
+        .map(|_| {
+            let s = gen.run(move || std::net::UdpSocket::bind((from, 0)))??;
+            s.send_to(b"flow", (FLOWS_VIP, FLOWS_PORT))?;
+            Ok(s)
+        })
+        .collect()
+}
+
 /// What a box file holds: the first (`changed` false) or the one the
 /// whole-box change applies.
 pub fn box_file(din: &str, dout: &str, spare: &str, changed: bool) -> String {
@@ -48,6 +84,11 @@ pub fn box_file(din: &str, dout: &str, spare: &str, changed: bool) -> String {
         "\n[lb]\ninterfaces = [\"{din}\"]\n[lb.services.encap]\nsource_v4 = \"198.18.200.0/24\"\n\
          [[lb.services.service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nproto = \"tcp\"\nport = 80\n\
          [[lb.services.service.backend]]\naddress = \"198.18.1.2\"\n"
+    ));
+    // The flows whose backends the experiment follows: the same in both files.
+    t.push_str(&format!(
+        "[[lb.services.service]]\nname = \"flows\"\nvip = \"{FLOWS_VIP}\"\nproto = \"udp\"\nport = {FLOWS_PORT}\n\
+         [[lb.services.service.backend]]\naddress = \"198.18.1.2\"\n[[lb.services.service.backend]]\naddress = \"198.18.1.3\"\n"
     ));
     if changed {
         t.push_str("[[lb.services.service]]\nname = \"dns\"\nvip = \"198.18.100.2\"\nproto = \"udp\"\nport = 53\n[[lb.services.service.backend]]\naddress = \"198.18.1.2\"\n");
@@ -289,9 +330,9 @@ impl<'a> XnfBox<'a> {
     }
 
     /// The package's upgrade: the daemon stopped as systemd would and
-    /// started from the other build (`--upgrade-to`, and back to this one
-    /// the next time), which moves the state to its layouts before it
-    /// applies; what its log says it moved.
+    /// started from the other build (`--upgrade-to`; back to this one if
+    /// the box were upgraded twice), which moves the state to its layouts
+    /// before it applies; what its log says it moved.
     fn upgrade(&self) -> Result<String> {
         let to = self.upgrade_to.clone().context("upgrade needs --upgrade-to PATH")?;
         let next = if *self.current.borrow() == self.bin { to } else { self.bin.clone() };
@@ -333,7 +374,7 @@ mod tests {
             }
         }
         assert!(b.contains("xnfspare0") && b.contains("no-telnet") && b.contains("198.18.100.2"));
-        let errs = xnf_config::parse(&bad, "bad", Path::new("/")).err().expect("refused");
+        let Err(errs) = xnf_config::parse(&bad, "bad", Path::new("/")) else { panic!("the bad file was accepted") };
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert_eq!(a.lines().zip(bad.lines()).filter(|(x, y)| x != y).count(), 1);
     }
