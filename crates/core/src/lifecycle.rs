@@ -298,8 +298,10 @@ impl<N: StageNf> Lifecycle<N> {
         StateLock::acquire(N::NAME)
     }
 
+    /// Whether it has state in `dir` (any of its maps pinned: a build
+    /// with a map more finds the older one's state too).
     pub(crate) fn pinned(dir: &Path) -> bool {
-        N::Maps::NAMES.first().is_some_and(|n| dir.join(n).exists())
+        N::Maps::NAMES.iter().any(|n| dir.join(n).exists())
     }
 
     /// The pinned maps, if it has state in this network namespace.

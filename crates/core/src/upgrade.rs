@@ -158,17 +158,22 @@ impl<N: StageNf> Lifecycle<N> {
         builds.get(&ifindex).is_some_and(|(id, b)| Some(*id) == running && b == N::BUILD)
     }
 
-    /// The pinned maps whose layout is not this build's.
-    fn changed(dir: &Path) -> Result<Vec<&'static str>> {
-        let mut out = Vec::new();
+    /// The maps whose layout is not this build's, and those this build
+    /// has that were not pinned (made afresh, nothing to copy).
+    fn changed(dir: &Path) -> Result<(Vec<&'static str>, Vec<&'static str>)> {
+        let (mut changed, mut new) = (Vec::new(), Vec::new());
         for name in N::Maps::NAMES {
             let path = dir.join(name);
+            if !path.exists() {
+                new.push(*name);
+                continue;
+            }
             let h = MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
             if layout::of_map(&h)? != N::Maps::layout_of(name)? {
-                out.push(*name);
+                changed.push(*name);
             }
         }
-        Ok(out)
+        Ok((changed, new))
     }
 
     /// Whether a slot runs a program on a map staged in `next` (a map that
@@ -201,7 +206,7 @@ impl<N: StageNf> Lifecycle<N> {
             return Ok(None);
         }
         let links = Self::attached_links()?;
-        let changed = Self::changed(&dir)?;
+        let (changed, new) = Self::changed(&dir)?;
         let resumed = next.exists() && Self::staged_in_use(&dir, &next, &links);
         if next.exists() && !resumed {
             // Left by an upgrade killed before its first swap (or after its
@@ -209,11 +214,11 @@ impl<N: StageNf> Lifecycle<N> {
             remove_pins(&next);
         }
         let builds: Builds = state::read_json(&Self::run_dir()?, BUILDS).ok().flatten().unwrap_or_default();
-        if changed.is_empty() && !resumed && links.iter().all(|l| Self::current(&builds, l.ifindex)) {
+        if changed.is_empty() && new.is_empty() && !resumed && links.iter().all(|l| Self::current(&builds, l.ifindex)) {
             return Ok(None);
         }
         if !resumed {
-            Self::stage(&dir, &next, &changed)?;
+            Self::stage(&dir, &next, &[&changed[..], &new[..]].concat())?;
         }
         let mut migrations = Vec::new();
         for name in &changed {
