@@ -64,11 +64,12 @@ fn a_short_run_measures_each_event_and_xnf_loses_nothing() {
     for event in ["daemon-kill", "bad-config", "upgrade"] {
         let r = row(rows, "xnf", event);
         assert_eq!((ints(r, "lost"), ints(r, "broken"), ints(r, "moved")), (vec![0], vec![0], vec![0]), "xnf {event}: {r}");
-        assert_eq!(r["lb_flows"], 200, "{r}");
+        assert_eq!(r["lb_flows"], 300, "the connections and the flows: {r}");
     }
     assert_eq!(row(rows, "xnf", "bad-config")["outcome"][0], "refused, nothing changed");
     let upgrade = row(rows, "xnf", "upgrade")["outcome"][0].as_str().unwrap_or_default().to_string();
-    assert!(upgrade.contains("lb swapped=1 migrated=\"conntrack:"), "the upgrade did not move the lb's connections: {upgrade}");
+    // The lb's table holds the TCP connections (through its VIP) and the flows.
+    assert!(upgrade.contains("lb swapped=2 migrated=\"conntrack:300+"), "the upgrade did not move the lb's connections: {upgrade}");
     assert_eq!(row(rows, "xnf", "upgrade")["kernel_forwarded"][0], 0, "slow-pathed during the upgrade");
     let kernel = row(rows, "kernel", "route-change");
     assert!(ints(kernel, "kernel_forwarded")[0] > 0, "the kernel forwards the stream: {kernel}");

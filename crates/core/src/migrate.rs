@@ -321,6 +321,50 @@ impl Migration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CString;
+
+    /// A BTF made in user space holding one struct of `fields` (name,
+    /// bytes, byte offset; all unsigned integers); its id.
+    fn btf_struct(fields: &[(&str, u32, u32)], size: u32) -> (KernelBtf, u32) {
+        let c = |s: &str| CString::new(s).unwrap();
+        // SAFETY: a new, empty BTF, freed by KernelBtf's drop; every call
+        // below passes it and C strings that outlive the call.
+        unsafe {
+            let btf = sys::btf__new_empty();
+            assert!(!btf.is_null());
+            let mut ints = std::collections::HashMap::new();
+            for &(_, bytes, _) in fields {
+                ints.entry(bytes).or_insert_with(|| sys::btf__add_int(btf, c(&format!("u{}", bytes * 8)).as_ptr(), bytes as _, 0));
+            }
+            let id = sys::btf__add_struct(btf, c("value").as_ptr(), size);
+            for &(name, bytes, off) in fields {
+                assert_eq!(sys::btf__add_field(btf, c(name).as_ptr(), ints[&bytes], off * 8, 0), 0);
+            }
+            (KernelBtf(btf), id as u32)
+        }
+    }
+
+    fn plan_of(old: (&[(&str, u32, u32)], u32), new: (&[(&str, u32, u32)], u32)) -> Result<Vec<Leaf>> {
+        let ((ob, oid), (nb, nid)) = (btf_struct(old.0, old.1), btf_struct(new.0, new.1));
+        let (ow, nw) = (ob.walker(), nb.walker());
+        let mut out = Vec::new();
+        Pair { old: &ow, new: &nw }.plan((oid, nid), (0, 0), "conntrack's value", &mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn members_move_by_name_new_ones_start_at_zero_and_a_changed_type_is_refused() {
+        let old: &[(&str, u32, u32)] = &[("id", 4, 0), ("gen", 4, 4)];
+        // One more field, and the two swapped: each found by its name.
+        let leaves = plan_of((old, 8), (&[("gen", 4, 0), ("id", 4, 4), ("upgraded", 8, 8)], 16)).unwrap();
+        assert_eq!(leaves, [Leaf { from: 4, to: 0, len: 4, counter: false }, Leaf { from: 0, to: 4, len: 4, counter: false }]);
+        // A field dropped: not copied.
+        assert_eq!(plan_of((old, 8), (&[("id", 4, 0)], 4)).unwrap(), [Leaf { from: 0, to: 0, len: 4, counter: false }]);
+        // The same name with another type would be misread: refused, named.
+        let e = plan_of((old, 8), (&[("id", 4, 0), ("gen", 8, 8)], 16)).unwrap_err().to_string();
+        assert!(e.starts_with("conntrack's value.gen is int4"), "{e}");
+        assert!(e.ends_with("a field whose type changes needs a new name"), "{e}");
+    }
 
     #[test]
     fn counters_catch_up_by_their_increase_and_the_rest_by_value() {

@@ -195,6 +195,24 @@ impl<N: StageNf> Lifecycle<N> {
         N::load(next, None).map(drop).context("loading this build's program on the staged maps")
     }
 
+    /// Stages the new state in `next` (unless an earlier run did) and
+    /// copies the changed maps into it: the migrations, to catch up after
+    /// the swap, with what each copied, and the staged maps.
+    #[allow(clippy::type_complexity)]
+    fn stage_and_copy(dir: &Path, next: &Path, (changed, new): (&[&str], &[&str]), resumed: bool) -> Result<(Vec<(Migration, usize)>, N::Maps)> {
+        if !resumed {
+            Self::stage(dir, next, &[changed, new].concat())?;
+        }
+        let mut migrations = Vec::new();
+        for name in changed {
+            let open = |d: &Path| MapHandle::from_pinned_path(d.join(name)).with_context(|| format!("opening map {name} in {}", d.display()));
+            let mut m = Migration::new(name, open(dir)?, open(next)?)?;
+            let copied = if resumed { 0 } else { m.copy()? };
+            migrations.push((m, copied));
+        }
+        Ok((migrations, N::Maps::open_pinned(next)?))
+    }
+
     /// Upgrades its state and programs in this network namespace to this
     /// build's; `None` when they are this build's already (or it has no
     /// state here).
@@ -217,18 +235,13 @@ impl<N: StageNf> Lifecycle<N> {
         if changed.is_empty() && new.is_empty() && !resumed && links.iter().all(|l| Self::current(&builds, l.ifindex)) {
             return Ok(None);
         }
-        if !resumed {
-            Self::stage(&dir, &next, &[&changed[..], &new[..]].concat())?;
+        let staged = Self::stage_and_copy(&dir, &next, (&changed, &new), resumed);
+        if staged.is_err() && !resumed {
+            // Nothing runs on it: the old programs never stopped.
+            remove_pins(&next);
         }
-        let mut migrations = Vec::new();
-        for name in &changed {
-            let open = |d: &Path| MapHandle::from_pinned_path(d.join(name)).with_context(|| format!("opening map {name} in {}", d.display()));
-            let mut m = Migration::new(name, open(&dir)?, open(&next)?)?;
-            let copied = if resumed { 0 } else { m.copy()? };
-            migrations.push((m, copied));
-        }
+        let (migrations, maps) = staged?;
         die_at("copied");
-        let maps = N::Maps::open_pinned(&next)?;
         let mut report = UpgradeReport { nf: N::NAME, resumed, ..Default::default() };
         for (i, l) in links.iter().enumerate() {
             let mode = entry::info(l.ifindex).map(|i| i.mode).with_context(|| format!("{} lost its entry program during the upgrade", l.name))?;

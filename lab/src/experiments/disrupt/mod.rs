@@ -2,7 +2,10 @@
 //! and per variant. A sequenced UDP stream (`--rate` datagrams/s, well
 //! below any variant's zero-loss rate) flows gen -> sink through dut, and
 //! `--connections` TCP connections from gen to a server in the sink each
-//! send a small request every `--request-ms` and read the reply. Then one
+//! send a small request every `--request-ms` and read the reply (for xnf
+//! through its lb: a service whose two backends are the sink's two
+//! addresses, which decaps; with `--lb-flows` UDP flows to a second
+//! service, their backends followed across every event). Then one
 //! event at a time: for xnf (a box file of filter, lb and router under
 //! `xnf daemon`) the daemon killed with -9 or stopped and started again, a
 //! whole-box change, a bad file applied, an upgrade (`--upgrade-to`); for
@@ -50,9 +53,10 @@ use crate::engine::stream::Stream;
 use crate::engine::topology::{BuiltTopology, FunctionKind, FunctionSpec, TopologySpec};
 use crate::engine::{cpu, nft, peers as peer_tools};
 
-/// The stream's UDP port and the TCP server's port, at the sink.
+/// The stream's UDP port at the sink (the TCP server's is the lb's
+/// service's, [`xnf::TCP_PORT`]).
 const UDP_PORT: u16 = 9999;
-const TCP_PORT: u16 = 8080;
+const TCP_PORT: u16 = xnf::TCP_PORT;
 /// dut's spare interface, which the whole-box change gives the router.
 const SPARE: [&str; 2] = ["xnfspare0", "xnfspare1"];
 
@@ -333,10 +337,13 @@ impl Disrupt {
     }
 }
 
-/// The point's traffic: the sequenced stream and the TCP server.
+/// The point's traffic: the sequenced stream and the TCP server; the
+/// sink as the lb's backends (its decap removed after the traffic, before
+/// the topology goes).
 struct Traffic {
     stream: Stream,
     _server: Server,
+    _backends: crate::engine::peers::PeerGuard,
 }
 
 /// Stops the point's traffic when dropped.
@@ -429,9 +436,8 @@ impl Experiment for Disrupt {
             f.interfaces.retain(|d| !((f.ns == gen && *d == gen_if) || (f.ns == sink && *d == sink_if)));
         }
         spec.functions.retain(|f| !f.interfaces.is_empty());
-        for (ns, dev) in [(gen, gen_if), (sink, sink_if)] {
-            spec.functions.push(FunctionSpec { ns, kind: FunctionKind::Pass, interfaces: vec![dev] });
-        }
+        // The sink's XDP program is `xnf lb decap` (see `built`).
+        spec.functions.push(FunctionSpec { ns: gen, kind: FunctionKind::Pass, interfaces: vec![gen_if] });
         Ok(())
     }
 
@@ -452,9 +458,16 @@ impl Experiment for Disrupt {
     fn at_point<'a>(&'a self, t: &'a BuiltTopology, _: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
         let l = Line::of(t)?;
         pg.message(&format!("sequenced stream gen -> sink, {} datagrams/s; TCP server in sink", self.rate));
-        let server = Server::start(l.sink, SocketAddr::new(l.sink_ip, TCP_PORT))?;
+        // Any address: the sink's own (the peers' connections) and the VIP
+        // (xnf's, through the lb).
+        let server = Server::start(l.sink, SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), TCP_PORT))?;
+        // First: the decap is also the XDP program the sink's veth needs
+        // to receive the frames dut redirects.
+        let (_, sink_if) = t.endpoint(&t.roles()?.sink)?;
+        let addrs = (l.sink_ip.to_string(), second_backend(l.sink_ip)?.to_string(), l.dut_in_ip.to_string());
+        let backends = xnf::backends_up((l.gen, l.dut, l.sink), &sink_if, (&addrs.0, &addrs.1, &addrs.2))?;
         let stream = Stream::sequenced(l.gen, l.gen_ip, l.sink, SocketAddr::new(l.sink_ip, UDP_PORT), self.rate)?;
-        *self.traffic.borrow_mut() = Some(Traffic { stream, _server: server });
+        *self.traffic.borrow_mut() = Some(Traffic { stream, _server: server, _backends: backends });
         Ok(AtPoint::without_traffic(Flowing(&self.traffic)))
     }
 
@@ -463,7 +476,12 @@ impl Experiment for Disrupt {
         pg.message(&format!("setting up {}", variant_name(&c.variant)));
         let on = self.attach(&l, c.variant)?;
         let every = Duration::from_millis(self.request_ms);
-        let clients = Clients::open(l.gen, SocketAddr::new(l.sink_ip, TCP_PORT), self.connections, every)?;
+        // xnf's connections go to the lb's service; a peer has no lb.
+        let to = match on {
+            On::Xnf(_) => SocketAddr::new(xnf::FLOWS_VIP.parse()?, TCP_PORT),
+            On::Peer(_) => SocketAddr::new(l.sink_ip, TCP_PORT),
+        };
+        let clients = Clients::open(l.gen, to, self.connections, every)?;
         let flows = match on {
             On::Xnf(_) => self.open_flows(&l)?,
             On::Peer(_) => Vec::new(),
@@ -499,6 +517,12 @@ enum On<'a> {
     Peer(PeerOn<'a>),
 }
 
+/// The sink's second address, its second backend: the next one up.
+fn second_backend(sink: IpAddr) -> Result<IpAddr> {
+    let IpAddr::V4(a) = sink else { bail!("disrupt needs the sink's IPv4 address, not {sink}") };
+    Ok(IpAddr::V4(std::net::Ipv4Addr::from(u32::from(a) + 1)))
+}
+
 /// The lb flows whose backend changed or whose entry went between two
 /// snapshots (None: the variant has no lb).
 fn moved(before: &Snapshot, after: &Snapshot) -> Option<u64> {
@@ -507,12 +531,15 @@ fn moved(before: &Snapshot, after: &Snapshot) -> Option<u64> {
 }
 
 impl Disrupt {
-    /// Opens the lb flows and waits until the lb holds every one of them.
+    /// Opens the lb flows and waits until the lb holds every one of them
+    /// and of the connections.
     fn open_flows(&self, l: &Line<'_>) -> Result<Vec<std::net::UdpSocket>> {
-        let flows = xnf::open_flows(l.gen, l.gen_ip, &l.dut_in_ip.to_string(), self.lb_flows)?;
+        let flows = xnf::open_flows(l.gen, l.gen_ip, self.lb_flows)?;
         let t0 = Instant::now();
-        while (xnf::lb_backends(l.dut)?.len() as u32) < self.lb_flows {
-            ensure!(t0.elapsed() < Duration::from_secs(10), "the lb did not record the {} flows to {} within 10 s", self.lb_flows, xnf::FLOWS_VIP);
+        // The TCP connections, opened before, are in its table too.
+        let want = self.lb_flows + self.connections;
+        while (xnf::lb_backends(l.dut)?.len() as u32) < want {
+            ensure!(t0.elapsed() < Duration::from_secs(10), "the lb did not record the {want} connections and flows to {} within 10 s", xnf::FLOWS_VIP);
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(flows)
@@ -520,7 +547,10 @@ impl Disrupt {
 
     fn attach<'a>(&self, l: &Line<'a>, v: Variant) -> Result<On<'a>> {
         Ok(match v {
-            Variant::Xnf => On::Xnf(XnfBox::up(l.dut, [&l.din, &l.dout, SPARE[0]], self.upgrade_to.clone())?),
+            Variant::Xnf => {
+                let backends = [l.sink_ip.to_string(), second_backend(l.sink_ip)?.to_string()];
+                On::Xnf(XnfBox::up(l.dut, [&l.din, &l.dout, SPARE[0]], &backends, self.upgrade_to.clone())?)
+            }
             Variant::Kernel => On::Peer(PeerOn::kernel(l.dut, &l.sink_ip.to_string(), &l.dout)?),
             Variant::Nft => On::Peer(PeerOn::nft(l.dut)?),
             Variant::XdpForward => {
@@ -648,7 +678,7 @@ impl Set<'_> {
         r.gap_ms.extend(one.gap_ms);
         r.moved.extend(one.moved);
         if matches!(self.on, On::Xnf(_)) {
-            r.lb_flows = self.exp.lb_flows;
+            r.lb_flows = self.exp.lb_flows + self.exp.connections;
         }
         r.broken.extend(one.broken);
         r.kernel_forwarded.extend(one.kernel_forwarded);

@@ -29,9 +29,10 @@ pub struct EventRow {
     /// Per repeat: TCP connections that saw an error or EOF, of `connections`.
     pub broken: Vec<u64>,
     pub connections: u32,
-    /// Per repeat, xnf only: lb flows (of `lb_flows`, one UDP flow per
-    /// source port to a service of two backends) whose backend changed or
-    /// whose entry went from the lb's connection table.
+    /// Per repeat, xnf only: entries of the lb's connection table (of
+    /// `lb_flows`: the TCP connections to its TCP service and the UDP flows
+    /// to its UDP one, both of two backends) whose backend changed or that
+    /// went.
     #[serde(default)]
     pub moved: Vec<u64>,
     #[serde(default)]

@@ -33,8 +33,11 @@ pub fn xnf_binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
-/// The lb service whose flows the experiment follows.
+/// The lb's VIP: its TCP service (the connections) and its UDP one (the
+/// flows whose backends the experiment follows).
 pub const FLOWS_VIP: &str = "198.18.100.1";
+/// The TCP service's port, the sink's server's.
+pub const TCP_PORT: u16 = 8080;
 pub const FLOWS_PORT: u16 = 53;
 
 /// The lb's connection table in `dut`: flow -> backend id, read raw (the
@@ -55,10 +58,9 @@ pub fn lb_backends(dut: &Netns) -> Result<BTreeMap<Vec<u8>, u32>> {
     })?
 }
 
-/// Opens `n` lb flows from `gen` (address `from`, route to the VIP via
-/// `via`): one socket, and so one source port, each, kept open.
-pub fn open_flows(gen: &Netns, from: std::net::IpAddr, via: &str, n: u32) -> Result<Vec<std::net::UdpSocket>> {
-    gen.ip(&["route", "replace", &format!("{FLOWS_VIP}/32"), "via", via])?;
+/// Opens `n` lb flows from `gen` (address `from`): one socket, and so one
+/// source port, each, kept open.
+pub fn open_flows(gen: &Netns, from: std::net::IpAddr, n: u32) -> Result<Vec<std::net::UdpSocket>> {
     (0..n)
         .map(|_| {
             let s = gen.run(move || std::net::UdpSocket::bind((from, 0)))??;
@@ -68,9 +70,35 @@ pub fn open_flows(gen: &Netns, from: std::net::IpAddr, via: &str, n: u32) -> Res
         .collect()
 }
 
+/// The sink as the lb's two backends (its own address and `second`): the
+/// VIP on its loopback, `xnf lb decap` on its interface stripping what the
+/// lb encapsulates (and passing the rest: it is also the XDP program a
+/// veth needs to receive redirected frames), replies leaving from the VIP
+/// straight to gen (direct server return, through dut's router); gen and
+/// dut route the VIP (dut towards the sink, for its source check of the
+/// replies). The decap is removed by the guard (and by an interrupt).
+pub fn backends_up(l: (&Netns, &Netns, &Netns), sink_if: &str, (sink_ip, second, dut_in): (&str, &str, &str)) -> Result<PeerGuard> {
+    let (gen, dut, sink) = l;
+    sink.ip(&["addr", "replace", &format!("{FLOWS_VIP}/32"), "dev", "lo"])?;
+    sink.ip(&["addr", "replace", &format!("{second}/32"), "dev", sink_if])?;
+    for c in ["all", "default", "lo", sink_if] {
+        sink.sysctl_set(&format!("net.ipv4.conf.{c}.rp_filter"), "0")?;
+    }
+    gen.ip(&["route", "replace", &format!("{FLOWS_VIP}/32"), "via", dut_in])?;
+    dut.ip(&["route", "replace", &format!("{FLOWS_VIP}/32"), "via", sink_ip])?;
+    let bin = xnf_binary()?.to_string_lossy().replace('\'', r"'\''").replace('{', "{{").replace('}', "}}");
+    let decap = Peer {
+        name: "xnf-decap".into(),
+        attach: format!("'{bin}' lb decap attach {{in}} >/dev/null"),
+        detach: format!("'{bin}' lb decap detach {{in}} >/dev/null"),
+    };
+    PeerGuard::attach(&decap, sink, sink_if, sink_if)
+}
+
 /// What a box file holds: the first (`changed` false) or the one the
 /// whole-box change applies.
-pub fn box_file(din: &str, dout: &str, spare: &str, changed: bool) -> String {
+pub fn box_file(din: &str, dout: &str, spare: &str, backends: &[String; 2], changed: bool) -> String {
+    let [b1, b2] = backends;
     let (drop_port, extra_if) = if changed { (7, format!(", \"{spare}\"")) } else { (9, String::new()) };
     let mut t = format!(
         "[daemon]\nlisten = \"{LISTEN}\"\n\n[router]\ninterfaces = [\"{din}\", \"{dout}\"{extra_if}]\nfib = \"cache\"\n\n\
@@ -81,25 +109,25 @@ pub fn box_file(din: &str, dout: &str, spare: &str, changed: bool) -> String {
         t.push_str("[[filter.rules.rule]]\nname = \"no-telnet\"\nproto = \"tcp\"\ndport = 23\naction = \"drop\"\n");
     }
     t.push_str(&format!(
-        "\n[lb]\ninterfaces = [\"{din}\"]\n[lb.services.encap]\nsource_v4 = \"198.18.200.0/24\"\n\
-         [[lb.services.service]]\nname = \"web\"\nvip = \"198.18.100.1\"\nproto = \"tcp\"\nport = 80\n\
-         [[lb.services.service.backend]]\naddress = \"198.18.1.2\"\n"
+        "\n[lb]\ninterfaces = [\"{din}\", \"{dout}\"]\n[lb.services.encap]\nsource_v4 = \"198.18.200.0/24\"\n\
+         [[lb.services.service]]\nname = \"web\"\nvip = \"{FLOWS_VIP}\"\nproto = \"tcp\"\nport = {TCP_PORT}\n\
+         [[lb.services.service.backend]]\naddress = \"{b1}\"\n[[lb.services.service.backend]]\naddress = \"{b2}\"\n"
     ));
     // The flows whose backends the experiment follows: the same in both files.
     t.push_str(&format!(
         "[[lb.services.service]]\nname = \"flows\"\nvip = \"{FLOWS_VIP}\"\nproto = \"udp\"\nport = {FLOWS_PORT}\n\
-         [[lb.services.service.backend]]\naddress = \"198.18.1.2\"\n[[lb.services.service.backend]]\naddress = \"198.18.1.3\"\n"
+         [[lb.services.service.backend]]\naddress = \"{b1}\"\n[[lb.services.service.backend]]\naddress = \"{b2}\"\n"
     ));
     if changed {
-        t.push_str("[[lb.services.service]]\nname = \"dns\"\nvip = \"198.18.100.2\"\nproto = \"udp\"\nport = 53\n[[lb.services.service.backend]]\naddress = \"198.18.1.2\"\n");
+        t.push_str(&format!("[[lb.services.service]]\nname = \"dns\"\nvip = \"198.18.100.2\"\nproto = \"udp\"\nport = 53\n[[lb.services.service.backend]]\naddress = \"{b1}\"\n"));
     }
     t
 }
 
 /// The first box file with one bad line (a port out of range): an apply
 /// must refuse it whole.
-pub fn bad_file(din: &str, dout: &str, spare: &str) -> String {
-    box_file(din, dout, spare, false).replace("dport = 9\n", "dport = 70000\n")
+pub fn bad_file(din: &str, dout: &str, spare: &str, backends: &[String; 2]) -> String {
+    box_file(din, dout, spare, backends, false).replace("dport = 9\n", "dport = 70000\n")
 }
 
 /// A running `xnf daemon`; killed when dropped.
@@ -232,7 +260,7 @@ pub struct XnfBox<'a> {
 impl<'a> XnfBox<'a> {
     /// Writes the box file into a folder of its own, starts the daemon on
     /// it and waits until it is ready.
-    pub fn up(dut: &'a Netns, ifs: [&str; 3], upgrade_to: Option<PathBuf>) -> Result<XnfBox<'a>> {
+    pub fn up(dut: &'a Netns, ifs: [&str; 3], backends: &[String; 2], upgrade_to: Option<PathBuf>) -> Result<XnfBox<'a>> {
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("xnf-lab-disrupt-{}-{n}", std::process::id()));
@@ -240,7 +268,7 @@ impl<'a> XnfBox<'a> {
         let bin = xnf_binary()?;
         let [din, dout, spare] = ifs;
         let remove = PeerGuard::attach(&remover(&bin, &dir), dut, din, dout)?;
-        let files = [box_file(din, dout, spare, false), box_file(din, dout, spare, true), bad_file(din, dout, spare)];
+        let files = [box_file(din, dout, spare, backends, false), box_file(din, dout, spare, backends, true), bad_file(din, dout, spare, backends)];
         let config = dir.join("xnf.toml");
         let current = RefCell::new(bin.clone());
         let b = XnfBox { dut, bin, dir, config, files, daemon: RefCell::new(None), started: Cell::new(0), upgrade_to, current, remove: Some(remove) };
@@ -366,8 +394,12 @@ mod tests {
 
     #[test]
     fn the_files_check_and_the_bad_one_has_one_bad_line() {
-        let (a, b, bad) =
-            (box_file("xnfin", "xnfout", "xnfspare0", false), box_file("xnfin", "xnfout", "xnfspare0", true), bad_file("xnfin", "xnfout", "xnfspare0"));
+        let be = ["198.18.1.2".to_string(), "198.18.1.3".to_string()];
+        let (a, b, bad) = (
+            box_file("xnfin", "xnfout", "xnfspare0", &be, false),
+            box_file("xnfin", "xnfout", "xnfspare0", &be, true),
+            bad_file("xnfin", "xnfout", "xnfspare0", &be),
+        );
         for (text, name) in [(&a, "a"), (&b, "b")] {
             if let Err(e) = xnf_config::parse(text, name, Path::new("/")) {
                 panic!("{name}: {e:?}\n{text}");
