@@ -111,14 +111,16 @@ pub enum LabCmd {
     FibChange(Box<crate::experiments::fibchange::FibChangeArgs>),
     /// What touching a running data plane costs: a sequenced UDP stream
     /// (--rate) and --connections TCP connections gen -> sink through dut
-    /// while one event at a time is done to it — xnf's daemon killed or
-    /// restarted, a whole-box change, a bad file applied, an upgrade
+    /// (for xnf through its lb, with --lb-flows UDP flows) while one event
+    /// at a time is done to it — xnf's daemon killed or restarted, a
+    /// whole-box change, a bad file applied, an upgrade to another build
     /// (--upgrade-to); the kernel's route replaced, an nftables ruleset
     /// replaced, xdp-forward and xdp-filter reloaded — each --repeat
     /// times, variants alternated event by event. Reports per event and
     /// variant (mean and max) the datagrams lost by sequence number, the
-    /// longest gap at the sink, TCP connections broken, what dut's kernel
-    /// forwarded and what xnf's counters left to it, by reason.
+    /// longest gap at the sink, TCP connections broken, lb connections and
+    /// flows moved to another backend, what dut's kernel forwarded and
+    /// what xnf's counters left to it, by reason.
     Disrupt(Box<crate::experiments::disrupt::DisruptArgs>),
     /// A real routing daemon in the loop: BIRD 2 in a peer namespace
     /// announces a table (--routes N synthetic prefixes or a dump file)

@@ -6,6 +6,7 @@ pub mod attach;
 pub mod bird;
 pub mod cpu;
 pub mod driver;
+pub mod eventargs;
 pub mod generator;
 pub mod measure;
 pub mod mrt;

@@ -29,8 +29,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
-use clap::{ArgMatches, Args, Command, FromArgMatches};
+use anyhow::{ensure, Context, Result};
+use clap::Args;
 use serde::{Deserialize, Serialize};
 use xnf_netns::{Netns, Offload};
 use xnf_router::program::FibMode;
@@ -38,7 +38,8 @@ use xnf_router::program::FibMode;
 use super::latency::pingpong::now_ns;
 use super::latency::stats::quantile;
 use crate::engine::attach::router_options;
-use crate::engine::driver::{self, variant_name, AtPoint, Common, Cpus, Experiment, Measuring, Running};
+use crate::engine::driver::{self, variant_name, AtPoint, Cpus, Experiment, Measuring, Running};
+use crate::engine::eventargs::{EventArgs, EventOptions};
 use crate::engine::measure::{Measured, Plan, Timing};
 use crate::engine::params::{self, Param, Point, Value};
 use crate::engine::peers::{self, Peer, PeerGuard};
@@ -147,84 +148,21 @@ pub struct FibChange {
 
 /// `xnf lab fib-change`'s command line: the driver's common options, its
 /// `--runs` named `--changes` (default 20), and the experiment's own.
-pub struct FibChangeArgs {
-    pub common: Common,
-    pub experiment: FibChange,
-    /// Common options given that fib-change has no use for: flag, why.
-    unused: Vec<(&'static str, &'static str)>,
-}
+pub type FibChangeArgs = EventArgs<FibChange>;
 
-/// The command line as derived, before `--runs` becomes `--changes`.
-#[derive(Args)]
-struct Raw {
-    #[command(flatten)]
-    common: Common,
-    #[command(flatten)]
-    experiment: FibChange,
-}
-
-/// Common options fib-change cannot honour that have no "not given"
-/// value (by clap id): their flag and why. (--zero-loss, the load curve
-/// and --profile are refused by [`FibChange::plan`].)
-const UNUSED: [(&str, &str, &str); 5] = [
-    ("seconds", "--seconds", "fib-change times route changes, not intervals of traffic"),
-    ("warmup", "--warmup", "fib-change times route changes, not intervals of traffic (traffic flows before every change)"),
-    ("trial_seconds", "--trial-seconds", "fib-change times route changes, not intervals of traffic"),
-    ("cpu", "--cpu", "fib-change's sender is a paced socket thread, not the generator"),
-    ("csv", "--csv", "fib-change has no samples; its changes are in --json's details"),
-];
-
-/// The common options as fib-change takes them: `--runs` named
-/// `--changes`, `--json` saying where the changes go, and those it refuses
-/// out of its help.
-fn changes(cmd: Command) -> Command {
-    let refused = ["seconds", "warmup", "trial_seconds", "cpu", "zero_loss", "load_curve", "load_rates", "profile", "flame", "prog_stats", "csv"];
-    let cmd = refused.into_iter().fold(cmd, |c, id| c.mut_arg(id, |a| a.hide(true)));
-    cmd.mut_arg("runs", |a| {
-        a.long("changes")
-            .visible_alias("runs")
-            .value_name("N")
-            .default_value("20")
-            .help("Changes per variant, one per run: the variants alternate change by change, each attached afresh")
-    })
-    .mut_arg("json", |a| a.help("Write the results as JSON, the changes in its details.changes (input of `xnf lab report`)"))
-}
-
-impl FromArgMatches for FibChangeArgs {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let Raw { common, experiment } = Raw::from_arg_matches(m)?;
-        let given = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
-        let unused = UNUSED.iter().filter(|(id, ..)| given(id)).map(|(_, flag, why)| (*flag, *why)).collect();
-        Ok(FibChangeArgs { common, experiment, unused })
-    }
-
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        *self = Self::from_arg_matches(m)?;
-        Ok(())
-    }
-}
-
-impl Args for FibChangeArgs {
-    fn augment_args(cmd: Command) -> Command {
-        changes(Raw::augment_args(cmd))
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        changes(Raw::augment_args_for_update(cmd))
-    }
-}
-
-impl FibChangeArgs {
-    /// Refuses common options fib-change has no use for, and a number of
-    /// changes out of range, naming the flag.
-    fn refuse(&self) -> Result<()> {
-        if let Some((flag, why)) = self.unused.first() {
-            bail!("{flag}: {why}");
-        }
-        let n = self.common.runs;
-        ensure!((1..=1000).contains(&n), "--changes {n}: 1 to 1000");
-        Ok(())
-    }
+impl EventOptions for FibChange {
+    const RUNS: (&'static str, &'static str, &'static str, u32, &'static str) =
+        ("changes", "N", "20", 1000, "Changes per variant, one per run: the variants alternate change by change, each attached afresh");
+    /// (--zero-loss, the load curve and --profile are refused by
+    /// [`FibChange::plan`].)
+    const UNUSED: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("seconds", "--seconds", "fib-change times route changes, not intervals of traffic"),
+        ("warmup", "--warmup", "fib-change times route changes, not intervals of traffic (traffic flows before every change)"),
+        ("trial_seconds", "--trial-seconds", "fib-change times route changes, not intervals of traffic"),
+        ("cpu", "--cpu", "fib-change's sender is a paced socket thread, not the generator"),
+        ("csv", "--csv", "fib-change has no samples; its changes are in --json's details"),
+    ];
+    const OUTPUTS: (&'static str, Option<&'static str>) = ("Write the results as JSON, the changes in its details.changes (input of `xnf lab report`)", None);
 }
 
 /// One variant's changes (the results' `details.changes`), in the order of

@@ -36,14 +36,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use clap::{ArgMatches, Args, Command, FromArgMatches};
+use clap::Args;
 use serde::Serialize;
 use xnf_netns::{Netns, Offload};
 
 use self::results::EventRow;
 use self::set::{second_backend, On, Set};
 use self::tcp::{Clients, Server};
-use crate::engine::driver::{self, variant_name, AtPoint, Common, Cpus, Experiment, Running, VariantName};
+use crate::engine::driver::{self, variant_name, AtPoint, Cpus, Experiment, Running, VariantName};
+use crate::engine::eventargs::{EventArgs, EventOptions};
 use crate::engine::measure::{Plan, Timing};
 use crate::engine::params::{Param, Point, Value};
 use crate::engine::progress::Progress;
@@ -187,73 +188,26 @@ pub struct Disrupt {
 
 /// `xnf lab disrupt`'s command line: the driver's common options, its
 /// `--runs` named `--repeat` (default 3), and the experiment's own.
-pub struct DisruptArgs {
-    pub common: Common,
-    pub experiment: Disrupt,
-    /// Common options given that disrupt has no use for: flag, why.
-    unused: Vec<(&'static str, &'static str)>,
-}
+pub type DisruptArgs = EventArgs<Disrupt>;
 
-#[derive(Args)]
-struct Raw {
-    #[command(flatten)]
-    common: Common,
-    #[command(flatten)]
-    experiment: Disrupt,
-}
-
-/// Common options disrupt cannot honour that have no "not given" value
-/// (--zero-loss, the load curve and --profile are refused by its plan).
-const UNUSED: [(&str, &str, &str); 4] = [
-    ("seconds", "--seconds", "disrupt measures events, not intervals of traffic (--settle-ms is the time after each)"),
-    ("warmup", "--warmup", "disrupt measures events, not intervals of traffic (traffic flows before every event)"),
-    ("trial_seconds", "--trial-seconds", "disrupt measures events, not intervals of traffic"),
-    ("cpu", "--cpu", "disrupt's sender is a paced socket thread, not the generator"),
-];
-
-fn repeats(cmd: Command) -> Command {
-    let hidden = ["seconds", "warmup", "trial_seconds", "cpu", "zero_loss", "load_curve", "load_rates", "profile", "flame", "prog_stats"];
-    let cmd = hidden.into_iter().fold(cmd, |c, id| c.mut_arg(id, |a| a.hide(true)));
-    cmd.mut_arg("runs", |a| {
-        a.long("repeat")
-            .visible_alias("runs")
-            .value_name("K")
-            .default_value("3")
-            .help("Times each event is repeated; the order of the events is reversed on every other repeat")
-    })
-    .mut_arg("json", |a| a.help("Write the results as JSON, the events in its details.events (input of `xnf lab report`)"))
-    .mut_arg("csv", |a| a.help("Write one row per event and repeat as CSV (the stream's datagrams sent and received in its window)"))
-}
-
-impl FromArgMatches for DisruptArgs {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let Raw { common, experiment } = Raw::from_arg_matches(m)?;
-        let given = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
-        let unused = UNUSED.iter().filter(|(id, ..)| given(id)).map(|(_, flag, why)| (*flag, *why)).collect();
-        Ok(DisruptArgs { common, experiment, unused })
-    }
-
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        *self = Self::from_arg_matches(m)?;
-        Ok(())
-    }
-}
-
-impl Args for DisruptArgs {
-    fn augment_args(cmd: Command) -> Command {
-        repeats(Raw::augment_args(cmd))
-    }
-
-    fn augment_args_for_update(cmd: Command) -> Command {
-        repeats(Raw::augment_args_for_update(cmd))
-    }
+impl EventOptions for Disrupt {
+    const RUNS: (&'static str, &'static str, &'static str, u32, &'static str) =
+        ("repeat", "K", "3", 100, "Times each event is repeated; the order of the events is reversed on every other repeat");
+    /// (--zero-loss, the load curve and --profile are refused by its plan.)
+    const UNUSED: &'static [(&'static str, &'static str, &'static str)] = &[
+        ("seconds", "--seconds", "disrupt measures events, not intervals of traffic (--settle-ms is the time after each)"),
+        ("warmup", "--warmup", "disrupt measures events, not intervals of traffic (traffic flows before every event)"),
+        ("trial_seconds", "--trial-seconds", "disrupt measures events, not intervals of traffic"),
+        ("cpu", "--cpu", "disrupt's sender is a paced socket thread, not the generator"),
+    ];
+    const OUTPUTS: (&'static str, Option<&'static str>) = (
+        "Write the results as JSON, the events in its details.events (input of `xnf lab report`)",
+        Some("Write one row per event and repeat as CSV (the stream's datagrams sent and received in its window)"),
+    );
 }
 
 pub fn run(mut a: DisruptArgs) -> Result<()> {
-    if let Some((flag, why)) = a.unused.first() {
-        bail!("{flag}: {why}");
-    }
-    ensure!((1..=100).contains(&a.common.runs), "--repeat {}: 1 to 100", a.common.runs);
+    a.refuse()?;
     a.experiment.resolve()?;
     let r = driver::run(&mut a.experiment, &a.common, &mut |line| eprintln!("xnf lab: {line}"))?;
     a.experiment.print(&r);
