@@ -249,7 +249,21 @@ pub fn remove(ifindex: u32, stage: Stage) -> Result<()> {
         }
     }
     remove_pins(&dir);
-    Ok(())
+    forget_build(ifindex)
+}
+
+/// Drops `ifindex`'s record of its entry program's build (detached).
+fn forget_build(ifindex: u32) -> Result<()> {
+    let dir = state::run_dir()?;
+    let mut b: std::collections::BTreeMap<u32, (u32, String)> = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
+    if b.remove(&ifindex).is_none() {
+        return Ok(());
+    }
+    if b.is_empty() {
+        let _ = std::fs::remove_file(dir.join(BUILDS));
+        return Ok(());
+    }
+    state::write_json(&dir, BUILDS, &b)
 }
 
 /// Empties `stage` on `ifindex` when `prog_name` holds it there, or when
