@@ -1,7 +1,8 @@
 //! `xnf upgrade`: the entry programs, and every network function's pinned
 //! state and programs in this network namespace, moved to this build's in
-//! place ([`Lifecycle::upgrade`] says how; [`entry::upgrade`]). The package's maintainer scripts
-//! restart `xnf daemon`, which runs it before anything else.
+//! place ([`entry::upgrade`], and [`Lifecycle::upgrade`] says how). The
+//! package's maintainer scripts restart `xnf daemon`, which runs it before
+//! anything else.
 
 use anyhow::Result;
 use xnf_core::entry;
