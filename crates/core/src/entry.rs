@@ -166,10 +166,9 @@ const BUILDS: &str = "entry-builds.json";
 
 fn record_build(ifindex: u32, link: &XdpLink) -> Result<()> {
     let (_, id) = link.info()?;
-    let dir = state::run_dir()?;
-    let mut b: std::collections::BTreeMap<u32, (u32, String)> = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
-    b.insert(ifindex, (id, skel::BUILD.to_string()));
-    state::write_json(&dir, BUILDS, &b)
+    state::update_json(&state::run_dir()?, BUILDS, |b: &mut state::Builds| {
+        b.insert(ifindex, (id, skel::BUILD.to_string()));
+    })
 }
 
 /// Puts this build's entry program on every interface of this network
@@ -179,7 +178,7 @@ fn record_build(ifindex: u32, link: &XdpLink) -> Result<()> {
 pub fn upgrade() -> Result<Vec<u32>> {
     let _lock = StateLock::acquire(LOCK)?;
     let dir = state::run_dir()?;
-    let builds: std::collections::BTreeMap<u32, (u32, String)> = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
+    let builds: state::Builds = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
     let mut done = Vec::new();
     for l in xnf_netns::netlink::links()? {
         let Some(i) = info(l.ifindex) else { continue };
@@ -254,16 +253,9 @@ pub fn remove(ifindex: u32, stage: Stage) -> Result<()> {
 
 /// Drops `ifindex`'s record of its entry program's build (detached).
 fn forget_build(ifindex: u32) -> Result<()> {
-    let dir = state::run_dir()?;
-    let mut b: std::collections::BTreeMap<u32, (u32, String)> = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
-    if b.remove(&ifindex).is_none() {
-        return Ok(());
-    }
-    if b.is_empty() {
-        let _ = std::fs::remove_file(dir.join(BUILDS));
-        return Ok(());
-    }
-    state::write_json(&dir, BUILDS, &b)
+    state::update_json(&state::run_dir()?, BUILDS, |b: &mut state::Builds| {
+        b.remove(&ifindex);
+    })
 }
 
 /// Empties `stage` on `ifindex` when `prog_name` holds it there, or when
@@ -310,26 +302,33 @@ pub fn installed(ifindex: u32, stage: Stage, name: &str) -> Option<u32> {
 
 /// The name of program `id`, by its id (not by walking every program).
 fn prog_name(id: u32) -> Option<String> {
-    use std::os::fd::{FromRawFd, OwnedFd};
+    fd_prog_name(prog_by_id(id)?.as_fd())
+}
+
+/// Program `id`, opened by its id.
+pub(crate) fn prog_by_id(id: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
     // SAFETY: a new fd is ours to own.
-    let fd = unsafe {
+    unsafe {
         let fd = libbpf_sys::bpf_prog_get_fd_by_id(id);
-        if fd < 0 {
-            return None;
-        }
-        OwnedFd::from_raw_fd(fd)
-    };
-    fd_prog_name(fd.as_fd())
+        (fd >= 0).then(|| std::os::fd::OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// What the kernel says of the program open as `fd`; the ids of the maps
+/// it uses go into `map_ids` (as many as fit; `nr_map_ids` says how many).
+pub(crate) fn prog_info(fd: BorrowedFd<'_>, map_ids: &mut [u32]) -> Option<libbpf_sys::bpf_prog_info> {
+    let mut info = libbpf_sys::bpf_prog_info { nr_map_ids: map_ids.len() as u32, map_ids: map_ids.as_mut_ptr() as u64, ..Default::default() };
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: a valid fd; info is plain data of the size given, pointing
+    // at a buffer of nr_map_ids ids.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) };
+    (rc == 0).then_some(info)
 }
 
 /// The name the kernel gives the program open as `fd`.
 fn fd_prog_name(fd: BorrowedFd<'_>) -> Option<String> {
-    let mut info = libbpf_sys::bpf_prog_info::default();
-    let mut len = std::mem::size_of_val(&info) as u32;
-    // SAFETY: a valid fd; info is plain data of the size given.
-    if unsafe { libbpf_sys::bpf_prog_get_info_by_fd(std::os::fd::AsRawFd::as_raw_fd(&fd), &mut info, &mut len) } != 0 {
-        return None;
-    }
+    let info = prog_info(fd, &mut [])?;
     let name: Vec<u8> = info.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
     Some(String::from_utf8_lossy(&name).into_owned())
 }

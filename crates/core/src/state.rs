@@ -213,6 +213,22 @@ pub fn write_json<T: serde::Serialize>(dir: &Path, name: &str, v: &T) -> Result<
     std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))
 }
 
+/// Which build each interface's program is, per ifindex: the program id
+/// in its slot or link and the build it was loaded from (for upgrades).
+pub type Builds = std::collections::BTreeMap<u32, (u32, String)>;
+
+/// Reads run file `name` of `dir` (or the default when it is absent or
+/// unreadable: a record to rebuild, not to trust), changes it with `f` and
+/// writes it back whole.
+pub fn update_json<T>(dir: &Path, name: &str, f: impl FnOnce(&mut T)) -> Result<()>
+where
+    T: Default + serde::Serialize + for<'de> serde::Deserialize<'de>,
+{
+    let mut v: T = read_json(dir, name).ok().flatten().unwrap_or_default();
+    f(&mut v);
+    write_json(dir, name, &v)
+}
+
 /// Removes `dir` and then its parents up to /sys/fs/bpf/xnf while empty.
 pub fn remove_empty_dirs(dir: &Path) {
     let stop = Path::new(BPFFS);

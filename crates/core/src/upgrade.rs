@@ -40,7 +40,7 @@ use crate::entry;
 use crate::layout;
 use crate::lifecycle::{Lifecycle, PinnedMaps, StageNf};
 use crate::migrate::Migration;
-use crate::state;
+use crate::state::{self, Builds};
 
 /// What an upgrade did to one network function.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
@@ -67,9 +67,6 @@ pub struct MigratedMap {
 /// The run file recording which build each interface's program is.
 const BUILDS: &str = "builds.json";
 
-/// Per ifindex: the program id in the slot and the build it was loaded from.
-type Builds = BTreeMap<u32, (u32, String)>;
-
 fn sibling(dir: &Path, suffix: &str) -> PathBuf {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     dir.with_file_name(format!("{name}{suffix}"))
@@ -88,34 +85,10 @@ fn pinned_ids(dir: &Path) -> BTreeMap<String, u32> {
 
 /// The ids of the maps program `id` uses.
 fn prog_maps(id: u32) -> Vec<u32> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: a new fd is ours to own.
-    let fd = unsafe {
-        let fd = libbpf_sys::bpf_prog_get_fd_by_id(id);
-        if fd < 0 {
-            return Vec::new();
-        }
-        OwnedFd::from_raw_fd(fd)
-    };
     let mut ids = vec![0u32; 64];
-    let mut info = libbpf_sys::bpf_prog_info { nr_map_ids: ids.len() as u32, map_ids: ids.as_mut_ptr() as u64, ..Default::default() };
-    let mut len = std::mem::size_of_val(&info) as u32;
-    // SAFETY: a valid fd; info is plain data of the size given and points
-    // at a buffer of nr_map_ids ids.
-    if unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) } != 0 {
-        return Vec::new();
-    }
+    let Some(info) = entry::prog_by_id(id).and_then(|fd| entry::prog_info(fd.as_fd(), &mut ids)) else { return Vec::new() };
     ids.truncate((info.nr_map_ids as usize).min(64));
     ids
-}
-
-/// The id of the program open as `fd`.
-fn fd_prog_id(fd: std::os::fd::BorrowedFd<'_>) -> Option<u32> {
-    use std::os::fd::AsRawFd;
-    let mut info = libbpf_sys::bpf_prog_info::default();
-    let mut len = std::mem::size_of_val(&info) as u32;
-    // SAFETY: a valid fd; info is plain data of the size given.
-    (unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) } == 0).then_some(info.id)
 }
 
 /// Exchanges two folders of bpffs in one step.
@@ -145,11 +118,10 @@ fn die_at(point: &str) {
 impl<N: StageNf> Lifecycle<N> {
     /// Records that `ifindex`'s slot holds `prog`, of this build.
     pub(crate) fn record_build(ifindex: u32, prog: std::os::fd::BorrowedFd<'_>) -> Result<()> {
-        let Some(id) = fd_prog_id(prog) else { return Ok(()) };
-        let dir = Self::run_dir()?;
-        let mut b: Builds = state::read_json(&dir, BUILDS).ok().flatten().unwrap_or_default();
-        b.insert(ifindex, (id, N::BUILD.to_string()));
-        state::write_json(&dir, BUILDS, &b)
+        let Some(info) = entry::prog_info(prog, &mut []) else { return Ok(()) };
+        state::update_json(&Self::run_dir()?, BUILDS, |b: &mut Builds| {
+            b.insert(ifindex, (info.id, N::BUILD.to_string()));
+        })
     }
 
     /// Whether `ifindex`'s slot runs this build's program.
