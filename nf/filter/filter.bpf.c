@@ -19,8 +19,9 @@
  *   frame, a pass or count rule does not, so an undeterminable frame never
  *   gets past a drop rule by accident, nor past the default by a pass rule.
  *
- * Everything a change swaps is behind a map-in-map: the rule set (one
- * value of an inner array) and each prefix list (an LPM trie). An apply
+ * Everything a change swaps is behind a map-in-map: the compiled rule set
+ * (an inner array of records, filter.h) and each prefix list (an LPM
+ * trie). An apply
  * fills new inner maps and then points the outer slot at them in one
  * update: a frame sees the old rules or the new ones whole. The kernel
  * frees an old inner map after an RCU grace period, off the data path.
@@ -33,14 +34,20 @@
 #include "syncookie.h"
 
 /* Puts these types into BTF for the Rust mirrors (src/program.rs). The
- * generator follows members, not pointers; the 39 KiB of read-only data
- * this costs (a whole rule set) are never touched. */
+ * generator follows members, not pointers; the read-only data this costs
+ * are never touched. */
 const volatile struct {
 	enum xnf_filter_limits limits;
 	enum xnf_filter_field field;
 	enum xnf_filter_action action;
 	enum xnf_filter_counter counter;
-	struct xnf_filter_set set;
+	enum xnf_filter_region region;
+	enum xnf_filter_table table;
+	enum xnf_filter_ref ref;
+	struct xnf_filter_header header;
+	struct xnf_filter_rule rule;
+	struct xnf_filter_class class;
+	struct xnf_filter_refs refs;
 	struct xnf_filter_record record;
 	struct xnf_filter_lpm_key lpm_key;
 	struct xnf_filter_bucket_key bucket_key;
@@ -53,13 +60,15 @@ const volatile struct {
 #define RULE_DEFAULT XNF_FILTER_MAX_RULES
 #define RULE_MALFORMED (XNF_FILTER_MAX_RULES + 1)
 #define RULE_NONE 0xffffffffU
-#define XNF_FILTER_INLINE_RULES 8
+/* Sets of at most this many rules are scanned rule by rule. */
+#define XNF_FILTER_LINEAR_RULES 4
 
+/* A compiled rule set (filter.h): its records. */
 struct xnf_filter_set_table {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, XNF_FR_COUNT);
 	__uint(key_size, sizeof(__u32));
-	__uint(value_size, sizeof(struct xnf_filter_set));
+	__uint(value_size, XNF_FILTER_RECORD);
 };
 
 /* The live rule set, swapped whole by the control plane. */
@@ -96,13 +105,15 @@ struct {
 	__type(value, struct xnf_filter_stats);
 } stats SEC(".maps");
 
-/* Slot XNF_FILTER_MAX_RULES counts the default policy. */
+/* Slot XNF_FILTER_MAX_RULES counts the default policy. Named anew when
+ * the rule limit grew from 256 (a pinned map keeps its size: an upgrade
+ * makes this one fresh instead of reusing the smaller one). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, XNF_FILTER_MAX_RULES + 1);
 	__type(key, __u32);
 	__type(value, struct xnf_filter_rule_stats);
-} rule_stats SEC(".maps");
+} rule_counters SEC(".maps");
 
 /* Per-source token buckets. An LRU: a flood of new sources evicts the
  * least recently seen ones, whose next frame starts a full bucket. */
@@ -145,13 +156,23 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } capture_ring SEC(".maps");
 
+/* The fields of a compiled set's tables: the kind, then enum xnf_filter_table's. */
+#define XNF_FIELDS 7
+
 /* A frame as the rules see it. */
 struct fctx {
 	struct xnf_pkt pkt;
-	const struct xnf_filter_set *set;
-	struct xnf_filter_stats *stats; /* this CPU's counters, looked up once */
+	void *set;                            /* the live compiled set (filter.h) */
+	const struct xnf_filter_header *hdr;  /* its header; NULL: no rules applied */
+	struct xnf_filter_stats *stats;       /* this CPU's counters, looked up once */
+	/* The class of each field (classify). */
+	const struct xnf_filter_class *cls[XNF_FIELDS];
 	__u32 len;        /* frame bytes (no FCS) */
 	__u32 hit;        /* index of the rule that took the frame, or RULE_NONE */
+	__u32 words;      /* words of rules every class has some rule in */
+	__u32 word;       /* the lazy search: the word it is in, */
+	__u64 cand;       /* and the candidates left there */
+	__u8 maybe_unsure; /* some class has rules it cannot tell about */
 	__u8 unsure;      /* it took the frame fail-closed */
 	__u8 tcp_flags;
 	__u8 tcp_known;   /* the flags byte lies within the IP packet */
@@ -167,7 +188,7 @@ static __always_inline void count(const struct fctx *c, __u32 k)
 
 static __always_inline void count_rule(__u32 rule, __u32 len, int dropped)
 {
-	struct xnf_filter_rule_stats *s = bpf_map_lookup_elem(&rule_stats, &rule);
+	struct xnf_filter_rule_stats *s = bpf_map_lookup_elem(&rule_counters, &rule);
 
 	if (!s)
 		return;
@@ -211,6 +232,177 @@ static __always_inline int in_list(__u32 slot, __u8 family, const __u32 *addr)
 	k.prefixlen = 8 + (family == AF_INET ? 32 : 128);
 	__builtin_memcpy(k.addr, addr, 16);
 	return bpf_map_lookup_elem(trie, &k) != 0;
+}
+
+/* x * 0x03f79d71b4cb0a89 >> 58 for each x = 1 << i, to i: BPF has no
+ * count-trailing-zeros instruction. */
+static const __u8 debruijn64[64] = {
+	0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
+	43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
+	44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6,
+};
+
+/* The index of the lowest set bit of @x (not 0). */
+static __always_inline __u32 lowest_bit(__u64 x)
+{
+	return debruijn64[((x & -x) * 0x03f79d71b4cb0a89ULL) >> 58];
+}
+
+/* Entry @idx of the reference table starting at record @base. */
+static __always_inline __u32 ref_at(void *set, __u32 base, __u32 idx)
+{
+	__u32 k = base + (idx >> 6);
+	const struct xnf_filter_refs *r = bpf_map_lookup_elem(set, &k);
+
+	return r ? r->ref[idx & 63] : 0;
+}
+
+/* Rule @i of the live set (NULL beyond the table). */
+static __always_inline const struct xnf_filter_rule *rule_at(const struct fctx *c, __u32 i)
+{
+	__u32 k = XNF_FR_RULES + i;
+
+	if (i >= XNF_FILTER_MAX_RULES)
+		return 0;
+	return bpf_map_lookup_elem(c->set, &k);
+}
+
+/* Field @i's class @ref: kept, and the words of rules it leaves. */
+static __always_inline int use_class(struct fctx *c, __u32 i, __u32 ref)
+{
+	__u32 k = XNF_FR_CLASSES + (ref & XNF_REF_CLASS_MASK);
+	const struct xnf_filter_class *cls = bpf_map_lookup_elem(c->set, &k);
+
+	if (!cls || i >= XNF_FIELDS)
+		return 0;
+	c->cls[i] = cls;
+	c->words &= ref >> XNF_REF_SUMMARY_SHIFT;
+	c->maybe_unsure |= !!(ref & XNF_REF_UNSURE);
+	return 1;
+}
+
+/*
+ * The frame's class in each table the set uses, looked up by its value
+ * of that field. Returns 0 when no rule can take the frame (no word of
+ * rules is in every class, or a record is missing). A field the set does
+ * not use gets the kind's class again, which changes no AND and costs
+ * the search no branch.
+ */
+static __always_inline int classify(struct fctx *c)
+{
+	const struct xnf_pkt *p = &c->pkt;
+	__u32 t = c->hdr->tables, ports = p->l4 == XNF_L4_PORTS, i;
+	void *set = c->set;
+
+	c->words = 0xffff;
+	if (!use_class(c, 0, ref_at(set, XNF_FR_KIND, ((p->family == AF_INET6) << 11) | ((p->l4 & 7) << 8) | p->proto)))
+		return 0;
+#pragma unroll
+	for (i = 1; i < XNF_FIELDS; i++)
+		c->cls[i] = c->cls[0];
+	if ((t & XNF_FT_SPORT) && !use_class(c, 1, ref_at(set, XNF_FR_SPORT, ports ? p->sport : 65536)))
+		return 0;
+	if ((t & XNF_FT_DPORT) && !use_class(c, 2, ref_at(set, XNF_FR_DPORT, ports ? p->dport : 65536)))
+		return 0;
+	if ((t & XNF_FT_TCP) && !use_class(c, 3, ref_at(set, XNF_FR_TCP, c->tcp_known ? c->tcp_flags : 256)))
+		return 0;
+	if ((t & XNF_FT_ICMP) && !use_class(c, 4, ref_at(set, XNF_FR_ICMP, c->icmp_known ? c->icmp_type : 256)))
+		return 0;
+	if ((t & XNF_FT_VLAN) && !use_class(c, 5, ref_at(set, XNF_FR_VLAN, p->tagged ? p->vid : 4096)))
+		return 0;
+	if ((t & XNF_FT_LEN) && !use_class(c, 6, ref_at(set, XNF_FR_LEN, c->len > 0xffff ? 65536 : c->len)))
+		return 0;
+	c->words &= 0xffff;
+	return c->words != 0;
+}
+
+/* The rules of word @w that every class lets take the frame. */
+static __always_inline __u64 word_of(const struct fctx *c, __u32 w)
+{
+	__u64 x = ~0ULL;
+	__u32 i;
+
+	w &= XNF_FILTER_WORDS - 1;
+#pragma unroll
+	for (i = 0; i < XNF_FIELDS; i++)
+		x &= c->cls[i]->take[w];
+	return x;
+}
+
+/* Whether every class matched rule @r itself (not only took it fail-closed). */
+static __always_inline int sure_of(const struct fctx *c, __u32 r)
+{
+	__u32 w = (r >> 6) & (XNF_FILTER_WORDS - 1), i;
+	__u64 bit = 1ULL << (r & 63);
+
+#pragma unroll
+	for (i = 0; i < XNF_FIELDS; i++)
+		if (!(c->cls[i]->sure[w] & bit))
+			return 0;
+	return 1;
+}
+
+/* The first rule every class takes, when no rule has an address. */
+static __always_inline void search(struct fctx *c)
+{
+	__u32 words = c->words, i, w;
+	__u64 x;
+
+	for (i = 0; i < XNF_FILTER_WORDS && words; i++) {
+		w = lowest_bit(words);
+		x = word_of(c, w);
+		if (x) {
+			c->hit = w * 64 + lowest_bit(x);
+			return;
+		}
+		words &= words - 1;
+	}
+}
+
+/* Whether the addresses of frame @c fit rule @r's prefixes and lists. The
+ * lists come last: a trie lookup costs more than everything else. */
+static __always_inline int addresses_match(const struct fctx *c, __u32 r)
+{
+	const struct xnf_filter_rule *rule = rule_at(c, r);
+	const struct xnf_pkt *p = &c->pkt;
+	__u32 f;
+
+	if (!rule)
+		return 0;
+	f = rule->flags;
+	if ((f & XNF_F_SRC) && !prefix_match(p->src, rule->src, rule->src_mask))
+		return 0;
+	if ((f & XNF_F_DST) && !prefix_match(p->dst, rule->dst, rule->dst_mask))
+		return 0;
+	if ((f & XNF_F_SRC_LIST) && !in_list(rule->src_list, p->family, p->src))
+		return 0;
+	if ((f & XNF_F_DST_LIST) && !in_list(rule->dst_list, p->family, p->dst))
+		return 0;
+	return 1;
+}
+
+/* bpf_loop body of the search when rules have addresses: one step moves
+ * to the next word of candidates, or tries the lowest candidate's
+ * addresses. 1 stops. */
+static long lazy_step(__u32 i, void *arg)
+{
+	struct fctx *c = arg;
+	__u32 r;
+
+	if (!c->cand) {
+		if (!c->words)
+			return 1;
+		c->word = lowest_bit(c->words) & (XNF_FILTER_WORDS - 1);
+		c->words &= c->words - 1;
+		c->cand = word_of(c, c->word);
+		return 0;
+	}
+	r = c->word * 64 + lowest_bit(c->cand);
+	c->cand &= c->cand - 1;
+	if (!addresses_match(c, r))
+		return 0;
+	c->hit = r;
+	return 1;
 }
 
 /* The fields few rules have, in one test. */
@@ -289,28 +481,15 @@ static __always_inline int match_rule(const struct xnf_filter_rule *r, const str
 	return unsure ? XNF_CLASS_UNSURE : XNF_CLASS_YES;
 }
 
-/*
- * Rule @i (< XNF_FILTER_MAX_RULES, checked by the caller). The compiler
- * would check one copy of i and index with another the verifier knows
- * nothing of; hiding i from it and masking (256 is a power of two) gives
- * the verifier a bound on the index it actually uses.
- */
-static __always_inline const struct xnf_filter_rule *rule_at(const struct xnf_filter_set *set, __u32 i)
-{
-	asm volatile("" : "+r"(i));
-	return &set->rules[i & (XNF_FILTER_MAX_RULES - 1)];
-}
-
-/* Tries rule @i: 1 if it takes the frame (or there is no rule @i), so
- * the search stops; 0 to go on. */
+/* Tries rule @i of a small set: 1 if it takes the frame (or there is
+ * no rule @i), so the scan stops; 0 to go on. */
 static __always_inline long try_rule(__u32 i, struct fctx *c)
 {
-	const struct xnf_filter_rule *r;
+	const struct xnf_filter_rule *r = rule_at(c, i);
 	int m;
 
-	if (i >= XNF_FILTER_MAX_RULES || !c->set)
+	if (!r)
 		return 1;
-	r = rule_at(c->set, i);
 	m = match_rule(r, c);
 	if (m == XNF_CLASS_NO)
 		return 0;
@@ -323,27 +502,34 @@ static __always_inline long try_rule(__u32 i, struct fctx *c)
 	return 1;
 }
 
-/* bpf_loop body for the rules after the inline ones. */
-static long rule_step(__u32 i, void *arg)
-{
-	return try_rule(i + XNF_FILTER_INLINE_RULES, arg);
-}
-
 /*
- * The first match in rule order. The first XNF_FILTER_INLINE_RULES rules
- * are tried inline, the rest by bpf_loop: its body is a real call, whose
- * entry and exit cost more than matching a rule does, and a flood is
- * usually met by the first rules (a DDoS rule set puts its drops first).
+ * The first rule that takes the frame, in rule order: the AND of the
+ * frame's classes, its lowest bit. Rules with addresses (a prefix or a
+ * list) are in every address's classes and have their addresses checked
+ * per candidate, in order, by bpf_loop (at most a step per word and one
+ * per rule).
  */
-static __always_inline void find_rule(struct fctx *c, __u32 nrules)
+static __always_inline void find_rule(struct fctx *c)
 {
-	__u32 i;
+	__u32 n = c->hdr->nrules, i;
 
+	/* A set of a few rules: checking them in turn is cheaper than the
+	 * lookups of the classes (test run, one rule: 8 ns less). */
+	if (n <= XNF_FILTER_LINEAR_RULES) {
 #pragma unroll
-	for (i = 0; i < XNF_FILTER_INLINE_RULES; i++)
-		if (i >= nrules || try_rule(i, c))
-			return;
-	bpf_loop(nrules - XNF_FILTER_INLINE_RULES, rule_step, c, 0);
+		for (i = 0; i < XNF_FILTER_LINEAR_RULES; i++)
+			if (i >= n || try_rule(i, c))
+				return;
+		return;
+	}
+	if (!classify(c))
+		return;
+	if (c->hdr->lazy)
+		bpf_loop(XNF_FILTER_WORDS + XNF_FILTER_MAX_RULES, lazy_step, c, 0);
+	else
+		search(c);
+	if (c->hit != RULE_NONE && c->maybe_unsure)
+		c->unsure = !sure_of(c, c->hit);
 }
 
 /* Refills a bucket for the time since its last frame, capped at full. */
@@ -560,11 +746,10 @@ out:
 /* Carries out what rule @i decided. */
 static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i)
 {
-	const struct xnf_filter_rule *r;
+	const struct xnf_filter_rule *r = rule_at(c, i);
 
-	if (!c->set || i >= XNF_FILTER_MAX_RULES)
+	if (!r)
 		return pass(ctx, c);
-	r = rule_at(c->set, i);
 	if (c->unsure)
 		count(c, XNF_FC_UNSURE);
 	switch (r->action) {
@@ -615,17 +800,18 @@ int xnf_filter(struct xdp_md *ctx)
 		return drop(ctx, &c, RULE_MALFORMED);
 	}
 	table = bpf_map_lookup_elem(&rule_sets, &zero);
-	c.set = table ? bpf_map_lookup_elem(table, &zero) : 0;
-	if (!c.set)
+	c.hdr = table ? bpf_map_lookup_elem(table, &zero) : 0;
+	if (!c.hdr)
 		return by_default(ctx, &c, 0); /* no rules applied yet */
+	c.set = table;
 	if (res == XNF_PARSE_QINQ) {
 		count(&c, XNF_FC_QINQ);
-		return by_default(ctx, &c, c.set->default_drop);
+		return by_default(ctx, &c, c.hdr->default_drop);
 	}
 	read_l4_extras(ctx, &c);
-	find_rule(&c, c.set->nrules);
+	find_rule(&c);
 	if (c.hit == RULE_NONE)
-		return by_default(ctx, &c, c.set->default_drop);
+		return by_default(ctx, &c, c.hdr->default_drop);
 	return act(ctx, &c, c.hit);
 }
 

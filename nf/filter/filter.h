@@ -7,11 +7,79 @@
 #include "xnf/common.h"
 
 enum xnf_filter_limits {
-	XNF_FILTER_MAX_RULES = 256,   /* rules in one rule set (rules.rs: MAX_RULES) */
+	XNF_FILTER_MAX_RULES = 1024,  /* rules in one rule set (rules.rs: MAX_RULES) */
+	XNF_FILTER_WORDS = 16,        /* 64-bit words of a set of rules */
+	XNF_FILTER_MAX_CLASSES = 4096, /* distinct sets of rules one set's fields give */
+	XNF_FILTER_RECORD = 256,      /* bytes of one record of a compiled set */
 	XNF_FILTER_MAX_LISTS = 16,    /* list slots: 8 lists live + 8 being replaced */
 	XNF_FILTER_BUCKETS = 65536,   /* per-source token buckets (LRU) */
 	XNF_FILTER_TOP_BITS = 12,     /* 4096 slots of dropped sources per CPU */
 	XNF_FILTER_SNAPLEN = 256,     /* bytes of a dropped frame a capture keeps */
+};
+
+/*
+ * A compiled rule set (src/compile.rs, src/classes.rs): one array of
+ * 256-byte records, swapped whole. Each field a rule can look at without
+ * an address (the protocol, the ports, TCP flags, ICMP type, VLAN, length)
+ * has a table from the frame's value of that field to a class: the set of
+ * rules that field lets take the frame. A frame's rules are the AND of its
+ * classes, the first set bit deciding; the cost is a lookup per field the
+ * set uses and a word per 64 rules at most, whatever the rules are.
+ *
+ * Record indexes: the regions, each after the one before.
+ */
+enum xnf_filter_region {
+	XNF_FR_HEADER = 0,
+	XNF_FR_RULES = 1,                                       /* a struct xnf_filter_rule each */
+	XNF_FR_CLASSES = XNF_FR_RULES + XNF_FILTER_MAX_RULES,   /* a struct xnf_filter_class each */
+	/* Tables of class references (struct xnf_filter_refs, 64 a record). */
+	XNF_FR_KIND = XNF_FR_CLASSES + XNF_FILTER_MAX_CLASSES,  /* family x l4 state x protocol: 4096 */
+	XNF_FR_SPORT = XNF_FR_KIND + 64,                        /* port, or 65536: ports unknown */
+	XNF_FR_DPORT = XNF_FR_SPORT + 1025,
+	XNF_FR_TCP = XNF_FR_DPORT + 1025,                       /* flags byte, or 256: unknown */
+	XNF_FR_ICMP = XNF_FR_TCP + 5,                           /* type, or 256: unknown */
+	XNF_FR_VLAN = XNF_FR_ICMP + 5,                          /* VID, or 4096: untagged */
+	XNF_FR_LEN = XNF_FR_VLAN + 65,                          /* frame length, or 65536: longer */
+	XNF_FR_COUNT = XNF_FR_LEN + 1025,
+};
+
+/* The tables a set uses (xnf_filter_header.fields); the kind is always used. */
+enum xnf_filter_table {
+	XNF_FT_SPORT = 1 << 0,
+	XNF_FT_DPORT = 1 << 1,
+	XNF_FT_TCP = 1 << 2,
+	XNF_FT_ICMP = 1 << 3,
+	XNF_FT_VLAN = 1 << 4,
+	XNF_FT_LEN = 1 << 5,
+};
+
+/* A class reference: the class, which words of its take set are not
+ * zero, and whether its sure set differs (some rule only unsure). */
+enum xnf_filter_ref {
+	XNF_REF_CLASS_MASK = 0xfff,
+	XNF_REF_SUMMARY_SHIFT = 12,     /* 16 bits: word w of take is not zero */
+	XNF_REF_UNSURE = 1 << 28,
+};
+
+struct xnf_filter_header {
+	__u32 nrules;
+	__u32 tables;      /* enum xnf_filter_table */
+	__u8 default_drop;
+	__u8 lazy;         /* some rule has a prefix or a list: checked per candidate */
+	__u8 pad[6];
+	__u64 digest;      /* of every record: the same digest, the same set */
+};
+
+/* Rules a field value lets take the frame: take has the rules it matches
+ * and those it cannot tell about that stop the frame (fail-closed); sure
+ * only the rules it matches. Bit r of word r / 64 is rule r. */
+struct xnf_filter_class {
+	__u64 take[XNF_FILTER_WORDS];
+	__u64 sure[XNF_FILTER_WORDS];
+};
+
+struct xnf_filter_refs {
+	__u32 ref[64];
 };
 
 /* Fields a rule looks at (xnf_filter_rule.flags). */
@@ -99,14 +167,6 @@ struct xnf_filter_rule {
 	__u64 fill_ns_p, fill_ns_b; /* time to fill an empty bucket */
 	__u32 bucket_gen;          /* changes when the rule does: fresh buckets */
 	__u32 pad2;
-};
-
-/* The rule set: what an apply swaps in one update. */
-struct xnf_filter_set {
-	__u32 nrules;
-	__u8 default_drop;
-	__u8 pad[3];
-	struct xnf_filter_rule rules[XNF_FILTER_MAX_RULES];
 };
 
 /* An address in a list (LPM trie key): family byte, then the address. */

@@ -61,6 +61,9 @@ pub trait PinnedMaps: Sized {
         let mut named = NamedMaps::default();
         for name in Self::NAMES {
             let path = dir.join(name);
+            if !path.exists() && dir.is_dir() {
+                anyhow::bail!("{} has no map {name}: another version of xnf made it: `xnf upgrade` moves it to this one's", dir.display());
+            }
             let h = MapHandle::from_pinned_path(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
             layout::check(&path, &h, Self::layout_of(name)?)?;
             named.0.push((name.to_string(), h));
@@ -254,6 +257,17 @@ pub trait StageNf: Sized + 'static {
     /// Its counters summed over CPUs, named.
     fn counters(_maps: &Self::Maps) -> Result<Vec<(&'static str, u64)>> {
         Ok(Vec::new())
+    }
+
+    /// Maps an upgrade fills anew from the function's own record of what
+    /// it applied ([`rebuild`](Self::rebuild)) instead of copying entries:
+    /// tables compiled from a file, whose layout a new build changes.
+    const REBUILT: &'static [&'static str] = &[];
+
+    /// Fills the staged maps named in [`REBUILT`](Self::REBUILT) during an
+    /// upgrade, before any interface runs them (the function's lock held).
+    fn rebuild(_maps: &Self::Maps) -> Result<()> {
+        Ok(())
     }
 }
 

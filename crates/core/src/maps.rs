@@ -153,10 +153,24 @@ pub mod swap {
     /// of `max_entries`, the size the program's template declares.
     pub fn replace(outer: &impl MapCore, value_size: u32, max_entries: u32, entries: &[Vec<u8>]) -> Result<()> {
         anyhow::ensure!(entries.len() <= max_entries as usize, "{} entries: the table holds {max_entries}", entries.len());
+        let at: Vec<(u32, Vec<u8>)> = entries.iter().enumerate().map(|(i, v)| (i as u32, v.clone())).collect();
+        replace_at(outer, value_size, max_entries, &at)
+    }
+
+    /// [`replace`] with the entries at the given indexes (the others zero).
+    pub fn replace_at(outer: &impl MapCore, value_size: u32, max_entries: u32, entries: &[(u32, Vec<u8>)]) -> Result<()> {
         let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
         let inner = MapHandle::create(MapType::Array, Some("xnf_table"), 4, value_size, max_entries, &opts).context("creating a table for the data plane")?;
-        for (i, v) in entries.iter().enumerate() {
-            inner.update(&(i as u32).to_ne_bytes(), v, MapFlags::ANY).context("filling a table")?;
+        for chunk in entries.chunks(1024) {
+            let keys: Vec<u8> = chunk.iter().flat_map(|(i, _)| i.to_ne_bytes()).collect();
+            let values: Vec<u8> = chunk.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+            anyhow::ensure!(chunk.iter().all(|(i, v)| *i < max_entries && v.len() == value_size as usize), "an entry beyond the table or of the wrong size");
+            // Batched where the kernel has it (5.6), else one at a time.
+            if inner.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY).is_err() {
+                for (i, v) in chunk {
+                    inner.update(&i.to_ne_bytes(), v, MapFlags::ANY).context("filling a table")?;
+                }
+            }
         }
         let fd = inner.as_fd().as_raw_fd() as u32;
         outer.update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("switching the data plane to the new table")

@@ -9,7 +9,9 @@
 //!    refuses names with a dot): every map whose layout is unchanged is
 //!    the same map, pinned there too; the others are made anew by loading
 //!    this build's program there.
-//! 2. **Copy** the changed maps' entries ([`migrate`](crate::migrate)).
+//! 2. **Copy** the changed maps' entries ([`migrate`](crate::migrate));
+//!    tables compiled from what was applied (`StageNf::REBUILT`) are
+//!    compiled again into the new layout instead.
 //! 3. **Swap** each interface's stage slot to this build's program on the
 //!    staged maps: one update of the slot each; the old program runs until
 //!    that update, the new one from it.
@@ -176,13 +178,17 @@ impl<N: StageNf> Lifecycle<N> {
             Self::stage(dir, next, &[changed, new].concat())?;
         }
         let mut migrations = Vec::new();
-        for name in changed {
+        for name in changed.iter().filter(|n| !N::REBUILT.contains(n)) {
             let open = |d: &Path| MapHandle::from_pinned_path(d.join(name)).with_context(|| format!("opening map {name} in {}", d.display()));
             let mut m = Migration::new(name, open(dir)?, open(next)?)?;
             let copied = if resumed { 0 } else { m.copy()? };
             migrations.push((m, copied));
         }
-        Ok((migrations, N::Maps::open_pinned(next)?))
+        let maps = N::Maps::open_pinned(next)?;
+        if changed.iter().chain(new).any(|n| N::REBUILT.contains(n)) {
+            N::rebuild(&maps).context("filling the staged tables from what was applied")?;
+        }
+        Ok((migrations, maps))
     }
 
     /// Upgrades its state and programs in this network namespace to this
@@ -207,6 +213,10 @@ impl<N: StageNf> Lifecycle<N> {
         if changed.is_empty() && new.is_empty() && !resumed && links.iter().all(|l| Self::current(&builds, l.ifindex)) {
             return Ok(None);
         }
+        // Tables compiled from what was applied are compiled anew by every
+        // build: staged fresh, never shared with the old programs.
+        let changed: Vec<&str> =
+            changed.into_iter().chain(N::REBUILT.iter().copied().filter(|n| !new.contains(n))).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
         let staged = Self::stage_and_copy(&dir, &next, (&changed, &new), resumed);
         if staged.is_err() && !resumed {
             // Nothing runs on it: the old programs never stopped.

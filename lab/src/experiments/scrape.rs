@@ -16,7 +16,7 @@ use xnf_netns::Netns;
 
 #[derive(Args, Debug, Serialize)]
 pub struct ScrapeArgs {
-    /// Filter rules (at most 256).
+    /// Filter rules (at most 1024).
     #[arg(long, default_value_t = 256)]
     pub rules: usize,
     /// lb services.

@@ -153,7 +153,7 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
     let live = maps.rules()?;
 
     // Slots: unchanged lists keep theirs, the others get free ones.
-    let mut busy: Vec<u32> = live.as_deref().map(slots_used).unwrap_or_default();
+    let mut busy: Vec<u32> = live.as_ref().map(slots_used).unwrap_or_default();
     busy.extend(current.iter().flat_map(|a| a.lists.values().map(|l| l.slot)));
     let mut new_lists = BTreeMap::new();
     let mut to_fill = Vec::new();
@@ -175,7 +175,7 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
     let slots: BTreeMap<String, u32> = new_lists.iter().map(|(n, l)| (n.clone(), l.slot)).collect();
     let set = rule_set(&rs, &slots).with_context(|| origin.to_string())?;
     let next = Applied { origin: origin.to_string(), text: text.to_string(), lists: new_lists };
-    if to_fill.is_empty() && live.as_deref().is_some_and(|l| crate::program::same_set(l, &set)) {
+    if to_fill.is_empty() && live.as_ref().is_some_and(|l| l.same(&set)) {
         // The kernel's side is put right even so (a flushed ruleset).
         synproxy::converge(&rs)?;
         if current.as_ref() != Some(&next) {
@@ -221,6 +221,15 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         None => clear_unused_slots(&maps, &next)?,
     }
     Ok(Outcome::Applied { rules: rs.rules.len(), lists_loaded: to_fill.into_iter().map(|(n, _)| n).collect() })
+}
+
+/// Compiles the applied rule file into `maps` (an upgrade's staged maps,
+/// whose list slots are the live ones): the caller holds the lock.
+pub(crate) fn compile_applied_into(maps: &FilterMaps) -> Result<()> {
+    let Some(a) = applied()? else { return Ok(()) };
+    let rs = RuleSet::parse(&a.text, &a.origin)?;
+    let slots = a.lists.iter().map(|(n, l)| (n.clone(), l.slot)).collect();
+    maps.set_rules(&rule_set(&rs, &slots)?)
 }
 
 /// Puts the kernel's side back as the live rules need it, after a failed

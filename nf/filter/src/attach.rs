@@ -47,6 +47,14 @@ impl StageNf for Filter {
         let c = maps.counters()?;
         Ok(Counter::ALL.iter().map(|k| (k.name(), c[*k as usize])).collect())
     }
+
+    /// The compiled rule set is compiled again from the applied file: a
+    /// build with another layout of it never copies the old one.
+    const REBUILT: &'static [&'static str] = &["rule_sets"];
+
+    fn rebuild(maps: &FilterMaps) -> Result<()> {
+        crate::apply::compile_applied_into(maps)
+    }
 }
 
 type Life = Lifecycle<Filter>;

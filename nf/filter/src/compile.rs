@@ -1,6 +1,7 @@
-//! A checked rule file as the data plane's tables: the rule set
-//! (`struct xnf_filter_set`), with each `@list` named by the list slot the
-//! control plane gave it.
+//! A checked rule file as the data plane's tables: the compiled set
+//! (filter.h, "A compiled rule set": its header, its rules, each `@list`
+//! named by the list slot the control plane gave it, and the classes of
+//! [`crate::classes`]).
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -9,9 +10,11 @@ use anyhow::{ensure, Context, Result};
 
 use xnf_core::class::prefix_words;
 
-use crate::program::{RawRule, RawSet};
+use crate::classes::{self, RECORD};
+use crate::program::{RawHeader, RawRule};
 use crate::rules::{Action, Addr, Rule, RuleSet};
-use crate::skel::filter::types::xnf_filter_field as F;
+use crate::skel::filter::types::{xnf_filter_field as F, xnf_filter_region as R};
+use xnf_core::maps::as_bytes;
 
 /// Token buckets count billionths of a packet or byte.
 const SCALE: u64 = 1_000_000_000;
@@ -117,20 +120,56 @@ fn rule(index: usize, r: &Rule, slots: &BTreeMap<String, u32>) -> Result<RawRule
     Ok(raw)
 }
 
-/// The data plane's rule set for `rs`, each list named by its slot.
-pub fn rule_set(rs: &RuleSet, slots: &BTreeMap<String, u32>) -> Result<Box<RawSet>> {
-    let mut set = Box::<RawSet>::default();
-    set.nrules = rs.rules.len() as u32;
-    set.default_drop = rs.default_drop as u8;
-    for (i, r) in rs.rules.iter().enumerate() {
-        set.rules[i] = rule(i, r, slots).with_context(|| format!("line {}: {}", r.line, r.name))?;
+/// A compiled rule set: what an apply swaps in one update.
+#[derive(Clone)]
+pub struct Compiled {
+    pub header: RawHeader,
+    pub rules: Vec<RawRule>,
+    /// Every record but the header's (index, bytes); empty when read back.
+    pub records: Vec<(u32, Vec<u8>)>,
+}
+
+impl Compiled {
+    /// Every record, the header's first.
+    pub fn all_records(&self) -> impl Iterator<Item = (u32, Vec<u8>)> + '_ {
+        let header = std::iter::once((0, record(as_bytes(&self.header))));
+        header.chain(self.records.iter().cloned())
     }
-    Ok(set)
+
+    /// Whether two compiled sets are the same (their digests are).
+    pub fn same(&self, other: &Compiled) -> bool {
+        as_bytes(&self.header) == as_bytes(&other.header)
+    }
+}
+
+/// `bytes` as one record.
+fn record(bytes: &[u8]) -> Vec<u8> {
+    let mut v = bytes.to_vec();
+    v.resize(RECORD, 0);
+    v
+}
+
+/// The data plane's rule set for `rs`, each list named by its slot.
+pub fn rule_set(rs: &RuleSet, slots: &BTreeMap<String, u32>) -> Result<Compiled> {
+    let rules: Vec<RawRule> =
+        rs.rules.iter().enumerate().map(|(i, r)| rule(i, r, slots).with_context(|| format!("line {}: {}", r.line, r.name))).collect::<Result<_>>()?;
+    let t = classes::tables(&rules)?;
+    let mut records: Vec<(u32, Vec<u8>)> = rules.iter().enumerate().map(|(i, r)| (R::XNF_FR_RULES.0 + i as u32, record(as_bytes(r)))).collect();
+    records.extend(t.records);
+    // FNV-1a over every record: stable across runs, unlike std's hasher.
+    let digest = records
+        .iter()
+        .flat_map(|(i, b)| i.to_ne_bytes().into_iter().chain(b.iter().copied()))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
+    let header =
+        RawHeader { nrules: rules.len() as u32, tables: t.tables, default_drop: rs.default_drop as u8, lazy: t.lazy as u8, digest, ..Default::default() };
+    Ok(Compiled { header, rules, records })
 }
 
 /// The list slots a live rule set refers to.
-pub fn slots_used(set: &RawSet) -> Vec<u32> {
-    let mut v: Vec<u32> = set.rules[..(set.nrules as usize).min(set.rules.len())]
+pub fn slots_used(set: &Compiled) -> Vec<u32> {
+    let mut v: Vec<u32> = set
+        .rules
         .iter()
         .flat_map(|r| {
             let src = (r.flags & F::XNF_F_SRC_LIST.0 != 0).then_some(r.src_list as u32);
@@ -186,7 +225,7 @@ mod tests {
         assert!(rule_set(&rs, &BTreeMap::new()).is_err());
         let set = rule_set(&rs, &BTreeMap::from([("bad".to_string(), 5)])).unwrap();
         assert_eq!(slots_used(&set), vec![5]);
-        assert_eq!(set.nrules, 2);
+        assert_eq!(set.header.nrules, 2);
     }
 
     #[test]

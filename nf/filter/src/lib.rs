@@ -10,7 +10,8 @@
 //! - [`rules`], [`prefixes`]: the rule file (TOML), checked whole before
 //!   anything changes, and prefix lists in the format of public blocklists;
 //! - [`program`]: the BPF program (`filter.bpf.c`) and its shared maps;
-//! - [`compile`]: a checked rule file as the data plane's tables;
+//! - [`compile`]: a checked rule file as the data plane's tables, the
+//!   per-field classes of its rules made by `classes`;
 //! - `synproxy`: the kernel's half of the syn-cookie action (nftables);
 //! - `attach`: the filter on the lifecycle, the first stage of interfaces'
 //!   entry programs, and the home of its run files;
@@ -21,6 +22,7 @@
 mod apply;
 mod attach;
 mod capture;
+mod classes;
 pub mod cli;
 pub mod compile;
 pub mod prefixes;

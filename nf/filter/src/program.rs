@@ -11,11 +11,14 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
 use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
 
+use crate::classes::{RECORD, RECORDS};
+use crate::compile::Compiled;
+use crate::skel::filter::types::xnf_filter_region as R;
 use crate::skel::filter::{types, FilterSkel, FilterSkelBuilder};
 
+pub use types::xnf_filter_header as RawHeader;
 pub use types::xnf_filter_record as RawRecord;
 pub use types::xnf_filter_rule as RawRule;
-pub use types::xnf_filter_set as RawSet;
 
 pub const MAX_RULES: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_RULES.0;
 pub const MAX_LISTS: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_LISTS.0;
@@ -121,7 +124,7 @@ xnf_core::pinned_maps! {
         rule_sets,
         lists,
         stats,
-        rule_stats,
+        rule_counters,
         buckets,
         top_sources,
         capture_cfg,
@@ -135,11 +138,6 @@ xnf_core::pinned_maps! {
 /// rules against known connections (syncookie.h).
 pub fn conntrack_lookup() -> bool {
     std::fs::read_to_string("/proc/kallsyms").is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf_xdp_ct_lookup")))
-}
-
-/// Whether two rule sets are the same (their bytes are).
-pub fn same_set(a: &RawSet, b: &RawSet) -> bool {
-    as_bytes(a) == as_bytes(b)
 }
 
 /// A list's entries as the LPM trie keys them.
@@ -162,14 +160,38 @@ pub fn lpm_key(net: &ipnet::IpNet) -> Vec<u8> {
 
 impl FilterMaps {
     /// Makes `set` the live rule set, in one update.
-    pub fn set_rules(&self, set: &RawSet) -> Result<()> {
-        xnf_core::maps::swap::replace(&self.rule_sets, std::mem::size_of::<RawSet>() as u32, 1, &[as_bytes(set).to_vec()])
+    pub fn set_rules(&self, set: &Compiled) -> Result<()> {
+        let records: Vec<(u32, Vec<u8>)> = set.all_records().collect();
+        xnf_core::maps::swap::replace_at(&self.rule_sets, RECORD as u32, RECORDS, &records).map_err(|e| match self.live_table() {
+            Err(stale) => stale,
+            Ok(_) => e,
+        })
     }
 
-    /// The live rule set, if one was applied.
-    pub fn rules(&self) -> Result<Option<Box<RawSet>>> {
-        let Some(table) = xnf_core::maps::swap::current(&self.rule_sets)? else { return Ok(None) };
-        Ok(table.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.map(|v| Box::new(from_bytes::<RawSet>(&v))))
+    /// The live compiled set's table, refused in one line when another
+    /// build of xnf made it with another layout (the kernel keeps no type
+    /// of a map-in-map's inner tables: their sizes tell).
+    fn live_table(&self) -> Result<Option<MapHandle>> {
+        let table = xnf_core::maps::swap::current(&self.rule_sets)?;
+        if let Some(t) = &table {
+            anyhow::ensure!(
+                t.value_size() == RECORD as u32 && t.max_entries() == RECORDS,
+                "the filter's rule set was written by another build of xnf (records of {} bytes, {} of them): run `xnf upgrade`",
+                t.value_size(),
+                t.max_entries()
+            );
+        }
+        Ok(table)
+    }
+
+    /// The live rule set's header and rules, if one was applied.
+    pub fn rules(&self) -> Result<Option<Compiled>> {
+        let Some(table) = self.live_table()? else { return Ok(None) };
+        let read = |i: u32| table.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(anyhow::Error::from).and_then(|v| v.context("a record of the live rule set"));
+        let header = from_bytes::<RawHeader>(&read(0)?);
+        let n = header.nrules.min(MAX_RULES);
+        let rules = (0..n).map(|i| read(R::XNF_FR_RULES.0 + i).map(|v| from_bytes::<RawRule>(&v))).collect::<Result<_>>()?;
+        Ok(Some(Compiled { header, rules, records: Vec::new() }))
     }
 
     /// Removes the rule set: every frame meets the default, pass.
@@ -217,14 +239,14 @@ impl FilterMaps {
     }
 
     pub fn rule_counters(&self, rule: u32) -> Result<RuleCounters> {
-        let [packets, bytes, dropped] = xnf_core::maps::sum_percpu::<3>(&self.rule_stats, rule)?;
+        let [packets, bytes, dropped] = xnf_core::maps::sum_percpu::<3>(&self.rule_counters, rule)?;
         Ok(RuleCounters { packets, bytes, dropped })
     }
 
     /// Zeroes the counters of `rules` (indexes, [`RULE_DEFAULT`] for the default).
     pub fn reset_rule_counters(&self, rules: impl IntoIterator<Item = u32>) -> Result<()> {
         for r in rules {
-            xnf_core::maps::zero_percpu::<types::xnf_filter_rule_stats>(&self.rule_stats, r)?;
+            xnf_core::maps::zero_percpu::<types::xnf_filter_rule_stats>(&self.rule_counters, r)?;
         }
         Ok(())
     }

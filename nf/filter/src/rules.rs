@@ -145,7 +145,7 @@ struct RawRule {
 }
 
 /// Most rules a file may hold (the data plane's table size).
-pub const MAX_RULES: usize = 256;
+pub const MAX_RULES: usize = 1024;
 /// Most lists a file may name (the data plane holds twice as many, so
 /// that every list can be replaced while the old one still serves).
 pub const MAX_LISTS: usize = 8;

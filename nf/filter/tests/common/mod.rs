@@ -97,7 +97,7 @@ impl Filter {
             self.maps.set_list(slot as u32, nets)?;
             slots.insert(name.clone(), slot as u32);
         }
-        self.maps.set_rules(&*rule_set(&rs, &slots)?)?;
+        self.maps.set_rules(&rule_set(&rs, &slots)?)?;
         Ok(rs)
     }
 

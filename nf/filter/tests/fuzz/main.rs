@@ -216,7 +216,7 @@ fn rule_file(rng: &mut Rng, n: u64) -> (String, BTreeMap<String, Vec<IpNet>>) {
         0..=6 => 0,
         7..=76 => rng.usize(1..9),
         77..=96 => rng.usize(9..33),
-        _ => rng.usize(200..=256),
+        _ => rng.usize(200..=1024),
     };
     for i in 0..count {
         s.push_str(&rule(rng, &format!("f{n}r{i}"), &names));
