@@ -167,6 +167,7 @@ struct fctx {
 	struct xnf_filter_stats *stats;       /* this CPU's counters, looked up once */
 	/* The class of each field (classify). */
 	const struct xnf_filter_class *cls[XNF_FIELDS];
+	const struct xnf_filter_rule *rule; /* the rule that took it, when known */
 	__u32 len;        /* frame bytes (no FCS) */
 	__u32 hit;        /* index of the rule that took the frame, or RULE_NONE */
 	__u32 words;      /* words of rules every class has some rule in */
@@ -180,9 +181,10 @@ struct fctx {
 	__u8 icmp_known;
 };
 
+/* c->stats is never NULL past the program's first lines. */
 static __always_inline void count(const struct fctx *c, __u32 k)
 {
-	if (c->stats && k < XNF_FC_MAX)
+	if (k < XNF_FC_MAX)
 		c->stats->counters[k]++;
 }
 
@@ -498,6 +500,7 @@ static __always_inline long try_rule(__u32 i, struct fctx *c)
 	if (m == XNF_CLASS_UNSURE && (r->action == XNF_FA_PASS || r->action == XNF_FA_COUNT))
 		return 0;
 	c->hit = i;
+	c->rule = r;
 	c->unsure = m == XNF_CLASS_UNSURE;
 	return 1;
 }
@@ -746,7 +749,7 @@ out:
 /* Carries out what rule @i decided. */
 static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i)
 {
-	const struct xnf_filter_rule *r = rule_at(c, i);
+	const struct xnf_filter_rule *r = c->rule ? c->rule : rule_at(c, i);
 
 	if (!r)
 		return pass(ctx, c);
@@ -789,6 +792,8 @@ int xnf_filter(struct xdp_md *ctx)
 
 	c.len = ctx->data_end - ctx->data;
 	c.stats = bpf_map_lookup_elem(&stats, &zero);
+	if (!c.stats)
+		return XDP_PASS; /* never: key 0 of a one-entry array */
 	count(&c, XNF_FC_RX);
 	res = xnf_parse(ctx, &c.pkt);
 	if (res == XNF_PARSE_NON_IP) {
@@ -808,7 +813,8 @@ int xnf_filter(struct xdp_md *ctx)
 		count(&c, XNF_FC_QINQ);
 		return by_default(ctx, &c, c.hdr->default_drop);
 	}
-	read_l4_extras(ctx, &c);
+	if (c.hdr->extras)
+		read_l4_extras(ctx, &c);
 	find_rule(&c);
 	if (c.hit == RULE_NONE)
 		return by_default(ctx, &c, c.hdr->default_drop);

@@ -66,7 +66,8 @@ struct xnf_filter_header {
 	__u32 tables;      /* enum xnf_filter_table */
 	__u8 default_drop;
 	__u8 lazy;         /* some rule has a prefix or a list: checked per candidate */
-	__u8 pad[6];
+	__u8 extras;       /* some rule needs TCP flags or ICMP type (syn-cookie too) */
+	__u8 pad[5];
 	__u64 digest;      /* of every record: the same digest, the same set */
 };
 

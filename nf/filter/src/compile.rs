@@ -161,8 +161,18 @@ pub fn rule_set(rs: &RuleSet, slots: &BTreeMap<String, u32>) -> Result<Compiled>
         .iter()
         .flat_map(|(i, b)| i.to_ne_bytes().into_iter().chain(b.iter().copied()))
         .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3));
-    let header =
-        RawHeader { nrules: rules.len() as u32, tables: t.tables, default_drop: rs.default_drop as u8, lazy: t.lazy as u8, digest, ..Default::default() };
+    // TCP flags and ICMP types are read from the frame only for a set
+    // whose rules look at them (a syn-cookie rule reads the flags).
+    let extras = rs.rules.iter().any(|r| r.tcp_flags.is_some() || r.icmp_type.is_some() || matches!(r.action, Action::SynCookie { .. }));
+    let header = RawHeader {
+        nrules: rules.len() as u32,
+        tables: t.tables,
+        default_drop: rs.default_drop as u8,
+        lazy: t.lazy as u8,
+        extras: extras as u8,
+        digest,
+        ..Default::default()
+    };
     Ok(Compiled { header, rules, records })
 }
 
