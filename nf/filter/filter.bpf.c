@@ -269,7 +269,7 @@ static __always_inline const struct xnf_filter_rule *rule_at(const struct fctx *
 	return bpf_map_lookup_elem(c->set, &k);
 }
 
-/* Field @i's class @ref: kept, and the words of rules it leaves. */
+/* Keeps field @i's class, @ref; 0 if its record is missing. */
 static __always_inline int use_class(struct fctx *c, __u32 i, __u32 ref)
 {
 	__u32 k = XNF_FR_CLASSES + (ref & XNF_REF_CLASS_MASK);
@@ -278,43 +278,54 @@ static __always_inline int use_class(struct fctx *c, __u32 i, __u32 ref)
 	if (!cls || i >= XNF_FIELDS)
 		return 0;
 	c->cls[i] = cls;
-	c->words &= ref >> XNF_REF_SUMMARY_SHIFT;
-	c->maybe_unsure |= !!(ref & XNF_REF_UNSURE);
 	return 1;
 }
+
+/* Field @i of the set's tables: its class for the frame's value @v
+ * (table at record @base), and the words of rules it leaves in *@words;
+ * *@unsure collects the classes' unsure flags. */
+#define CLASSIFY(i, base, v)                                                 \
+	do {                                                                 \
+		__u32 ref = ref_at(set, base, v);                            \
+		if (!use_class(c, i, ref))                                   \
+			return 0;                                            \
+		words &= ref >> XNF_REF_SUMMARY_SHIFT;                       \
+		unsure |= ref & XNF_REF_UNSURE;                              \
+	} while (0)
 
 /*
  * The frame's class in each table the set uses, looked up by its value
  * of that field. Returns 0 when no rule can take the frame (no word of
  * rules is in every class, or a record is missing). A field the set does
  * not use gets the kind's class again, which changes no AND and costs
- * the search no branch.
+ * the search no branch. The words and flags are kept in registers: a
+ * read-modify-write of the context per field would chain each field's
+ * latency to the next one's.
  */
 static __always_inline int classify(struct fctx *c)
 {
 	const struct xnf_pkt *p = &c->pkt;
-	__u32 t = c->hdr->tables, ports = p->l4 == XNF_L4_PORTS, i;
+	__u32 t = c->hdr->tables, ports = p->l4 == XNF_L4_PORTS, words = 0xffff, unsure = 0, i;
 	void *set = c->set;
 
-	c->words = 0xffff;
-	if (!use_class(c, 0, ref_at(set, XNF_FR_KIND, ((p->family == AF_INET6) << 11) | ((p->l4 & 7) << 8) | p->proto)))
-		return 0;
+	CLASSIFY(0, XNF_FR_KIND, ((p->family == AF_INET6) << 11) | ((p->l4 & 7) << 8) | p->proto);
 #pragma unroll
 	for (i = 1; i < XNF_FIELDS; i++)
 		c->cls[i] = c->cls[0];
-	if ((t & XNF_FT_SPORT) && !use_class(c, 1, ref_at(set, XNF_FR_SPORT, ports ? p->sport : 65536)))
-		return 0;
-	if ((t & XNF_FT_DPORT) && !use_class(c, 2, ref_at(set, XNF_FR_DPORT, ports ? p->dport : 65536)))
-		return 0;
-	if ((t & XNF_FT_TCP) && !use_class(c, 3, ref_at(set, XNF_FR_TCP, c->tcp_known ? c->tcp_flags : 256)))
-		return 0;
-	if ((t & XNF_FT_ICMP) && !use_class(c, 4, ref_at(set, XNF_FR_ICMP, c->icmp_known ? c->icmp_type : 256)))
-		return 0;
-	if ((t & XNF_FT_VLAN) && !use_class(c, 5, ref_at(set, XNF_FR_VLAN, p->tagged ? p->vid : 4096)))
-		return 0;
-	if ((t & XNF_FT_LEN) && !use_class(c, 6, ref_at(set, XNF_FR_LEN, c->len > 0xffff ? 65536 : c->len)))
-		return 0;
-	c->words &= 0xffff;
+	if (t & XNF_FT_SPORT)
+		CLASSIFY(1, XNF_FR_SPORT, ports ? p->sport : 65536);
+	if (t & XNF_FT_DPORT)
+		CLASSIFY(2, XNF_FR_DPORT, ports ? p->dport : 65536);
+	if (t & XNF_FT_TCP)
+		CLASSIFY(3, XNF_FR_TCP, c->tcp_known ? c->tcp_flags : 256);
+	if (t & XNF_FT_ICMP)
+		CLASSIFY(4, XNF_FR_ICMP, c->icmp_known ? c->icmp_type : 256);
+	if (t & XNF_FT_VLAN)
+		CLASSIFY(5, XNF_FR_VLAN, p->tagged ? p->vid : 4096);
+	if (t & XNF_FT_LEN)
+		CLASSIFY(6, XNF_FR_LEN, c->len > 0xffff ? 65536 : c->len);
+	c->words = words & 0xffff;
+	c->maybe_unsure = !!unsure;
 	return c->words != 0;
 }
 
