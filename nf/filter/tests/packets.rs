@@ -647,3 +647,31 @@ fn every_truncation_of_a_tcp_syn() {
     // IPv4: 40 cut frames, the whole, 20 cut TCP headers; IPv6: 60, 1, 20.
     assert_table("TCP SYN truncation", t.cases.len(), 142, &failures);
 }
+
+/// A thousand rules, the one that drops the flood last after 999 for other
+/// ports; then a thousand with addresses (a source /32 each and a port),
+/// which the data plane checks candidate by candidate. Each frame meets
+/// exactly its own rule, or the default; and the kernel matrix runs this
+/// table, so the oldest kernel's verifier takes the program with them.
+#[test]
+fn a_thousand_rules() {
+    let f = Filter::load().unwrap();
+    let ports: String = (0..999).map(|i| format!("[[rule]]\nproto = \"udp\"\ndport = {}\naction = \"drop\"\n", 10_000 + i)).collect();
+    f.apply(&format!("{ports}[[rule]]\nproto = \"udp\"\ndport = 9\naction = \"drop\"\n"), &BTreeMap::new()).unwrap();
+    let mut t = Table { cases: Vec::new() };
+    t.drop("1000 port rules: the flood meets the last", "", udp(SRC4, DST4, 1234, 9), &[RuleDrop], Hit::Rule(999));
+    t.drop("1000 port rules: the 501st", "", udp(SRC6, DST6, 1234, 10_500), &[RuleDrop], Hit::Rule(500));
+    t.pass("1000 port rules: a port none has", "", udp(SRC4, DST4, 1234, 53), &[DefaultPass], Hit::Default);
+    let mut failures = run_table(&f, &t.cases);
+    let hosts: String = (0..999)
+        .map(|i| format!("[[rule]]\nsrc = \"198.18.{}.{}/32\"\nproto = \"udp\"\ndport = 9\naction = \"drop\"\n", 100 + i / 250, i % 250))
+        .collect();
+    f.apply(&format!("{hosts}[[rule]]\nsrc = \"{SRC4}/32\"\nproto = \"udp\"\ndport = 9\naction = \"drop\"\n"), &BTreeMap::new()).unwrap();
+    let mut t = Table { cases: Vec::new() };
+    t.drop("1000 address rules: the last", "", udp(SRC4, DST4, 1234, 9), &[RuleDrop], Hit::Rule(999));
+    t.drop("1000 address rules: the 252nd", "", udp("198.18.101.1", DST4, 1234, 9), &[RuleDrop], Hit::Rule(251));
+    t.pass("1000 address rules: another source", "", udp("198.18.0.99", DST4, 1234, 9), &[DefaultPass], Hit::Default);
+    t.pass("1000 address rules: another port", "", udp(SRC4, DST4, 1234, 10), &[DefaultPass], Hit::Default);
+    failures.extend(run_table(&f, &t.cases));
+    assert_table("a thousand rules", 7, 7, &failures);
+}
