@@ -538,8 +538,15 @@ static __always_inline void find_rule(struct fctx *c)
 	}
 	if (!classify(c))
 		return;
-	if (c->hdr->lazy)
+	if (c->hdr->lazy) {
+		/* Linux 6.1's verifier checks a bpf_loop body once, with the
+		 * state at the call: were the search's candidates the constant
+		 * 0 there, it would find the steps that try a candidate
+		 * unreachable and remove them. A zero read from the set is not
+		 * known to be one. */
+		c->cand = c->hdr->zero;
 		bpf_loop(XNF_FILTER_WORDS + XNF_FILTER_MAX_RULES, lazy_step, c, 0);
+	}
 	else
 		search(c);
 	if (c->hit != RULE_NONE && c->maybe_unsure)

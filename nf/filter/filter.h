@@ -67,7 +67,8 @@ struct xnf_filter_header {
 	__u8 default_drop;
 	__u8 lazy;         /* some rule has a prefix or a list: checked per candidate */
 	__u8 extras;       /* some rule needs TCP flags or ICMP type (syn-cookie too) */
-	__u8 pad[5];
+	__u8 zero;         /* always 0 (filter.bpf.c, find_rule, says why) */
+	__u8 pad[4];
 	__u64 digest;      /* of every record: the same digest, the same set */
 };
 
