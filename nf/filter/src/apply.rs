@@ -26,27 +26,11 @@ use xnf_core::state;
 
 use crate::attach::{lock, maps_or_create};
 use crate::compile::{rule_set, slots_used};
+pub use crate::compile::{Applied, AppliedList};
 use crate::prefixes::PrefixList;
 use crate::program::{FilterMaps, MAX_LISTS};
 use crate::rules::RuleSet;
 use crate::synproxy;
-
-/// A list as applied: its slot and a digest of its content.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AppliedList {
-    pub slot: u32,
-    pub digest: u64,
-    pub entries: usize,
-    pub path: String,
-}
-
-/// What is live: enough to rebuild its rule set without reading any file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Applied {
-    pub origin: String,
-    pub text: String,
-    pub lists: BTreeMap<String, AppliedList>,
-}
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Pending {
@@ -221,15 +205,6 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
         None => clear_unused_slots(&maps, &next)?,
     }
     Ok(Outcome::Applied { rules: rs.rules.len(), lists_loaded: to_fill.into_iter().map(|(n, _)| n).collect() })
-}
-
-/// Compiles the applied rule file into `maps` (an upgrade's staged maps,
-/// whose list slots are the live ones): the caller holds the lock.
-pub(crate) fn compile_applied_into(maps: &FilterMaps) -> Result<()> {
-    let Some(a) = applied()? else { return Ok(()) };
-    let rs = RuleSet::parse(&a.text, &a.origin)?;
-    let slots = a.lists.iter().map(|(n, l)| (n.clone(), l.slot)).collect();
-    maps.set_rules(&rule_set(&rs, &slots)?)
 }
 
 /// Puts the kernel's side back as the live rules need it, after a failed

@@ -52,8 +52,10 @@ impl StageNf for Filter {
     /// build with another layout of it never copies the old one.
     const REBUILT: &'static [&'static str] = &["rule_sets"];
 
+    /// The caller holds the lock; the staged maps' list slots are the live ones.
     fn rebuild(maps: &FilterMaps) -> Result<()> {
-        crate::apply::compile_applied_into(maps)
+        let applied: Option<crate::compile::Applied> = xnf_core::state::read_json(&run_dir()?, "applied.json")?;
+        applied.map_or(Ok(()), |a| maps.set_rules(&crate::compile::rule_set_of(&a)?))
     }
 }
 

@@ -21,15 +21,11 @@ use std::collections::HashMap;
 
 use anyhow::{ensure, Result};
 
-use crate::program::RawRule;
+use crate::program::{RawRule, RECORD};
 use crate::skel::filter::types::{self, xnf_filter_field as F, xnf_filter_region as R, xnf_filter_table as T};
 
 /// Words of 64 rules in a set of rules.
 pub const WORDS: usize = types::xnf_filter_limits::XNF_FILTER_WORDS.0 as usize;
-/// Bytes of each record of a compiled set.
-pub const RECORD: usize = types::xnf_filter_limits::XNF_FILTER_RECORD.0 as usize;
-/// Records of a compiled set (the inner array's entries).
-pub const RECORDS: u32 = R::XNF_FR_COUNT.0;
 const MAX_CLASSES: usize = types::xnf_filter_limits::XNF_FILTER_MAX_CLASSES.0 as usize;
 const SUMMARY_SHIFT: u32 = types::xnf_filter_ref::XNF_REF_SUMMARY_SHIFT.0;
 const UNSURE: u32 = types::xnf_filter_ref::XNF_REF_UNSURE.0;
@@ -68,8 +64,11 @@ struct Field {
     entries: u32,
     flag: u32,
     says: fn(&RawRule, u32) -> Say,
-    ranges: Option<fn(&RawRule) -> (u16, u16)>,
+    ranges: Option<Range>,
 }
+
+/// A rule's range of a field (inclusive).
+type Range = fn(&RawRule) -> (u16, u16);
 
 /// Ports, TCP flags and ICMP type are unknown at the last entry.
 fn sport(r: &RawRule, v: u32) -> Say {
@@ -211,7 +210,7 @@ fn table(classes: &mut Classes, rules: &[RawRule], entries: u32, flag: u32, says
 
 /// The values where a range field's answer may change: 0, each range's
 /// start and end + 1, and the last entry (unknown, or beyond every range).
-fn cuts(rules: &[RawRule], flag: u32, entries: u32, ranges: Option<fn(&RawRule) -> (u16, u16)>) -> Vec<u32> {
+fn cuts(rules: &[RawRule], flag: u32, entries: u32, ranges: Option<Range>) -> Vec<u32> {
     let Some(range) = ranges else { return (0..entries).collect() };
     let mut v = vec![0, entries - 1];
     for r in rules.iter().filter(|r| r.flags & flag != 0) {

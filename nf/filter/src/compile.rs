@@ -7,14 +7,16 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 
 use anyhow::{ensure, Context, Result};
+use serde::{Deserialize, Serialize};
 
 use xnf_core::class::prefix_words;
 
-use crate::classes::{self, RECORD};
-use crate::program::{RawHeader, RawRule};
+use crate::classes;
+use crate::program::{FilterMaps, RawHeader, RawRule, MAX_RULES, RECORD, RECORDS};
 use crate::rules::{Action, Addr, Rule, RuleSet};
 use crate::skel::filter::types::{xnf_filter_field as F, xnf_filter_region as R};
-use xnf_core::maps::as_bytes;
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use xnf_core::maps::{as_bytes, from_bytes};
 
 /// Token buckets count billionths of a packet or byte.
 const SCALE: u64 = 1_000_000_000;
@@ -174,6 +176,68 @@ pub fn rule_set(rs: &RuleSet, slots: &BTreeMap<String, u32>) -> Result<Compiled>
         ..Default::default()
     };
     Ok(Compiled { header, rules, records })
+}
+
+/// A list as applied: its slot and a digest of its content.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppliedList {
+    pub slot: u32,
+    pub digest: u64,
+    pub entries: usize,
+    pub path: String,
+}
+
+/// What is live: enough to rebuild its rule set without reading any file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    pub origin: String,
+    pub text: String,
+    pub lists: BTreeMap<String, AppliedList>,
+}
+
+/// The compiled set of what was applied, its lists in their slots.
+pub fn rule_set_of(a: &Applied) -> Result<Compiled> {
+    let rs = RuleSet::parse(&a.text, &a.origin)?;
+    let slots = a.lists.iter().map(|(n, l)| (n.clone(), l.slot)).collect();
+    rule_set(&rs, &slots)
+}
+
+/// The live compiled set, in the maps every instance shares.
+impl FilterMaps {
+    /// Makes `set` the live rule set, in one update.
+    pub fn set_rules(&self, set: &Compiled) -> Result<()> {
+        let records: Vec<(u32, Vec<u8>)> = set.all_records().collect();
+        xnf_core::maps::swap::replace_at(self.rule_sets(), RECORD as u32, RECORDS, &records).map_err(|e| match self.live_table() {
+            Err(stale) => stale,
+            Ok(_) => e,
+        })
+    }
+
+    /// The live compiled set's table, refused in one line when another
+    /// build of xnf made it with another layout (the kernel keeps no type
+    /// of a map-in-map's inner tables: their sizes tell).
+    fn live_table(&self) -> Result<Option<MapHandle>> {
+        let table = xnf_core::maps::swap::current(self.rule_sets())?;
+        if let Some(t) = &table {
+            anyhow::ensure!(
+                t.value_size() == RECORD as u32 && t.max_entries() == RECORDS,
+                "the filter's rule set was written by another build of xnf (records of {} bytes, {} of them): run `xnf upgrade`",
+                t.value_size(),
+                t.max_entries()
+            );
+        }
+        Ok(table)
+    }
+
+    /// The live rule set's header and rules, if one was applied.
+    pub fn rules(&self) -> Result<Option<Compiled>> {
+        let Some(table) = self.live_table()? else { return Ok(None) };
+        let read = |i: u32| table.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(anyhow::Error::from).and_then(|v| v.context("a record of the live rule set"));
+        let header = from_bytes::<RawHeader>(&read(0)?);
+        let n = header.nrules.min(MAX_RULES);
+        let rules = (0..n).map(|i| read(R::XNF_FR_RULES.0 + i).map(|v| from_bytes::<RawRule>(&v))).collect::<Result<_>>()?;
+        Ok(Some(Compiled { header, rules, records: Vec::new() }))
+    }
 }
 
 /// The list slots a live rule set refers to.

@@ -11,9 +11,6 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
 use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
 
-use crate::classes::{RECORD, RECORDS};
-use crate::compile::Compiled;
-use crate::skel::filter::types::xnf_filter_region as R;
 use crate::skel::filter::{types, FilterSkel, FilterSkelBuilder};
 
 pub use types::xnf_filter_header as RawHeader;
@@ -21,6 +18,10 @@ pub use types::xnf_filter_record as RawRecord;
 pub use types::xnf_filter_rule as RawRule;
 
 pub const MAX_RULES: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_RULES.0;
+/// Bytes of each record of a compiled rule set (filter.h).
+pub const RECORD: usize = types::xnf_filter_limits::XNF_FILTER_RECORD.0 as usize;
+/// Records of a compiled set (the inner array's entries).
+pub const RECORDS: u32 = types::xnf_filter_region::XNF_FR_COUNT.0;
 pub const MAX_LISTS: u32 = types::xnf_filter_limits::XNF_FILTER_MAX_LISTS.0;
 /// Bytes of a dropped frame a capture keeps.
 pub const SNAPLEN: u32 = types::xnf_filter_limits::XNF_FILTER_SNAPLEN.0;
@@ -159,39 +160,9 @@ pub fn lpm_key(net: &ipnet::IpNet) -> Vec<u8> {
 }
 
 impl FilterMaps {
-    /// Makes `set` the live rule set, in one update.
-    pub fn set_rules(&self, set: &Compiled) -> Result<()> {
-        let records: Vec<(u32, Vec<u8>)> = set.all_records().collect();
-        xnf_core::maps::swap::replace_at(&self.rule_sets, RECORD as u32, RECORDS, &records).map_err(|e| match self.live_table() {
-            Err(stale) => stale,
-            Ok(_) => e,
-        })
-    }
-
-    /// The live compiled set's table, refused in one line when another
-    /// build of xnf made it with another layout (the kernel keeps no type
-    /// of a map-in-map's inner tables: their sizes tell).
-    fn live_table(&self) -> Result<Option<MapHandle>> {
-        let table = xnf_core::maps::swap::current(&self.rule_sets)?;
-        if let Some(t) = &table {
-            anyhow::ensure!(
-                t.value_size() == RECORD as u32 && t.max_entries() == RECORDS,
-                "the filter's rule set was written by another build of xnf (records of {} bytes, {} of them): run `xnf upgrade`",
-                t.value_size(),
-                t.max_entries()
-            );
-        }
-        Ok(table)
-    }
-
-    /// The live rule set's header and rules, if one was applied.
-    pub fn rules(&self) -> Result<Option<Compiled>> {
-        let Some(table) = self.live_table()? else { return Ok(None) };
-        let read = |i: u32| table.lookup(&i.to_ne_bytes(), MapFlags::ANY).map_err(anyhow::Error::from).and_then(|v| v.context("a record of the live rule set"));
-        let header = from_bytes::<RawHeader>(&read(0)?);
-        let n = header.nrules.min(MAX_RULES);
-        let rules = (0..n).map(|i| read(R::XNF_FR_RULES.0 + i).map(|v| from_bytes::<RawRule>(&v))).collect::<Result<_>>()?;
-        Ok(Some(Compiled { header, rules, records: Vec::new() }))
+    /// The outer map of the live compiled set (compile.rs reads and swaps it).
+    pub(crate) fn rule_sets(&self) -> &MapHandle {
+        &self.rule_sets
     }
 
     /// Removes the rule set: every frame meets the default, pass.

@@ -663,9 +663,8 @@ fn a_thousand_rules() {
     t.drop("1000 port rules: the 501st", "", udp(SRC6, DST6, 1234, 10_500), &[RuleDrop], Hit::Rule(500));
     t.pass("1000 port rules: a port none has", "", udp(SRC4, DST4, 1234, 53), &[DefaultPass], Hit::Default);
     let mut failures = run_table(&f, &t.cases);
-    let hosts: String = (0..999)
-        .map(|i| format!("[[rule]]\nsrc = \"198.18.{}.{}/32\"\nproto = \"udp\"\ndport = 9\naction = \"drop\"\n", 100 + i / 250, i % 250))
-        .collect();
+    let hosts: String =
+        (0..999).map(|i| format!("[[rule]]\nsrc = \"198.18.{}.{}/32\"\nproto = \"udp\"\ndport = 9\naction = \"drop\"\n", 100 + i / 250, i % 250)).collect();
     f.apply(&format!("{hosts}[[rule]]\nsrc = \"{SRC4}/32\"\nproto = \"udp\"\ndport = 9\naction = \"drop\"\n"), &BTreeMap::new()).unwrap();
     let mut t = Table { cases: Vec::new() };
     t.drop("1000 address rules: the last", "", udp(SRC4, DST4, 1234, 9), &[RuleDrop], Hit::Rule(999));
