@@ -140,6 +140,21 @@ pub enum LabCmd {
     /// xnf). Prints a status line every second, then sent / received /
     /// loss / Mpps per CPU; `--verify` parses every frame at the sink.
     Gen(Box<crate::experiments::gen::GenArgs>),
+    /// A program's own cost per frame by BPF_PROG_TEST_RUN: each variant
+    /// — empty (the test run's floor), xnf (`xnf filter` with the rules,
+    /// as attached: its entry program tail-calling the filter stage; the
+    /// stage alone as xnf-stage), xdp-tools' xdp-filter — attached to a
+    /// veth in a lab namespace as a user attaches it, the program on that
+    /// interface found by its id and run over one fixed frame millions of
+    /// times on one CPU.
+    ///
+    /// Swept over the rule-set size (--rules: N-1 rules the frame does not
+    /// meet, then the one that drops it) and the frame (--frame flood,
+    /// pass); each call's verdict is checked (XDP_DROP for the flood).
+    /// Reports ns per frame (median, min, max over --runs, variants
+    /// alternated) and the differences xnf - xdp-filter and against empty.
+    /// The program alone: no driver, the same frame every time.
+    Cost(Box<crate::experiments::cost::CostArgs>),
     /// What one Prometheus scrape of `xnf daemon` costs on a large box
     /// (256 filter rules, 100 lb services x 10 backends, 4 chains by
     /// default): milliseconds per scrape, min, median, p90, max.
@@ -184,6 +199,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::FwdLatency(a) => experiment(*a),
         LabCmd::Gen(a) => crate::experiments::gen::run(*a),
         LabCmd::Scrape(a) => crate::experiments::scrape::run(*a),
+        LabCmd::Cost(a) => crate::experiments::cost::run(*a),
         LabCmd::FibChange(a) => crate::experiments::fibchange::run(*a),
         LabCmd::Disrupt(a) => crate::experiments::disrupt::run(*a),
         LabCmd::Bgp(a) => experiment(*a),

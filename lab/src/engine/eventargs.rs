@@ -1,5 +1,6 @@
 //! The command line of an experiment that measures events under a steady
-//! stream rather than intervals of traffic (`fib-change`, `disrupt`): the
+//! stream rather than intervals of traffic (`fib-change`, `disrupt`), or
+//! no traffic at all (`cost`, programs by test run): the
 //! driver's common options with `--runs` under the experiment's own name,
 //! and those it cannot honour hidden from its help and refused, naming the
 //! flag, when typed. clap tells a typed option from its default here (the
@@ -25,6 +26,9 @@ pub trait EventOptions: Args + FromArgMatches {
     /// Help of `--json` and `--csv` (None: `--csv` is hidden and refused
     /// through [`UNUSED`](Self::UNUSED)).
     const OUTPUTS: (&'static str, Option<&'static str>);
+    /// Common options of [`HIDDEN`] it does honour, shown with its own
+    /// help: clap id, help.
+    const SHOWN: &'static [(&'static str, &'static str)] = &[];
 }
 
 /// An event experiment's command line: the common options, its own.
@@ -50,9 +54,18 @@ impl<E: EventOptions> EventArgs<E> {
 
     fn adjust(cmd: Command) -> Command {
         let (long, value, default, _, help) = E::RUNS;
-        let hidden = HIDDEN.iter().chain(if E::OUTPUTS.1.is_none() { &["csv"][..] } else { &[] });
+        let hidden = HIDDEN.iter().filter(|id| !E::SHOWN.iter().any(|(s, _)| s == *id)).chain(if E::OUTPUTS.1.is_none() { &["csv"][..] } else { &[] });
         let cmd = hidden.fold(cmd, |c, id| c.mut_arg(*id, |a| a.hide(true)));
-        let cmd = cmd.mut_arg("runs", |a| a.long(long).visible_alias("runs").value_name(value).default_value(default).help(help));
+        let cmd = E::SHOWN.iter().fold(cmd, |c, (id, help)| c.mut_arg(*id, |a| a.help(*help)));
+        let cmd = cmd.mut_arg("runs", |a| {
+            let a = a.long(long).value_name(value).default_value(default).help(help);
+            // Under another name, `--runs` still works.
+            if long == "runs" {
+                a
+            } else {
+                a.visible_alias("runs")
+            }
+        });
         let cmd = cmd.mut_arg("json", |a| a.help(E::OUTPUTS.0));
         match E::OUTPUTS.1 {
             Some(csv) => cmd.mut_arg("csv", |a| a.help(csv)),

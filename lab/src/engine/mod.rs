@@ -20,6 +20,7 @@ pub mod routes;
 pub mod search;
 pub mod stream;
 pub mod table;
+pub mod testrun;
 pub mod topology;
 pub mod vlan;
 

@@ -4,6 +4,7 @@ pub mod actions;
 pub mod afxdp;
 pub mod bgp;
 pub mod chain;
+pub mod cost;
 pub mod disrupt;
 pub mod fibchange;
 pub mod filter;

@@ -19,13 +19,19 @@ pub struct Section {
 
 /// Every chart the results have data for, by section.
 pub fn sections(r: &Results) -> Vec<Section> {
+    // `xnf lab cost`'s rate is 1000 / ns of a program alone: drawn in ns.
+    if super::cost::is_cost(r) {
+        return super::cost::sections(r);
+    }
     let palette = Palette::of(r);
     let mut throughput: Vec<Chart> = data::sweeps(r).iter().map(|s| sweep_chart(r, s, &palette)).collect();
     if throughput.is_empty() {
         throughput.extend(variant_bars(r, &palette));
     }
+    let mut application = transaction_charts(r, &palette);
+    application.extend(transaction_sweep_charts(r, &palette));
     let sections = [
-        Section { heading: "Application under load", charts: transaction_charts(r, &palette) },
+        Section { heading: "Application under load", charts: application },
         Section { heading: "Throughput", charts: throughput },
         Section { heading: "CPU vs offered load", charts: cpu_charts(r, &palette) },
         Section { heading: "Loss vs offered rate", charts: loss_charts(r, &palette) },
@@ -164,6 +170,56 @@ fn transaction_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
             if let Some(half) = crate::experiments::filter::flood::half_rate(&curve) {
                 chart.vline(half, colour, &format!("{variant}: half the transactions"), variant);
             }
+        }
+        charts.push(chart);
+    }
+    charts
+}
+
+/// Per sweep whose samples carry an application's transactions: its
+/// transactions per second at full speed (the top load) against the swept
+/// parameter, a line per variant (median, min–max) — the victim of `xnf
+/// lab filter` against the filters' rule count or blocklist size.
+fn transaction_sweep_charts(r: &Results, palette: &Palette) -> Vec<Chart> {
+    let at_max = |s: &Sample| has_transactions(s) && matches!(s.kind, SampleKind::Max);
+    let mut charts = Vec::new();
+    for sweep in data::sweeps(r) {
+        let param = &sweep.param;
+        let numbers: Option<Vec<f64>> = sweep.values.iter().map(Value::number).collect();
+        let (x, banded) = match (param.scale, numbers) {
+            (Axis::Log, Some(n)) if n.iter().all(|v| *v > 0.0) => (Scale::log(&n), false),
+            (Axis::Linear, Some(n)) => (Scale::linear_int(0.0, n.iter().copied().fold(1.0, f64::max)), false),
+            _ => (Scale::band(sweep.values.iter().map(|v| param.label(v)).collect()), true),
+        };
+        let xval = |v: &Value| match (banded, v.number()) {
+            (false, Some(n)) => n,
+            _ => sweep.values.iter().position(|w| w == v).unwrap_or(0) as f64,
+        };
+        let variants: Vec<&str> = palette.variants(|v| sweep.summaries.iter().any(|s| s.variant == v)).collect();
+        let mut lines: Vec<(&str, Vec<Pt>)> = Vec::new();
+        for variant in variants {
+            let mut pts: Vec<Pt> = Vec::new();
+            for s in sweep.summaries.iter().filter(|s| s.variant == variant) {
+                let max: Vec<&Sample> = r.samples.iter().filter(|x| at_max(x) && x.point == s.point && x.variant == variant).collect();
+                let mut ys: Vec<f64> = max.iter().map(|x| x.transactions_per_s.unwrap_or(0.0) / 1e3).collect();
+                if let (Some(v), false) = (s.point.get(&param.name), ys.is_empty()) {
+                    let (lo, hi) = (ys.iter().copied().fold(f64::INFINITY, f64::min), ys.iter().copied().fold(0.0, f64::max));
+                    pts.push(Pt::range(xval(v), median(&mut ys), lo, hi));
+                }
+            }
+            pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+            if !pts.is_empty() {
+                lines.push((variant, pts));
+            }
+        }
+        if lines.is_empty() {
+            continue;
+        }
+        let ymax = lines.iter().flat_map(|(_, p)| p.iter().map(|p| p.hi)).fold(0.001, f64::max);
+        let title = format!("Application transactions at full load vs {}", param.title);
+        let mut chart = Chart::new(&title, &r.label(&sweep.fixed), x, &param.axis, Scale::linear(0.0, ymax), "transactions/s (thousands)");
+        for (variant, points) in lines {
+            chart.series(&Series { label: variant.to_string(), variant, colour: palette.colour(variant), style: Style::Line, points }, 0.0);
         }
         charts.push(chart);
     }

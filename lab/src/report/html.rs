@@ -102,6 +102,7 @@ pub fn results(r: &Results, sections: &[Section]) -> String {
         (ratio_table(r))
         (rtt_table(r))
         (super::disrupt::section(r))
+        (super::cost::section(r))
         @for s in sections { (charts(s)) }
         (summary_table(r))
         (super::profiles::section(r))

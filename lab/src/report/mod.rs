@@ -9,6 +9,7 @@
 //! [`profiles`] adds where the time went when the run was profiled.
 
 pub mod charts;
+pub mod cost;
 pub mod data;
 pub mod disrupt;
 pub mod html;

@@ -24,6 +24,7 @@ use std::rc::Rc;
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 
+use super::blocklist::BlocklistKind;
 use super::flood::Flood;
 use super::summary::{self, Interval};
 use super::variants::{Setup, Variant};
@@ -52,11 +53,12 @@ impl Experiment for Filter {
     const NAME: &'static str = "filter";
 
     fn params(&self) -> Vec<Param> {
-        vec![super::blocklist_param()]
+        vec![super::blocklist_param(self.blocklist_kind), super::rules_param()]
     }
 
+    /// Both axes in every point: the blocklist sizes, then the rule counts.
     fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
-        vec![("blocklist", params::values(&self.blocklist))]
+        vec![("blocklist", params::values(&self.blocklist)), ("rules", params::values(&self.rules))]
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -135,9 +137,15 @@ impl Experiment for Filter {
 
     fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
         pg.message(&format!("preparing the flood ({})", params::label(&self.params(), p)));
-        let at = AtFlood::new(self, t, u64::try_from(p.int("blocklist")?)?)?;
+        let at = AtFlood::new(self, t, u64::try_from(p.int("blocklist")?)?, p.u32("rules")?)?;
+        let mut notes = Vec::new();
+        if at.flood.sources.len() < self.sources as usize {
+            notes.push(format!("the flood comes from {} sources (--sources {}): one per address of the list", at.flood.sources.len(), self.sources));
+        }
         *self.at.borrow_mut() = Some(Rc::new(at));
-        Ok(AtPoint::without_traffic(PointGuard(self)))
+        let mut point = AtPoint::without_traffic(PointGuard(self));
+        point.notes = notes;
+        Ok(point)
     }
 
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
@@ -161,6 +169,7 @@ impl Experiment for Filter {
         }
         let names: Vec<String> = self.resolve().0.iter().map(VariantName::name).collect();
         summary::finish(res, &names, self.intervals.take(), self.cores()?);
+        res.notes.extend(self.notes());
         if self.flood == FloodKind::Syn {
             res.notes.push("--flood syn: a discarded frame is a SYN answered with a cookie (by xnf in XDP, by dut's SYNPROXY, or by the victim's kernel; counted at the victim as TcpExt SyncookiesSent + ListenDrops), so drop Mpps is SYNs answered per second and ns/drop the CPU per answer".into());
         }
@@ -171,6 +180,33 @@ impl Experiment for Filter {
     /// each variant's half rate, drops and CPU per drop).
     fn print(&self, r: &Results) {
         summary::print(r);
+    }
+}
+
+impl Filter {
+    /// What the results say about the rule counts and the list's kind.
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let variants = self.resolve().0;
+        if self.rules.iter().any(|&n| n > 1) {
+            notes.push("--rules N: every filter holds N rules, the one that drops the flood last, after N-1 it does not meet (UDP to ports 10000 and up): xnf N-1 rules `proto = \"udp\", dport = P, action = \"drop\"`; nftables N-1 rules of its chain, one each — a linear list as a user writes it, not a set, which would be one lookup whatever N".into());
+            if variants.iter().any(|v| matches!(v, Variant::XdpFilter | Variant::XdpFilterIp)) {
+                notes.push("--rules N with xdp-filter: its N-1 ports go into its port bitmap (one array lookup per frame): its cost is flat in N by design, unlike a rule list".into());
+            }
+            if variants.contains(&Variant::XdpFilterIp) {
+                notes.push("xdp-filter-ip with --rules > 1 loads --features ipv4,udp at every point, which xdp-filter serves with its full program (xdpfilt_alw_all: Ethernet and port lookups besides the addresses)".into());
+            }
+        }
+        if self.blocklist_kind == BlocklistKind::Addresses && self.blocklist.iter().any(|&b| b > 0) {
+            notes.push("--blocklist-kind addresses: the list is N distinct single addresses (a slice in the lab range, where the flood's sources are drawn from, the rest over global unicast space): xnf a list of /32s (its LPM trie), nftables a plain set (type ipv4_addr, a hash, no intervals)".into());
+            if variants.contains(&Variant::XdpFilterIp) {
+                notes.push(format!(
+                    "xdp-filter-ip: `xdp-filter load --features ipv4`, the first address by `xdp-filter ip ADDR --mode src`, the rest written into its pinned filter_ipv4 map in batches with the value layout of its source (xdp-tools 1.6.3), checked against the entry its own command wrote; the map holds at most {} addresses",
+                    super::xdpfilter::IPV4_ENTRIES
+                ));
+            }
+        }
+        notes
     }
 }
 
@@ -192,6 +228,8 @@ impl Serialize for Filter {
             flood: FloodKind,
             variants: Vec<String>,
             blocklist: &'a [u64],
+            blocklist_kind: BlocklistKind,
+            rules: &'a [u32],
             burst: u64,
             sources: u32,
             port: u16,
@@ -205,6 +243,8 @@ impl Serialize for Filter {
             flood: self.flood,
             variants: self.resolve().0.iter().map(VariantName::name).collect(),
             blocklist: &self.blocklist,
+            blocklist_kind: self.blocklist_kind,
+            rules: &self.rules,
             burst: self.burst,
             sources: self.sources,
             port: self.port,
@@ -232,11 +272,13 @@ pub struct AtFlood {
 }
 
 impl AtFlood {
-    fn new(f: &Filter, t: &BuiltTopology, size: u64) -> Result<AtFlood> {
+    fn new(f: &Filter, t: &BuiltTopology, size: u64, rules: u32) -> Result<AtFlood> {
         let roles = t.roles()?;
         let (victim, victim_ip) = (t.endpoint(&roles.sink)?.0, t.addr(&roles.sink, false)?);
         let dir = TempDir::new()?;
-        let mut flood = if size == 0 { Flood::by_port(f.port, f.sources)? } else { Flood::by_blocklist(f.port, size, f.sources, &dir.0)? };
+        let flood = if size == 0 { Flood::by_port(f.port, f.sources)? } else { Flood::by_blocklist(f.port, f.blocklist_kind, size, f.sources, &dir.0)? };
+        let mut flood = flood.with_rules(rules, SERVICE_PORT);
+        flood.rules_swept = f.rules.iter().any(|&n| n > 1);
         flood.syn = f.flood == FloodKind::Syn;
         let (mut listener, mut replies) = (None, None);
         if flood.syn {

@@ -35,8 +35,11 @@
 //! (requests included) is lost.
 //!
 //! **Measured** on the lab's driver ([`crate::engine::driver`]): the
-//! points are the `--blocklist` sizes, at each of which the flood (its
-//! blocklist, the SYN flood's listener and answer sink) is set up once
+//! points are the `--blocklist` sizes (of prefixes, or of addresses:
+//! [`blocklist`]) crossed with the `--rules` counts (the dropping rule
+//! last, behind rules the flood does not meet: [`flood`]), at each of
+//! which the flood (its blocklist, the SYN flood's listener and answer
+//! sink) is set up once
 //! ([`experiment`]); per variant and run the variant measures itself
 //! ([`probe`]): the flood is started at the first non-zero rate of
 //! `--rates` and re-paced for each next one, one interval per rate after
@@ -55,6 +58,7 @@
 //! xnf's syn-cookie rule in XDP, or dut's kernel SYNPROXY; the answers
 //! are dropped in XDP on gen's interface, the same for every variant.
 
+pub mod blocklist;
 pub mod experiment;
 pub mod flood;
 pub mod napi;
@@ -62,18 +66,20 @@ pub mod probe;
 pub mod rr;
 pub mod summary;
 pub mod variants;
+pub mod xdpfilter;
 
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use clap::Args;
 
 use crate::engine::driver::{self, variant_name, Common, Cpus, Experiment};
 use crate::engine::measure::Timing;
 use crate::engine::nft;
 use crate::engine::params::{Axis, Param};
+use blocklist::BlocklistKind;
 use flood::Flood;
 use variants::Variant;
 
@@ -172,7 +178,8 @@ pub struct Filter {
     #[arg(long, value_enum, default_value_t = FloodKind::Udp)]
     pub flood: FloodKind,
     /// Variants to compare [default: none,xnf,nft-ingress,nft-raw, and
-    /// xdp-filter when scripts/peers.sh has built it; with --flood syn:
+    /// xdp-filter (by port) or xdp-filter-ip (--blocklist-kind addresses)
+    /// when scripts/peers.sh has built it; with --flood syn:
     /// none,xnf,nft-synproxy].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub variants: Option<Vec<Variant>>,
@@ -182,6 +189,16 @@ pub struct Filter {
     /// interval set).
     #[arg(long, value_delimiter = ',', default_value = "0", value_name = "N[,N...]")]
     pub blocklist: Vec<u64>,
+    /// What a blocklist holds: prefixes (BGP-like), or distinct single
+    /// addresses (xnf: /32s; nftables: a plain address set; xdp-filter-ip:
+    /// its address map, at most 10000).
+    #[arg(long, value_enum, default_value_t = BlocklistKind::Prefixes)]
+    pub blocklist_kind: BlocklistKind,
+    /// Rules in every filter (a list sweeps): the one that drops the flood
+    /// last, after N-1 that it does not meet (UDP to other ports; nftables:
+    /// one rule each; xdp-filter: ports of its bitmap). --flood udp only.
+    #[arg(long, value_delimiter = ',', default_value = "1", value_name = "N[,N...]")]
+    pub rules: Vec<u32>,
     /// Paced flood frames sent back to back (1..=64; 1: evenly spaced).
     /// On veth the receiver runs on the sending CPU: evenly spaced frames
     /// are polled one at a time, at a cost per frame a NIC's batches do not
@@ -247,14 +264,24 @@ impl Filter {
             return (vec![Variant::None, Variant::Xnf, Variant::NftSynproxy], None);
         }
         let mut v = vec![Variant::None, Variant::Xnf, Variant::NftIngress, Variant::NftRaw];
-        let unlisted = self.blocklist.iter().all(|&b| b == 0);
+        let (unlisted, listed) = (self.blocklist.iter().all(|&b| b == 0), self.blocklist.iter().all(|&b| b > 0));
+        let addresses = self.blocklist_kind == BlocklistKind::Addresses;
+        let left_out = |why: &str| Some(format!("xdp-filter left out of the default variants: {why}"));
         let why = match variants::xdp_filter_binary(self.xdp_filter.as_deref()) {
             Ok(_) if unlisted => {
                 v.push(Variant::XdpFilter);
                 None
             }
-            Ok(_) => Some("xdp-filter left out of the default variants: it has no prefix lists (--blocklist)".to_string()),
-            Err(e) => Some(format!("xdp-filter left out of the default variants: {e}")),
+            Ok(_) if !addresses => left_out("it has no prefix lists (--blocklist; xdp-filter-ip takes --blocklist-kind addresses)"),
+            Ok(_) if !listed => left_out("--blocklist mixes 0 (by port: xdp-filter) and lists (xdp-filter-ip)"),
+            Ok(_) if self.blocklist.iter().any(|&b| b > xdpfilter::IPV4_ENTRIES) => {
+                left_out(&format!("xdp-filter-ip holds at most {} addresses (its filter_ipv4 map)", xdpfilter::IPV4_ENTRIES))
+            }
+            Ok(_) => {
+                v.push(Variant::XdpFilterIp);
+                None
+            }
+            Err(e) => left_out(&format!("{e}")),
         };
         (v, why)
     }
@@ -288,16 +315,36 @@ impl Filter {
         let syn = self.flood == FloodKind::Syn;
         if syn {
             ensure!(self.blocklist.iter().all(|&b| b == 0), "--flood syn: syn-cookie rules match by port, not by a --blocklist");
-            if let Some(v) = variants.iter().find(|v| matches!(v, Variant::NftIngress | Variant::NftRaw | Variant::XdpFilter)) {
-                anyhow::bail!("--flood syn: {} would drop the SYNs of real clients too; compare none, xnf and nft-synproxy", variant_name(v));
+            if let Some(v) = variants.iter().find(|v| matches!(v, Variant::NftIngress | Variant::NftRaw | Variant::XdpFilter | Variant::XdpFilterIp)) {
+                bail!("--flood syn: {} would drop the SYNs of real clients too; compare none, xnf and nft-synproxy", variant_name(v));
             }
         }
         if variants.contains(&Variant::NftSynproxy) {
             ensure!(syn, "nft-synproxy answers SYNs: use it with --flood syn");
             nft::require("nft-synproxy")?;
         }
+        let max_rules = xnf_filter::program::MAX_RULES;
+        ensure!(!self.rules.is_empty(), "--rules: give at least one count (e.g. 1,10,100)");
+        if let Some(n) = self.rules.iter().find(|n| !(1..=max_rules).contains(*n)) {
+            bail!("--rules {n}: use 1..={max_rules} (the dropping rule counts; xnf filter holds at most {max_rules} rules)");
+        }
+        ensure!(!syn || self.rules.iter().all(|&n| n == 1), "--flood syn: --rules sweeps the rules a UDP flood meets before its drop; leave it at 1");
+        let listed = self.blocklist.iter().any(|&b| b > 0);
         if variants.contains(&Variant::XdpFilter) {
-            ensure!(self.blocklist.iter().all(|&b| b == 0), "xdp-filter matches single addresses, not prefixes: leave it out of --variants with --blocklist");
+            ensure!(
+                !listed || self.blocklist_kind == BlocklistKind::Addresses,
+                "xdp-filter matches single addresses, not prefixes: leave it out of --variants with --blocklist"
+            );
+            ensure!(!listed, "xdp-filter drops by port: with --blocklist use xdp-filter-ip (its address map)");
+            variants::xdp_filter_binary(self.xdp_filter.as_deref())?;
+        }
+        if variants.contains(&Variant::XdpFilterIp) {
+            ensure!(self.blocklist_kind == BlocklistKind::Addresses, "xdp-filter-ip matches single addresses, not prefixes: add --blocklist-kind addresses");
+            ensure!(!self.blocklist.contains(&0), "xdp-filter-ip drops by a list of addresses: give --blocklist sizes above 0 (by port is xdp-filter)");
+            let room = xdpfilter::IPV4_ENTRIES;
+            if let Some(n) = self.blocklist.iter().find(|&&b| b > room) {
+                bail!("--blocklist {n}: xdp-filter-ip holds at most {room} addresses (xdp-filter's filter_ipv4 map); leave it out of --variants above that");
+            }
             variants::xdp_filter_binary(self.xdp_filter.as_deref())?;
         }
         Flood::by_port(self.port, self.sources)?;
@@ -306,14 +353,31 @@ impl Filter {
     }
 }
 
-/// The parameter of this experiment's points: the blocklist's size.
-pub fn blocklist_param() -> Param {
+/// The first parameter of this experiment's points: the blocklist's size,
+/// in entries of `kind`.
+pub fn blocklist_param(kind: BlocklistKind) -> Param {
     let mut p = Param::plain("blocklist", &0u64.into());
     p.title = "blocklist size".into();
-    p.axis = "prefixes in the blocklist (log scale)".into();
+    let (one, many) = match kind {
+        BlocklistKind::Prefixes => ("prefix", "prefixes"),
+        BlocklistKind::Addresses => ("address", "addresses"),
+    };
+    p.axis = format!("{many} in the blocklist (log scale)");
     p.scale = Axis::Log;
-    p.unit = ("prefix".into(), "prefixes".into());
+    p.unit = (one.into(), many.into());
     p.names = vec![(0u64.into(), "by port".into())];
+    p
+}
+
+/// The second: the rules in every filter, the dropping one last (1, the
+/// default, is left out of labels).
+pub fn rules_param() -> Param {
+    let mut p = Param::plain("rules", &1u32.into());
+    p.title = "rule count".into();
+    p.axis = "rules in the filter, the dropping one last (log scale)".into();
+    p.scale = Axis::Log;
+    p.unit = ("rule".into(), "rules".into());
+    p.quiet = vec![1u32.into()];
     p
 }
 
@@ -368,6 +432,13 @@ mod tests {
             (&["--cpu", "2"][..], "--cpu 2"),
             (&["--app-cpu", "2"][..], "--app-cpu 2"),
             (&["--variants", "xdp-filter", "--blocklist", "1000"][..], "not prefixes"),
+            (&["--variants", "xdp-filter", "--blocklist", "1000", "--blocklist-kind", "addresses"][..], "use xdp-filter-ip"),
+            (&["--variants", "xdp-filter-ip", "--blocklist", "1000"][..], "--blocklist-kind addresses"),
+            (&["--variants", "xdp-filter-ip", "--blocklist", "0,1000", "--blocklist-kind", "addresses"][..], "above 0"),
+            (&["--variants", "xdp-filter-ip", "--blocklist", "20000", "--blocklist-kind", "addresses"][..], "--blocklist 20000"),
+            (&["--rules", "0"][..], "--rules 0"),
+            (&["--rules", "1,100000"][..], "--rules 100000"),
+            (&["--flood", "syn", "--variants", "xnf", "--rules", "1,10"][..], "--flood syn: --rules"),
             (&["--flood", "syn", "--variants", "nft-ingress"][..], "--flood syn: nft-ingress"),
             (&["--flood", "syn", "--variants", "xnf", "--blocklist", "1000"][..], "--blocklist"),
             (&["--variants", "nft-synproxy"][..], "--flood syn"),
@@ -384,6 +455,33 @@ mod tests {
         assert_eq!(f.cores_of(Cpus { gen: 0, count: 2 }).unwrap(), Cores { gen: 0, app: 1, rx: 1 });
         assert_eq!(args(&["--rx-cpu", "1"]).filter.cores_of(CPUS).unwrap().rx, 1);
         assert!(f.plan(Plan::default()).is_ok());
+        let a = args(&["--variants", "xnf", "--rules", "1,10", "--blocklist", "0,1000", "--blocklist-kind", "addresses"]);
+        a.filter.check(CPUS).unwrap();
+        assert_eq!(a.filter.rules, [1, 10]);
+        let max = xnf_filter::program::MAX_RULES.to_string();
+        args(&["--variants", "xnf", "--rules", &max]).filter.check(CPUS).unwrap();
+    }
+
+    #[test]
+    fn xdp_filter_ip_is_a_default_only_for_lists_of_addresses_it_can_hold() {
+        let peers = Some(std::path::PathBuf::from("/bin/true"));
+        let resolved = |list: &[&str]| {
+            let mut f = args(list).filter;
+            f.xdp_filter.clone_from(&peers);
+            f.resolve()
+        };
+        assert!(resolved(&[]).0.contains(&Variant::XdpFilter));
+        let (v, why) = resolved(&["--blocklist", "1000", "--blocklist-kind", "addresses"]);
+        assert!(v.contains(&Variant::XdpFilterIp) && !v.contains(&Variant::XdpFilter) && why.is_none(), "{v:?}");
+        for list in [
+            &["--blocklist", "1000"][..],
+            &["--blocklist", "0,1000", "--blocklist-kind", "addresses"],
+            &["--blocklist", "20000", "--blocklist-kind", "addresses"],
+        ] {
+            let (v, why) = resolved(list);
+            assert!(!v.contains(&Variant::XdpFilterIp) && !v.contains(&Variant::XdpFilter), "{list:?}: {v:?}");
+            assert!(why.is_some_and(|w| w.starts_with("xdp-filter left out") && !w.contains('\n')), "{list:?}");
+        }
     }
 
     #[test]

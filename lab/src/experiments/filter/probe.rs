@@ -59,9 +59,11 @@ struct Reading {
     /// (and one reply per transaction).
     gen_rx: u64,
     transactions: u64,
-    /// The filter's own count and when it was read: a command that may
-    /// take tens of milliseconds on a busy machine, so its interval is its own.
-    own_drops: Option<(u64, Instant)>,
+    /// The filter's own count, and when the command that read it started
+    /// and ended: it may take tens to hundreds of milliseconds on a busy
+    /// machine and reads the counter somewhere in between, so its interval
+    /// is its own, known within those bounds.
+    own_drops: Option<(u64, Instant, Instant)>,
     cpus: Vec<CpuTimes>,
 }
 
@@ -75,13 +77,20 @@ pub struct Extra {
     pub answers: Option<u64>,
     /// The filter's own drop count (nftables, xdp-filter), when it has one.
     pub own_drops: Option<u64>,
-    /// The same per second, over the interval between its own readings.
+    /// The same per second, over the interval between the middles of the
+    /// commands that read it.
     pub own_drops_per_s: Option<f64>,
+    /// The shortest and longest interval the own count can cover: from the
+    /// end of the first reading command to the start of the second, and
+    /// from the start of the first to the end of the second.
+    pub own_secs_min: Option<f64>,
+    pub own_secs_max: Option<f64>,
 }
 
 impl Path<'_> {
     fn read(&self, gens: Option<&Generator>, setup: &Setup) -> Result<Reading> {
         let (dut, din, dout) = &self.dut;
+        let own = |start: Instant| setup.own_drops().map(|n| n.map(|n| (n, start, Instant::now())));
         Ok(Reading {
             at: Instant::now(),
             sent: gens.map_or(Ok(0), Generator::sent)?,
@@ -90,7 +99,7 @@ impl Path<'_> {
             victim_took: self.victim_took()?,
             gen_rx: self.gen.0.link_stats(&self.gen.1)?.rx_packets,
             transactions: self.rr.transactions(),
-            own_drops: setup.own_drops()?.map(|n| (n, Instant::now())),
+            own_drops: own(Instant::now())?,
             cpus: cpu::sample()?,
         })
     }
@@ -216,7 +225,12 @@ fn sample(l: &Labels, kind: SampleKind, a: &Reading, b: &Reading, syn: bool) -> 
     s.loss_pct = if sent > 0 { s.loss_pct.max(0.0) } else { 0.0 };
     s.transactions_per_s = Some(transactions as f64 / secs);
     let own = a.own_drops.zip(b.own_drops);
-    let own_drops_per_s = own.map(|((x, t0), (y, t1))| (y - x) as f64 / t1.duration_since(t0).as_secs_f64());
+    let secs = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+    let own_secs_min = own.map(|((_, _, a_end), (_, b_start, _))| secs(a_end, b_start));
+    let own_secs_max = own.map(|((_, a_start, _), (_, _, b_end))| secs(a_start, b_end));
+    let mid = |start: Instant, end: Instant| start + end.saturating_duration_since(start) / 2;
+    let own_drops_per_s = own.map(|((x, a0, a1), (y, b0, b1))| (y - x) as f64 / secs(mid(a0, a1), mid(b0, b1)));
     let answers = syn.then(|| (b.gen_rx - a.gen_rx).saturating_sub(transactions));
-    (s, Extra { dropped_in_dut: in_dut, reached_victim: reached, answers, own_drops: own.map(|((x, _), (y, _))| y - x), own_drops_per_s })
+    let own_drops = own.map(|((x, ..), (y, ..))| y - x);
+    (s, Extra { dropped_in_dut: in_dut, reached_victim: reached, answers, own_drops, own_drops_per_s, own_secs_min, own_secs_max })
 }

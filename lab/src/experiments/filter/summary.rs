@@ -179,6 +179,62 @@ pub fn print(r: &Results) {
         }
     }
     println!("(ns/drop: all CPU time per discarded flood frame at the top rate, the generator's and the victim's included; softirq: what ran as softirq, without dut's threaded NAPI loop)");
+    print_rules(r, &curves);
+}
+
+/// With `--rules` swept: per blocklist, a column per rule count — flood
+/// frames dropped per second and the victim's transactions per second at
+/// the top rate, per variant; then xnf's drop rate over each other's.
+fn print_rules(r: &Results, curves: &[Curve]) {
+    let rules = |p: &Point| p.get("rules").and_then(|v| v.number()).map(|n| n as u32);
+    let mut counts: Vec<u32> = curves.iter().filter_map(|c| rules(&c.point)).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    if counts.len() < 2 {
+        return;
+    }
+    let mut groups: Vec<Point> = Vec::new();
+    for c in curves {
+        let g = c.point.without("rules");
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    for g in groups {
+        let at: Vec<&Curve> = curves.iter().filter(|c| c.point.without("rules") == g).collect();
+        let mut variants: Vec<&str> = Vec::new();
+        for c in &at {
+            if !variants.contains(&c.variant.as_str()) {
+                variants.push(&c.variant);
+            }
+        }
+        println!("\nBy rule count at the top rate — {}: flood dropped (Mpps) / victim's transactions/s", r.label(&g));
+        println!("{:<20} {}", "variant", counts.iter().map(|n| format!("{:>18}", format!("{n} rule{}", if *n == 1 { "" } else { "s" }))).collect::<String>());
+        for v in &variants {
+            let cells: String = counts
+                .iter()
+                .map(|n| {
+                    let top = at
+                        .iter()
+                        .find(|c| c.variant == *v && rules(&c.point) == Some(*n))
+                        .and_then(|c| c.steps.iter().find(|s| s.rate == "max").or(c.steps.last()));
+                    format!("{:>18}", top.map_or("-".to_string(), |s| format!("{} / {:.0}", fmt_rate(s.drops_per_s), s.transactions_per_s)))
+                })
+                .collect();
+            println!("{v:<20} {cells}");
+        }
+        for d in variants.iter().filter(|v| **v != "xnf") {
+            let cells: String = counts
+                .iter()
+                .map(|n| {
+                    let q =
+                        r.ratios.iter().find(|q| q.numerator == "xnf" && q.denominator == *d && q.point.without("rules") == g && rules(&q.point) == Some(*n));
+                    format!("{:>18}", q.map_or("-".to_string(), |q| format!("{:.2}x", q.ratio)))
+                })
+                .collect();
+            println!("{:<20} {cells}", format!("xnf / {d}"));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -197,7 +253,15 @@ mod tests {
             drops_per_s: flood_pps,
             ns_per_drop: 300.0,
             softirq_ns_per_drop: 200.0,
-            extra: Extra { dropped_in_dut: 0, reached_victim: 0, answers: None, own_drops: None, own_drops_per_s: None },
+            extra: Extra {
+                dropped_in_dut: 0,
+                reached_victim: 0,
+                answers: None,
+                own_drops: None,
+                own_drops_per_s: None,
+                own_secs_min: None,
+                own_secs_max: None,
+            },
         }
     }
 

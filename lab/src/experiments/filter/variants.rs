@@ -7,12 +7,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde::Serialize;
 use xnf_netns::Netns;
 
+use super::blocklist::BlocklistKind;
 use super::flood::Flood;
-use crate::engine::{nft, peers, LabAttachment, NfGuard};
+use super::xdpfilter::{self, XdpFilter};
+use crate::engine::{nft, LabAttachment, NfGuard};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -25,8 +27,11 @@ pub enum Variant {
     NftIngress,
     /// nftables, ip family, prerouting at raw priority.
     NftRaw,
-    /// xdp-tools' xdp-filter (XDP) on dut's ingress.
+    /// xdp-tools' xdp-filter (XDP) on dut's ingress, by the flood's port.
     XdpFilter,
+    /// xdp-filter by the flood's source addresses (`--blocklist-kind
+    /// addresses`): `--features ipv4`, each address in src mode.
+    XdpFilterIp,
     /// `--flood syn`: the kernel's SYNPROXY on dut answers the SYNs (the
     /// nftables table `xnf filter` installs for syn-cookie rules, without
     /// the XDP program in front of it).
@@ -42,6 +47,7 @@ impl Variant {
             Variant::NftIngress => "nft-ingress",
             Variant::NftRaw => "nft-raw",
             Variant::XdpFilter => "xdp-filter",
+            Variant::XdpFilterIp => "xdp-filter-ip",
             Variant::NftSynproxy => "nft-synproxy",
         }
     }
@@ -50,34 +56,9 @@ impl Variant {
 /// The nftables table the nft variants load.
 const NFT_TABLE: &str = "xnffilter";
 
-/// xdp-filter's binary ([`peers::binary`]).
+/// xdp-filter's binary (scripts/peers.sh's, or `--xdp-filter PATH`).
 pub fn xdp_filter_binary(given: Option<&Path>) -> Result<PathBuf> {
-    peers::binary("xdp-filter", "--xdp-filter", given)
-}
-
-/// Runs xdp-filter with only the network namespace switched
-/// ([`peers::run_in_net`]): it keeps its maps pinned in bpffs between
-/// commands, and under `ip netns exec` they would vanish.
-fn xdp_filter(bin: &Path, ns: &Netns, args: &[&str]) -> Result<String> {
-    run_xdp_filter(bin, ns, args, true)
-}
-
-/// [`xdp_filter`], its exit status checked only if `check`: `status`
-/// prints everything and still exits with ENOENT for the maps of the
-/// features not loaded (1.6.3).
-fn run_xdp_filter(bin: &Path, ns: &Netns, args: &[&str], check: bool) -> Result<String> {
-    let out = peers::run_in_net(&ns.path(), bin, args)?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if check && !out.status.success() {
-        bail!("xdp-filter {}: {}", args.join(" "), peers::last_line(&out.stderr));
-    }
-    Ok(text)
-}
-
-/// The XDP_DROP count in `xdp-filter status` output.
-fn xdp_filter_drops(status: &str) -> Result<u64> {
-    let line = status.lines().find(|l| l.trim_start().starts_with("XDP_DROP")).context("xdp-filter status shows no XDP_DROP line")?;
-    line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).with_context(|| format!("xdp-filter status: no count in `{}`", line.trim()))
+    xdpfilter::binary(given)
 }
 
 /// A variant set up on dut's ingress; dropping it removes it.
@@ -86,7 +67,7 @@ pub struct Setup<'a> {
     _pass: Option<LabAttachment>,
     _xnf: Option<NfGuard>,
     nft: Option<(&'a Netns, &'static str)>,
-    xdp_filter: Option<(PathBuf, &'a Netns, String)>,
+    xdp_filter: Option<XdpFilter<'a>>,
     synproxy: Option<&'a Netns>,
 }
 
@@ -115,10 +96,23 @@ impl<'a> Setup<'a> {
             }
             Variant::XdpFilter => {
                 ensure!(flood.blocklist.is_none(), "xdp-filter matches single addresses, not prefixes: leave it out of --variants with --blocklist");
-                let bin = xdp_filter_binary(xdp_filter_bin)?;
-                xdp_filter(&bin, dut, &["load", dev, "--mode", "native", "--features", "udp"])?;
-                s.xdp_filter = Some((bin.clone(), dut, dev.to_string()));
-                xdp_filter(&bin, dut, &["port", &flood.port.to_string(), "--proto", "udp"])?;
+                let x = s.xdp_filter.insert(XdpFilter::load(xdp_filter_binary(xdp_filter_bin)?, dut, dev, "udp")?);
+                // The flood's port by xdp-filter's own command; the rules the
+                // flood does not meet are ports of its bitmap too: one array
+                // lookup per frame whatever their number.
+                let ports: Vec<u16> = [flood.port].into_iter().chain(flood.other_ports.iter().copied()).collect();
+                x.udp_ports(&ports)?;
+            }
+            Variant::XdpFilterIp => {
+                let list = flood.blocklist.as_ref().filter(|b| b.kind == BlocklistKind::Addresses);
+                let list = list.context("xdp-filter-ip drops by a list of addresses: use --blocklist N --blocklist-kind addresses")?;
+                // ipv4 alone is xdp-filter's IP program; with ports too, its
+                // full one (xdpfilt_alw_all), at every point of a run that
+                // sweeps --rules.
+                let features = if flood.rules_swept { "ipv4,udp" } else { "ipv4" };
+                let x = s.xdp_filter.insert(XdpFilter::load(xdp_filter_binary(xdp_filter_bin)?, dut, dev, features)?);
+                x.udp_ports(&flood.other_ports)?;
+                x.src_addresses(&list.addresses().collect::<Vec<_>>())?;
             }
         }
         Ok(s)
@@ -132,8 +126,8 @@ impl<'a> Setup<'a> {
             let text = nft::nft(ns, &["list", "counter", family, NFT_TABLE, "dropped"], None)?;
             return nft::counter_packets(&text).map(Some);
         }
-        if let Some((bin, ns, _)) = &self.xdp_filter {
-            return xdp_filter_drops(&run_xdp_filter(bin, ns, &["status"], false)?).map(Some);
+        if let Some(x) = &self.xdp_filter {
+            return x.drops().map(Some);
         }
         Ok(None)
     }
@@ -152,11 +146,7 @@ impl Drop for Setup<'_> {
                 eprintln!("xnf lab: removing the nftables table: {e:#}");
             }
         }
-        if let Some((bin, ns, dev)) = &self.xdp_filter {
-            if let Err(e) = xdp_filter(bin, ns, &["unload", dev]) {
-                eprintln!("xnf lab: {e:#}");
-            }
-        }
+        // xdp-filter unloads itself when its field is dropped, after this.
     }
 }
 
@@ -170,18 +160,5 @@ mod tests {
         for v in Variant::value_variants() {
             assert_eq!(v.as_str(), crate::engine::driver::variant_name(v));
         }
-    }
-
-    #[test]
-    fn reads_xdp_filters_drop_count() {
-        let status = "CURRENT XDP-FILTER STATUS:\n\nAggregate per-action statistics:\n  XDP_ABORTED    0 pkts   0 KiB\n  XDP_DROP    1234 pkts   77 KiB\n  XDP_PASS   5 pkts  0 KiB\n";
-        assert_eq!(xdp_filter_drops(status).unwrap(), 1234);
-        assert!(xdp_filter_drops("nothing here").is_err());
-    }
-
-    #[test]
-    fn a_missing_xdp_filter_says_how_to_build_it() {
-        let e = xdp_filter_binary(Some(Path::new("/nonexistent/xdp-filter"))).unwrap_err().to_string();
-        assert!(e.contains("scripts/peers.sh") && !e.contains('\n'), "{e}");
     }
 }
