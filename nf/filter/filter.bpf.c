@@ -27,6 +27,7 @@
  * frees an old inner map after an RCU grace period, off the data path.
  */
 #include "xnf/common.h"
+#define XNF_PARSE_INLINE /* parse.h says why */
 #include "xnf/parse.h"
 #include "xnf/classify.h" /* prefix_match, enum xnf_class_match */
 #include "xnf/stage.h"
@@ -165,8 +166,6 @@ struct fctx {
 	void *set;                            /* the live compiled set (filter.h) */
 	const struct xnf_filter_header *hdr;  /* its header; NULL: no rules applied */
 	struct xnf_filter_stats *stats;       /* this CPU's counters, looked up once */
-	/* The class of each field (classify). */
-	const struct xnf_filter_class *cls[XNF_FIELDS];
 	const struct xnf_filter_rule *rule; /* the rule that took it, when known */
 	__u32 len;        /* frame bytes (no FCS) */
 	__u32 hit;        /* index of the rule that took the frame, or RULE_NONE */
@@ -179,6 +178,9 @@ struct fctx {
 	__u8 tcp_known;   /* the flags byte lies within the IP packet */
 	__u8 icmp_type;
 	__u8 icmp_known;
+	/* The class of each field, written by classify before any read:
+	 * last, and not zeroed (14 stores a frame for nothing). */
+	const struct xnf_filter_class *cls[XNF_FIELDS];
 };
 
 /* c->stats is never NULL past the program's first lines. */
@@ -474,11 +476,13 @@ static __always_inline int act(struct xdp_md *ctx, const struct fctx *c, __u32 i
 SEC("xdp")
 int xnf_filter(struct xdp_md *ctx)
 {
-	struct fctx c = { .hit = RULE_NONE };
+	struct fctx c;
 	__u32 zero = 0;
 	enum xnf_parse_result res;
 	void *table;
 
+	__builtin_memset(&c, 0, offsetof(struct fctx, cls));
+	c.hit = RULE_NONE;
 	c.len = ctx->data_end - ctx->data;
 	c.stats = bpf_map_lookup_elem(&stats, &zero);
 	if (!c.stats)
