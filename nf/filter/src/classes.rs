@@ -55,36 +55,48 @@ const L4_UNKNOWN: u32 = 4;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 
-/// One table: its first record, its entries, which rule field it is,
-/// what a frame's value says of a rule, and the values where that can
-/// change for a range field (`None`: every value).
+/// One table: its first record, its entries, which rule field it is and
+/// what a frame's value says of a rule that has it.
 struct Field {
     table: u32,
     base: u32,
     entries: u32,
     flag: u32,
-    says: fn(&RawRule, u32) -> Say,
-    ranges: Option<Range>,
+    judge: Judge,
 }
 
 /// A rule's range of a field (inclusive).
 type Range = fn(&RawRule) -> (u16, u16);
 
-/// Ports, TCP flags and ICMP type are unknown at the last entry.
-fn sport(r: &RawRule, v: u32) -> Say {
-    if v == 65536 {
-        return Say::Unsure;
-    }
-    say((r.sport_lo as u32..=r.sport_hi as u32).contains(&v))
+/// How a field's value is judged: in a range of the rule's, the table's
+/// last entry unknown (`true`: ports) or beyond every range (lengths); or
+/// by a function of every value (its table has no runs to cut at).
+enum Judge {
+    Range(Range, bool),
+    Value(fn(&RawRule, u32) -> Say),
 }
 
-fn dport(r: &RawRule, v: u32) -> Say {
-    if v == 65536 {
-        return Say::Unsure;
+impl Field {
+    fn says(&self, r: &RawRule, v: u32) -> Say {
+        match self.judge {
+            Judge::Range(_, true) if v == self.entries - 1 => Say::Unsure,
+            Judge::Range(range, _) => {
+                let (lo, hi) = range(r);
+                say((lo as u32..=hi as u32).contains(&v))
+            }
+            Judge::Value(f) => f(r, v),
+        }
     }
-    say((r.dport_lo as u32..=r.dport_hi as u32).contains(&v))
+
+    fn range(&self) -> Option<Range> {
+        match self.judge {
+            Judge::Range(range, _) => Some(range),
+            Judge::Value(_) => None,
+        }
+    }
 }
 
+/// TCP flags and ICMP type are unknown at the last entry.
 fn tcp(r: &RawRule, v: u32) -> Say {
     if v == 256 {
         return Say::Unsure;
@@ -105,32 +117,25 @@ fn vlan(r: &RawRule, v: u32) -> Say {
     say(v == r.vid as u32)
 }
 
-/// 65536: longer than any rule's length.
-fn length(r: &RawRule, v: u32) -> Say {
-    say((r.len_lo as u32..=r.len_hi as u32).contains(&v))
-}
-
 const FIELDS: [Field; 6] = [
     Field {
         table: T::XNF_FT_SPORT.0,
         base: R::XNF_FR_SPORT.0,
         entries: 65537,
         flag: F::XNF_F_SPORT.0,
-        says: sport,
-        ranges: Some(|r| (r.sport_lo, r.sport_hi)),
+        judge: Judge::Range(|r| (r.sport_lo, r.sport_hi), true),
     },
     Field {
         table: T::XNF_FT_DPORT.0,
         base: R::XNF_FR_DPORT.0,
         entries: 65537,
         flag: F::XNF_F_DPORT.0,
-        says: dport,
-        ranges: Some(|r| (r.dport_lo, r.dport_hi)),
+        judge: Judge::Range(|r| (r.dport_lo, r.dport_hi), true),
     },
-    Field { table: T::XNF_FT_TCP.0, base: R::XNF_FR_TCP.0, entries: 257, flag: F::XNF_F_TCP_FLAGS.0, says: tcp, ranges: None },
-    Field { table: T::XNF_FT_ICMP.0, base: R::XNF_FR_ICMP.0, entries: 257, flag: F::XNF_F_ICMP_TYPE.0, says: icmp, ranges: None },
-    Field { table: T::XNF_FT_VLAN.0, base: R::XNF_FR_VLAN.0, entries: 4097, flag: F::XNF_F_VLAN.0, says: vlan, ranges: None },
-    Field { table: T::XNF_FT_LEN.0, base: R::XNF_FR_LEN.0, entries: 65537, flag: F::XNF_F_LENGTH.0, says: length, ranges: Some(|r| (r.len_lo, r.len_hi)) },
+    Field { table: T::XNF_FT_TCP.0, base: R::XNF_FR_TCP.0, entries: 257, flag: F::XNF_F_TCP_FLAGS.0, judge: Judge::Value(tcp) },
+    Field { table: T::XNF_FT_ICMP.0, base: R::XNF_FR_ICMP.0, entries: 257, flag: F::XNF_F_ICMP_TYPE.0, judge: Judge::Value(icmp) },
+    Field { table: T::XNF_FT_VLAN.0, base: R::XNF_FR_VLAN.0, entries: 4097, flag: F::XNF_F_VLAN.0, judge: Judge::Value(vlan) },
+    Field { table: T::XNF_FT_LEN.0, base: R::XNF_FR_LEN.0, entries: 65537, flag: F::XNF_F_LENGTH.0, judge: Judge::Range(|r| (r.len_lo, r.len_hi), false) },
 ];
 
 /// The kind table's entry: family, L4 state (parse.h's `enum xnf_l4`) and
@@ -185,7 +190,7 @@ impl Classes {
 /// The table of one field over values `0..entries`: what each value says
 /// of each rule that has the field (`flag`; those without it: yes),
 /// evaluated once per run of values where no rule's answer changes.
-fn table(classes: &mut Classes, rules: &[RawRule], entries: u32, flag: u32, says: fn(&RawRule, u32) -> Say, cuts: &[u32]) -> Result<Vec<u32>> {
+fn table(classes: &mut Classes, rules: &[RawRule], entries: u32, flag: u32, says: &dyn Fn(&RawRule, u32) -> Say, cuts: &[u32]) -> Result<Vec<u32>> {
     let mut out = vec![0u32; entries as usize];
     for (i, &from) in cuts.iter().enumerate() {
         let to = cuts.get(i + 1).copied().unwrap_or(entries);
@@ -234,12 +239,12 @@ pub struct Tables {
 
 pub fn tables(rules: &[RawRule]) -> Result<Tables> {
     let mut classes = Classes::new();
-    let mut refs: Vec<(u32, Vec<u32>)> = vec![(R::XNF_FR_KIND.0, table(&mut classes, rules, 4096, 0, kind, &cuts(rules, 0, 4096, None))?)];
+    let mut refs: Vec<(u32, Vec<u32>)> = vec![(R::XNF_FR_KIND.0, table(&mut classes, rules, 4096, 0, &kind, &cuts(rules, 0, 4096, None))?)];
     let mut used = 0;
     for f in &FIELDS {
         if rules.iter().any(|r| r.flags & f.flag != 0) {
             used |= f.table;
-            refs.push((f.base, table(&mut classes, rules, f.entries, f.flag, f.says, &cuts(rules, f.flag, f.entries, f.ranges))?));
+            refs.push((f.base, table(&mut classes, rules, f.entries, f.flag, &|r, v| f.says(r, v), &cuts(rules, f.flag, f.entries, f.range()))?));
         }
     }
     let addresses = F::XNF_F_SRC.0 | F::XNF_F_DST.0 | F::XNF_F_SRC_LIST.0 | F::XNF_F_DST_LIST.0;
