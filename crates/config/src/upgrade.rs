@@ -42,7 +42,10 @@ pub fn lines(reports: &[UpgradeReport]) -> Vec<String> {
         .iter()
         .map(|r| {
             let maps: Vec<String> = r.migrated.iter().map(|m| format!("{} ({} entries, {} caught up)", m.name, m.copied, m.caught_up)).collect();
-            let maps = if maps.is_empty() { "no map changed layout".into() } else { format!("maps moved to this build's layout: {}", maps.join(", ")) };
+            let mut maps = if maps.is_empty() { "no map changed layout".into() } else { format!("maps moved to this build's layout: {}", maps.join(", ")) };
+            if !r.fresh.is_empty() {
+                maps += &format!("; made afresh: {}", r.fresh.join(", "));
+            }
             let resumed = if r.resumed { " (finished an upgrade left half done)" } else { "" };
             format!("{}: {} interface(s) swapped to this build's program [{}]; {maps}{resumed}", r.nf, r.swapped.len(), r.swapped.join(" "))
         })

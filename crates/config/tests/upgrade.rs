@@ -118,6 +118,7 @@ fn an_upgrade_to_a_changed_layout_under_traffic_loses_no_frame_and_moves_no_conn
     });
     let (out, opened) = out;
     eprintln!("{out}");
+    assert!(out.contains("made afresh: rule_sets"), "the report does not say the filter's rule set was compiled anew: {out}");
     assert_eq!(received, N, "frames lost");
     assert_eq!(b.r.redirected() - redir, N as u64, "frames not forwarded in XDP");
     // The lb's connection datagrams, encapsulated, go to the kernel's

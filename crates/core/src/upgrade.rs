@@ -50,6 +50,9 @@ pub struct UpgradeReport {
     pub nf: &'static str,
     /// Maps moved to this build's layout.
     pub migrated: Vec<MigratedMap>,
+    /// Maps made afresh: this build's new maps (nothing to copy) and the
+    /// tables compiled again from what was applied (`StageNf::REBUILT`).
+    pub fresh: Vec<String>,
     /// Interfaces whose stage now runs this build's program.
     pub swapped: Vec<String>,
     /// It finished an upgrade an earlier run left half done.
@@ -224,7 +227,8 @@ impl<N: StageNf> Lifecycle<N> {
         }
         let (migrations, maps) = staged?;
         die_at("copied");
-        let mut report = UpgradeReport { nf: N::NAME, resumed, ..Default::default() };
+        let fresh = new.iter().chain(changed.iter().filter(|n| N::REBUILT.contains(n))).map(|n| n.to_string()).collect();
+        let mut report = UpgradeReport { nf: N::NAME, resumed, fresh, ..Default::default() };
         for (i, l) in links.iter().enumerate() {
             let mode = entry::info(l.ifindex).map(|i| i.mode).with_context(|| format!("{} lost its entry program during the upgrade", l.name))?;
             let opts = N::options(&maps, l.ifindex)?;
