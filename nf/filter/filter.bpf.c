@@ -99,6 +99,46 @@ struct {
 	__array(values, struct xnf_filter_list);
 } lists SEC(".maps");
 
+/*
+ * A big list's IPv4 part as a bitmap of the /24s, two bits each (bit 2i:
+ * a prefix of /24 or shorter covers /24 i; bit 2i+1: a longer prefix lies
+ * within it), and a leaf per /24 of the second kind saying which of its
+ * addresses the longer prefixes cover. An LPM trie lookup walks a node
+ * per bit that tells its prefixes apart, some twenty dependent loads with
+ * a million prefixes; the bitmap answers in one load, and in a hash
+ * lookup more for an address in a /24 with longer prefixes. Such a list's
+ * trie holds its IPv6 prefixes only. Filled before the slot goes live
+ * (src/lists.rs says which lists get them).
+ */
+struct xnf_filter_list_bits {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XNF_FILTER_BITS_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XNF_FILTER_MAX_LISTS);
+	__type(key, __u32);
+	__array(values, struct xnf_filter_list_bits);
+} list_bits SEC(".maps");
+
+struct xnf_filter_list_leaves {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_FILTER_LEAVES_MAX);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(key_size, sizeof(__u32)); /* the /24: address >> 8, host order */
+	__uint(value_size, sizeof(struct xnf_filter_leaf));
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XNF_FILTER_MAX_LISTS);
+	__type(key, __u32);
+	__array(values, struct xnf_filter_list_leaves);
+} list_leaves SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

@@ -12,6 +12,8 @@ enum xnf_filter_limits {
 	XNF_FILTER_MAX_CLASSES = 4096, /* distinct sets of rules one set's fields give */
 	XNF_FILTER_RECORD = 256,      /* bytes of one record of a compiled set */
 	XNF_FILTER_MAX_LISTS = 16,    /* list slots: 8 lists live + 8 being replaced */
+	XNF_FILTER_BITS_WORDS = 1 << 19, /* a list's bitmap of /24s: 2 bits each (filter.bpf.c) */
+	XNF_FILTER_LEAVES_MAX = 1 << 23, /* a list's /24s with longer prefixes (its leaves) */
 	XNF_FILTER_BUCKETS = 65536,   /* per-source token buckets (LRU) */
 	XNF_FILTER_TOP_BITS = 12,     /* 4096 slots of dropped sources per CPU */
 	XNF_FILTER_SNAPLEN = 256,     /* bytes of a dropped frame a capture keeps */
@@ -169,6 +171,12 @@ struct xnf_filter_rule {
 	__u64 fill_ns_p, fill_ns_b; /* time to fill an empty bucket */
 	__u32 bucket_gen;          /* changes when the rule does: fresh buckets */
 	__u32 pad2;
+};
+
+/* Which addresses of one /24 a list's prefixes longer than /24 cover:
+ * bit j of word j / 64 for address j of the /24. */
+struct xnf_filter_leaf {
+	__u64 w[4];
 };
 
 /* An address in a list (LPM trie key): family byte, then the address. */

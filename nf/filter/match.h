@@ -7,12 +7,55 @@
  */
 #pragma once
 
+/* Whether IPv4 address @a (host order) is covered by the longer
+ * prefixes of list slot @slot, whose /24 has some (filter.bpf.c). */
+static __always_inline int in_leaf(__u32 slot, __u32 a)
+{
+	void *leaves = bpf_map_lookup_elem(&list_leaves, &slot);
+	const struct xnf_filter_leaf *leaf;
+	__u32 n = a >> 8;
+
+	if (!leaves)
+		return -1;
+	leaf = bpf_map_lookup_elem(leaves, &n);
+	if (!leaf)
+		return -1;
+	return (leaf->w[(a >> 6) & 3] >> (a & 63)) & 1;
+}
+
+/* The bitmap's answer for IPv4 address @a (network order) in list slot
+ * @slot: 1 or 0, or -1 when the trie must tell (no bitmap: the list is
+ * small, or was filled by a build without them). */
+static __always_inline int in_bits(__u32 slot, __u32 a)
+{
+	void *bits = bpf_map_lookup_elem(&list_bits, &slot);
+	__u32 h = bpf_ntohl(a), n = h >> 8, k = n >> 5, two;
+	__u64 *w;
+
+	if (!bits)
+		return -1;
+	w = bpf_map_lookup_elem(bits, &k);
+	if (!w)
+		return -1;
+	two = (*w >> ((n & 31) * 2)) & 3;
+	if (two & 1)
+		return 1;
+	return two ? in_leaf(slot, h) : 0;
+}
+
 /* Whether @addr is in the list in slot @slot (an empty slot lists nothing). */
 static __always_inline int in_list(__u32 slot, __u8 family, const __u32 *addr)
 {
 	struct xnf_filter_lpm_key k = {};
-	void *trie = bpf_map_lookup_elem(&lists, &slot);
+	void *trie;
+	int bit;
 
+	if (family == AF_INET) {
+		bit = in_bits(slot, addr[0]);
+		if (bit >= 0)
+			return bit;
+	}
+	trie = bpf_map_lookup_elem(&lists, &slot);
 	if (!trie)
 		return 0;
 	k.family = family == AF_INET ? 4 : 6;

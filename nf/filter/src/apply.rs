@@ -143,7 +143,7 @@ fn apply(text: &str, origin: &str, base: &Path, confirm_within: Option<Duration>
     let mut to_fill = Vec::new();
     for (name, (path, list)) in &lists {
         let d = list_digest(list);
-        let keep = current.as_ref().and_then(|a| a.lists.get(name)).filter(|l| l.digest == d && maps.list_used(l.slot));
+        let keep = current.as_ref().and_then(|a| a.lists.get(name)).filter(|l| l.digest == d && maps.list_ready(l.slot, list.v4.len()));
         let slot = match keep {
             Some(l) => l.slot,
             None => {

@@ -25,6 +25,7 @@ mod capture;
 mod classes;
 pub mod cli;
 pub mod compile;
+pub mod lists;
 pub mod prefixes;
 pub mod program;
 mod report;

@@ -1,15 +1,14 @@
 //! The filter program (`filter.bpf.c`): loading it, and reading and writing
 //! the maps all its instances share.
 
-use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType, ProgramMut};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 
 use xnf_core::lifecycle::{pin_maps, PinnedMaps};
-use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
+use xnf_core::maps::{as_bytes, from_bytes, object_storage};
 
 use crate::skel::filter::{types, FilterSkel, FilterSkelBuilder};
 
@@ -32,8 +31,6 @@ pub const RULE_DEFAULT: u32 = MAX_RULES;
 pub const RULE_MALFORMED: u32 = MAX_RULES + 1;
 /// A capture of every rule's drops.
 pub const RULE_ANY: u32 = u32::MAX;
-/// Entries one list may hold (the LPM trie template's limit).
-pub const LIST_MAX: u32 = 1 << 23;
 
 const _: () = assert!(MAX_RULES as usize == crate::rules::MAX_RULES);
 const _: () = assert!(MAX_LISTS as usize == 2 * crate::rules::MAX_LISTS);
@@ -123,7 +120,9 @@ xnf_core::pinned_maps! {
     /// The maps shared by every filter instance, as pinned.
     pub struct FilterMaps in FilterSkelBuilder {
         rule_sets,
-        lists,
+        pub(crate) lists,
+        pub(crate) list_bits,
+        pub(crate) list_leaves,
         stats,
         rule_counters,
         buckets,
@@ -141,24 +140,6 @@ pub fn conntrack_lookup() -> bool {
     std::fs::read_to_string("/proc/kallsyms").is_ok_and(|s| s.lines().any(|l| l.split_whitespace().nth(2) == Some("bpf_xdp_ct_lookup")))
 }
 
-/// A list's entries as the LPM trie keys them.
-pub fn lpm_key(net: &ipnet::IpNet) -> Vec<u8> {
-    let mut k = types::xnf_filter_lpm_key::default();
-    match net {
-        ipnet::IpNet::V4(n) => {
-            k.family = 4;
-            k.prefixlen = 8 + u32::from(n.prefix_len());
-            k.addr[..4].copy_from_slice(&n.network().octets());
-        }
-        ipnet::IpNet::V6(n) => {
-            k.family = 6;
-            k.prefixlen = 8 + u32::from(n.prefix_len());
-            k.addr.copy_from_slice(&n.network().octets());
-        }
-    }
-    as_bytes(&k).to_vec()
-}
-
 impl FilterMaps {
     /// The outer map of the live compiled set (compile.rs reads and swaps it).
     pub(crate) fn rule_sets(&self) -> &MapHandle {
@@ -168,41 +149,6 @@ impl FilterMaps {
     /// Removes the rule set: every frame meets the default, pass.
     pub fn clear_rules(&self) -> Result<()> {
         xnf_core::maps::swap::clear(&self.rule_sets)
-    }
-
-    /// Fills list slot `slot` with a new trie holding `nets` (the slot
-    /// must be unused by the live rules).
-    pub fn set_list(&self, slot: u32, nets: &[ipnet::IpNet]) -> Result<()> {
-        let opts = libbpf_sys::bpf_map_create_opts {
-            sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
-            map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
-            ..Default::default()
-        };
-        let key_size = std::mem::size_of::<types::xnf_filter_lpm_key>() as u32;
-        let trie =
-            MapHandle::create(MapType::LpmTrie, Some("xnf_filter_list"), key_size, 1, LIST_MAX, &opts).context("creating a prefix list for the data plane")?;
-        let keys: Vec<u8> = nets.iter().flat_map(lpm_key).collect();
-        let values = vec![1u8; nets.len()];
-        for (k, v) in keys.chunks(key_size as usize * 4096).zip(values.chunks(4096)) {
-            let n = v.len() as u32;
-            trie.update_batch(k, v, n, MapFlags::ANY, MapFlags::ANY)
-                .or_else(|_| {
-                    // Kernels without batched LPM updates: one at a time.
-                    k.chunks(key_size as usize).try_for_each(|kk| trie.update(kk, &[1], MapFlags::ANY))
-                })
-                .context("filling a prefix list")?;
-        }
-        let fd = trie.as_fd().as_raw_fd() as u32;
-        self.lists.update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY).context("switching a prefix list slot")
-    }
-
-    pub fn clear_list(&self, slot: u32) -> Result<()> {
-        delete_if_present(&self.lists, &slot.to_ne_bytes())
-    }
-
-    /// Whether list slot `slot` holds a list.
-    pub fn list_used(&self, slot: u32) -> bool {
-        self.lists.lookup(&slot.to_ne_bytes(), MapFlags::ANY).ok().flatten().is_some()
     }
 
     pub fn counters(&self) -> Result<Counters> {

@@ -286,7 +286,19 @@ fn nets(list: &[&str]) -> Vec<IpNet> {
 /// What the lists the rule files name hold.
 fn lists() -> BTreeMap<String, Vec<IpNet>> {
     BTreeMap::from([
-        ("bad".into(), nets(&["198.18.30.0/24", "198.18.31.7/32", "2001:db8:30::/64", "2001:db8:31::7/128", "3001:db8::/32"])),
+        (
+            "bad".into(),
+            nets(&[
+                "198.18.30.0/24",
+                "198.18.31.7/32",
+                "198.18.32.0/23",
+                "198.18.33.16/28",
+                "198.18.34.16/28",
+                "2001:db8:30::/64",
+                "2001:db8:31::7/128",
+                "3001:db8::/32",
+            ]),
+        ),
         ("good".into(), nets(&["198.18.40.0/24", "2001:db8:40::/64"])),
         ("empty".into(), vec![]),
     ])
@@ -403,11 +415,21 @@ fn default_drop_and_not_rules(t: &mut Table) {
     t.drop("a VLAN tag cut by the end of the frame is malformed", s, udp_on(eth().vlan(100), DST4)[..16].to_vec(), &[Malformed], Hit::Nothing);
 }
 
+/// The lists' rows, with the lists as tries alone (`lists`) and with
+/// their IPv4 bitmaps (`lists-bitmap`: its /24 rows answered by the
+/// bitmap, its /32 rows by the trie behind it).
 fn lists_rows(t: &mut Table) {
-    let s = "lists";
+    lists_rows_in(t, "lists");
+    lists_rows_in(t, "lists-bitmap");
+}
+
+fn lists_rows_in(t: &mut Table, s: &'static str) {
     t.drop("source in a listed /24", s, udp("198.18.30.200", DST4, 1, 2), &[RuleDrop], Hit::Rule(2));
     t.drop("source is a listed /32", s, udp("198.18.31.7", DST4, 1, 2), &[RuleDrop], Hit::Rule(2));
     t.pass("source next to a listed /32: in no list", s, udp("198.18.31.8", DST4, 1, 2), &[DefaultPass], Hit::Default);
+    t.drop("source in a listed /23's second /24", s, udp("198.18.33.200", DST4, 1, 2), &[RuleDrop], Hit::Rule(2));
+    t.drop("source in a listed /28 alone in its /24", s, udp("198.18.34.20", DST4, 1, 2), &[RuleDrop], Hit::Rule(2));
+    t.pass("source in the /24 of a listed /28, not in it", s, udp("198.18.34.40", DST4, 1, 2), &[DefaultPass], Hit::Default);
     t.drop("IPv6 source in a listed /64", s, udp("2001:db8:30::abcd", DST6, 1, 2), &[RuleDrop], Hit::Rule(2));
     t.drop("IPv6 source is a listed /128", s, udp("2001:db8:31::7", DST6, 1, 2), &[RuleDrop], Hit::Rule(2));
     t.pass("IPv6 source next to a listed /128", s, udp("2001:db8:31::8", DST6, 1, 2), &[DefaultPass], Hit::Default);
@@ -586,7 +608,8 @@ fn run_table(f: &Filter, cases: &[Case]) -> Vec<String> {
     let mut failures = Vec::new();
     for c in cases {
         if !c.set.is_empty() && c.set != live {
-            f.apply(sets[c.set], &lists).unwrap_or_else(|e| panic!("rule file {}: {e:#}", c.set));
+            let text = sets[c.set.trim_end_matches("-bitmap")];
+            f.apply_as(text, &lists, Some(c.set.ends_with("-bitmap"))).unwrap_or_else(|e| panic!("rule file {}: {e:#}", c.set));
             live = c.set;
         }
         failures.extend(check_case(f, c).map(|why| format!("{} [{}]: {why}\n    frame {}", c.desc, c.set, xnf_testrun::frames::hex(&c.input))));

@@ -90,11 +90,20 @@ impl Filter {
     /// order of their names) filled with `lists[name]` (none: an empty
     /// list). Returns the checked rule file.
     pub fn apply(&self, text: &str, lists: &BTreeMap<String, Vec<IpNet>>) -> Result<RuleSet> {
+        self.apply_as(text, lists, None)
+    }
+
+    /// [`apply`](Self::apply), every list with its IPv4 bitmap
+    /// (`Some(true)`), without (`Some(false)`), or as its size says.
+    pub fn apply_as(&self, text: &str, lists: &BTreeMap<String, Vec<IpNet>>, bitmap: Option<bool>) -> Result<RuleSet> {
         let rs = RuleSet::parse(text, "t.toml")?;
         let mut slots = BTreeMap::new();
         for (slot, name) in rs.lists.keys().enumerate() {
             let nets = lists.get(name).map(Vec::as_slice).unwrap_or_default();
-            self.maps.set_list(slot as u32, nets)?;
+            match bitmap {
+                Some(b) => self.maps.set_list_as(slot as u32, nets, b)?,
+                None => self.maps.set_list(slot as u32, nets)?,
+            }
             slots.insert(name.clone(), slot as u32);
         }
         self.maps.set_rules(&rule_set(&rs, &slots)?)?;

@@ -297,7 +297,8 @@ impl Run {
         }
         let mut rng = Rng::with_seed(self.seed ^ (n + 1).wrapping_mul(0xa076_1d64_78bd_642f));
         let (text, lists) = rule_file(&mut rng, n);
-        let rs = self.filter.apply(&text, &lists).unwrap_or_else(|e| panic!("the fuzzer wrote a bad rule file: {e:#}\n{text}"));
+        // Lists as tries alone, or with their bitmaps (big lists' form).
+        let rs = self.filter.apply_as(&text, &lists, Some(n % 2 == 1)).unwrap_or_else(|e| panic!("the fuzzer wrote a bad rule file: {e:#}\n{text}"));
         let slots = (0..rs.rules.len() as u32).chain([RULE_DEFAULT]);
         let want = slots.map(|s| (s, self.filter.maps.rule_counters(s).unwrap())).collect();
         let model = Model::new(rs, lists.clone(), self.filter.prog.conntrack());
