@@ -117,58 +117,49 @@ impl FilterMaps {
     }
 }
 
-fn new_trie(nets: &[IpNet]) -> Result<MapHandle> {
-    let opts = libbpf_sys::bpf_map_create_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
-        ..Default::default()
-    };
-    let key_size = std::mem::size_of::<types::xnf_filter_lpm_key>() as u32;
-    let trie =
-        MapHandle::create(MapType::LpmTrie, Some("xnf_filter_list"), key_size, 1, LIST_MAX, &opts).context("creating a prefix list for the data plane")?;
-    let keys: Vec<u8> = nets.iter().flat_map(lpm_key).collect();
-    let values = vec![1u8; nets.len()];
-    for (k, v) in keys.chunks(key_size as usize * 4096).zip(values.chunks(4096)) {
-        trie.update_batch(k, v, v.len() as u32, MapFlags::ANY, MapFlags::ANY)
-            .or_else(|_| {
-                // Kernels without batched LPM updates: one at a time.
-                k.chunks(key_size as usize).try_for_each(|kk| trie.update(kk, &[1], MapFlags::ANY))
-            })
-            .context("filling a prefix list")?;
-    }
-    Ok(trie)
-}
-
-/// A bitmap map holding `words` (an array starts zeroed: only the words
-/// with a bit set are written).
-fn new_bitmap(words: &[u64]) -> Result<MapHandle> {
-    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, ..Default::default() };
-    let bits = MapHandle::create(MapType::Array, Some("xnf_filter_bits"), 4, 8, BITS_WORDS, &opts).context("creating a prefix list's bitmap")?;
-    let set: Vec<u32> = (0..BITS_WORDS).filter(|&i| words[i as usize] != 0).collect();
-    for chunk in set.chunks(65536) {
-        let keys: Vec<u8> = chunk.iter().flat_map(|i| i.to_ne_bytes()).collect();
-        let values: Vec<u8> = chunk.iter().flat_map(|&i| words[i as usize].to_ne_bytes()).collect();
-        bits.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY).context("filling a prefix list's bitmap")?;
-    }
-    Ok(bits)
-}
-
-/// A leaves map holding `leaves` (one entry at least: a map has one).
-fn new_leaves(leaves: &BTreeMap<u32, [u64; 4]>) -> Result<MapHandle> {
-    let opts = libbpf_sys::bpf_map_create_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_sys::BPF_F_NO_PREALLOC,
-        ..Default::default()
-    };
-    let max = (leaves.len() as u32).max(1);
-    let map = MapHandle::create(MapType::Hash, Some("xnf_filter_leaf"), 4, 32, max, &opts).context("creating a prefix list's leaves")?;
-    let entries: Vec<(&u32, &[u64; 4])> = leaves.iter().collect();
+/// A new inner map for a list slot, filled with `entries` (key, value
+/// bytes) in batches; `per_entry`: kernels without batched updates of
+/// this map type get one update per entry.
+fn new_map(
+    ty: MapType,
+    name: &str,
+    (key_size, value_size, max): (u32, u32, u32),
+    flags: u32,
+    entries: &[(Vec<u8>, Vec<u8>)],
+    per_entry: bool,
+) -> Result<MapHandle> {
+    let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, map_flags: flags, ..Default::default() };
+    let map = MapHandle::create(ty, Some(name), key_size, value_size, max, &opts).with_context(|| format!("creating {name} for a prefix list"))?;
     for chunk in entries.chunks(65536) {
-        let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| k.to_ne_bytes()).collect();
-        let values: Vec<u8> = chunk.iter().flat_map(|(_, v)| v.iter().flat_map(|w| w.to_ne_bytes())).collect();
-        map.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY).context("filling a prefix list's leaves")?;
+        let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| k.iter().copied()).collect();
+        let values: Vec<u8> = chunk.iter().flat_map(|(_, v)| v.iter().copied()).collect();
+        map.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)
+            .or_else(|e| if per_entry { chunk.iter().try_for_each(|(k, v)| map.update(k, v, MapFlags::ANY)) } else { Err(e) })
+            .with_context(|| format!("filling {name} of a prefix list"))?;
     }
     Ok(map)
+}
+
+/// The trie of `nets` (LPM tries took no batched updates before Linux 6.x).
+fn new_trie(nets: &[IpNet]) -> Result<MapHandle> {
+    let key_size = std::mem::size_of::<types::xnf_filter_lpm_key>() as u32;
+    let entries: Vec<_> = nets.iter().map(|n| (lpm_key(n), vec![1u8])).collect();
+    new_map(MapType::LpmTrie, "xnf_filter_list", (key_size, 1, LIST_MAX), libbpf_sys::BPF_F_NO_PREALLOC, &entries, true)
+}
+
+/// The bitmap holding `words` (an array starts zeroed: only the words with
+/// a bit set are written).
+fn new_bitmap(words: &[u64]) -> Result<MapHandle> {
+    let entries: Vec<_> =
+        (0..BITS_WORDS).filter(|&i| words[i as usize] != 0).map(|i| (i.to_ne_bytes().to_vec(), words[i as usize].to_ne_bytes().to_vec())).collect();
+    new_map(MapType::Array, "xnf_filter_bits", (4, 8, BITS_WORDS), 0, &entries, false)
+}
+
+/// The leaves map holding `leaves` (room for one at least: a map has one).
+fn new_leaves(leaves: &BTreeMap<u32, [u64; 4]>) -> Result<MapHandle> {
+    let entries: Vec<_> = leaves.iter().map(|(k, v)| (k.to_ne_bytes().to_vec(), v.iter().flat_map(|w| w.to_ne_bytes()).collect())).collect();
+    let max = (leaves.len() as u32).max(1);
+    new_map(MapType::Hash, "xnf_filter_leaf", (4, 32, max), libbpf_sys::BPF_F_NO_PREALLOC, &entries, false)
 }
 
 #[cfg(test)]
