@@ -219,7 +219,7 @@ struct fctx {
 	__u8 icmp_type;
 	__u8 icmp_known;
 	/* The class of each field, written by classify before any read:
-	 * last, and not zeroed (14 stores a frame for nothing). */
+	 * last, and not zeroed (seven stores a frame for nothing). */
 	const struct xnf_filter_class *cls[XNF_FIELDS];
 };
 
