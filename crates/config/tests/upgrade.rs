@@ -95,6 +95,7 @@ fn an_upgrade_to_a_changed_layout_under_traffic_loses_no_frame_and_moves_no_conn
     wait_for("the lb to record 200 connections", || connections(b.dut()).len() == 200);
     let (before, show) = (connections(b.dut()), b.show());
     let (redir, forwarded) = (b.r.redirected(), b.r.forw_v4());
+    let (before_dut0, buffer0) = (b.r.dropped_before_dut(), socket_buffer_drops(&b));
     // About 10 s of traffic (paced): the upgrade ends well inside it.
     const N: usize = 600_000;
     let stop = AtomicBool::new(false);
@@ -119,8 +120,16 @@ fn an_upgrade_to_a_changed_layout_under_traffic_loses_no_frame_and_moves_no_conn
     let (out, opened) = out;
     eprintln!("{out}");
     assert!(out.contains("made afresh: rule_sets"), "the report does not say the filter's rule set was compiled anew: {out}");
-    assert_eq!(received, N, "frames lost");
-    assert_eq!(b.r.redirected() - redir, N as u64, "frames not forwarded in XDP");
+    // What gen's veth dropped never reached dut (its ring full while the
+    // two CPUs were busy elsewhere, the upgrade's verifier among them), and
+    // what the sink's full socket buffer dropped had arrived: neither is
+    // the data plane's to lose. Every frame that reached dut is judged.
+    let before_dut = (b.r.dropped_before_dut() - before_dut0) as usize;
+    let buffer = (socket_buffer_drops(&b) - buffer0) as usize;
+    assert!(before_dut * 1000 < N, "{before_dut} of {N} frames dropped on gen's veth before dut: too few reached it");
+    let reached = N - before_dut;
+    assert_eq!(b.r.redirected() - redir, reached as u64, "frames not forwarded in XDP ({before_dut} dropped before dut)");
+    assert_eq!(received + buffer, reached, "frames lost ({before_dut} dropped before dut, {buffer} by the sink's full socket buffer)");
     // The lb's connection datagrams, encapsulated, go to the kernel's
     // forwarding (no backend is there to resolve); the stream's none.
     let by_kernel = b.r.forw_v4() - forwarded;
@@ -145,6 +154,11 @@ fn an_upgrade_to_a_changed_layout_under_traffic_loses_no_frame_and_moves_no_conn
 }
 
 /// Frames through gen -> dut -> sink, all forwarded in XDP.
+/// Datagrams the sink's kernel dropped for a full socket buffer.
+fn socket_buffer_drops(b: &Boxed) -> u64 {
+    b.r.line.sink().snmp().unwrap().value("Udp", "RcvbufErrors").unwrap()
+}
+
 fn forwards(b: &Boxed) {
     let (redir, forwarded) = (b.r.redirected(), b.r.forw_v4());
     assert_eq!(b.r.send_udp(false, 2000), 2000, "frames lost");
