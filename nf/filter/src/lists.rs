@@ -117,24 +117,23 @@ impl FilterMaps {
     }
 }
 
-/// A new inner map for a list slot, filled with `entries` (key, value
-/// bytes) in batches; `per_entry`: kernels without batched updates of
-/// this map type get one update per entry.
+/// A new inner map for a list slot, filled with the entries laid end to
+/// end in `keys` and `values` in batches; `per_entry`: kernels without
+/// batched updates of this map type get one update per entry.
 fn new_map(
     ty: MapType,
     name: &str,
     (key_size, value_size, max): (u32, u32, u32),
     flags: u32,
-    entries: &[(Vec<u8>, Vec<u8>)],
+    (keys, values): (&[u8], &[u8]),
     per_entry: bool,
 ) -> Result<MapHandle> {
     let opts = libbpf_sys::bpf_map_create_opts { sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _, map_flags: flags, ..Default::default() };
     let map = MapHandle::create(ty, Some(name), key_size, value_size, max, &opts).with_context(|| format!("creating {name} for a prefix list"))?;
-    for chunk in entries.chunks(65536) {
-        let keys: Vec<u8> = chunk.iter().flat_map(|(k, _)| k.iter().copied()).collect();
-        let values: Vec<u8> = chunk.iter().flat_map(|(_, v)| v.iter().copied()).collect();
-        map.update_batch(&keys, &values, chunk.len() as u32, MapFlags::ANY, MapFlags::ANY)
-            .or_else(|e| if per_entry { chunk.iter().try_for_each(|(k, v)| map.update(k, v, MapFlags::ANY)) } else { Err(e) })
+    let (ks, vs) = (key_size as usize, value_size as usize);
+    for (k, v) in keys.chunks(ks * 65536).zip(values.chunks(vs * 65536)) {
+        map.update_batch(k, v, (k.len() / ks) as u32, MapFlags::ANY, MapFlags::ANY)
+            .or_else(|e| if per_entry { k.chunks(ks).zip(v.chunks(vs)).try_for_each(|(kk, vv)| map.update(kk, vv, MapFlags::ANY)) } else { Err(e) })
             .with_context(|| format!("filling {name} of a prefix list"))?;
     }
     Ok(map)
@@ -143,23 +142,25 @@ fn new_map(
 /// The trie of `nets` (LPM tries took no batched updates before Linux 6.x).
 fn new_trie(nets: &[IpNet]) -> Result<MapHandle> {
     let key_size = std::mem::size_of::<types::xnf_filter_lpm_key>() as u32;
-    let entries: Vec<_> = nets.iter().map(|n| (lpm_key(n), vec![1u8])).collect();
-    new_map(MapType::LpmTrie, "xnf_filter_list", (key_size, 1, LIST_MAX), libbpf_sys::BPF_F_NO_PREALLOC, &entries, true)
+    let keys: Vec<u8> = nets.iter().flat_map(lpm_key).collect();
+    new_map(MapType::LpmTrie, "xnf_filter_list", (key_size, 1, LIST_MAX), libbpf_sys::BPF_F_NO_PREALLOC, (&keys, &vec![1u8; nets.len()]), true)
 }
 
 /// The bitmap holding `words` (an array starts zeroed: only the words with
 /// a bit set are written).
 fn new_bitmap(words: &[u64]) -> Result<MapHandle> {
-    let entries: Vec<_> =
-        (0..BITS_WORDS).filter(|&i| words[i as usize] != 0).map(|i| (i.to_ne_bytes().to_vec(), words[i as usize].to_ne_bytes().to_vec())).collect();
-    new_map(MapType::Array, "xnf_filter_bits", (4, 8, BITS_WORDS), 0, &entries, false)
+    let set: Vec<u32> = (0..BITS_WORDS).filter(|&i| words[i as usize] != 0).collect();
+    let keys: Vec<u8> = set.iter().flat_map(|i| i.to_ne_bytes()).collect();
+    let values: Vec<u8> = set.iter().flat_map(|&i| words[i as usize].to_ne_bytes()).collect();
+    new_map(MapType::Array, "xnf_filter_bits", (4, 8, BITS_WORDS), 0, (&keys, &values), false)
 }
 
 /// The leaves map holding `leaves` (room for one at least: a map has one).
 fn new_leaves(leaves: &BTreeMap<u32, [u64; 4]>) -> Result<MapHandle> {
-    let entries: Vec<_> = leaves.iter().map(|(k, v)| (k.to_ne_bytes().to_vec(), v.iter().flat_map(|w| w.to_ne_bytes()).collect())).collect();
+    let keys: Vec<u8> = leaves.keys().flat_map(|k| k.to_ne_bytes()).collect();
+    let values: Vec<u8> = leaves.values().flatten().flat_map(|w| w.to_ne_bytes()).collect();
     let max = (leaves.len() as u32).max(1);
-    new_map(MapType::Hash, "xnf_filter_leaf", (4, 32, max), libbpf_sys::BPF_F_NO_PREALLOC, &entries, false)
+    new_map(MapType::Hash, "xnf_filter_leaf", (4, 32, max), libbpf_sys::BPF_F_NO_PREALLOC, (&keys, &values), false)
 }
 
 #[cfg(test)]
