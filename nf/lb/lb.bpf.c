@@ -27,7 +27,10 @@
  *
  * What the stage does not own goes on unchanged, counted:
  * - not a service's (another address, port or protocol, not IP, broken
- *   headers): the next stage, or the kernel, as without the lb;
+ *   headers), or a VIP's frame sent to another MAC than the ingress
+ *   interface's own (a promiscuous interface sees other hosts' frames;
+ *   broadcast and multicast are no one's to balance): the next stage, or
+ *   the kernel, as without the lb;
  * - a service's, but fragments, IPv4 options, IPv6 hop-by-hop options, a
  *   VLAN tag, no readable ports, ICMP that is not a too-big error of a
  *   service flow: XDP_PASS, the kernel's as without the lb;
@@ -36,10 +39,15 @@
  *   it says without xnf), no neighbour yet or an egress without the stage
  *   (XDP_PASS of the encapsulated packet, addressed to this host's MAC:
  *   the kernel forwards it to the backend and resolves the neighbour, so
- *   the next packets take XDP).
+ *   the next packets take XDP); a DSR backend the route reaches through a
+ *   gateway (dsr-not-onlink: its MAC is not on this segment, and the
+ *   gateway would get a frame to the VIP), the frame as it came.
  * A packet that no longer fits the egress MTU once encapsulated is
  * answered with ICMP frag-needed / packet-too-big carrying the MTU left
- * for it, as a tunnel in the kernel would; an ICMP too-big error coming
+ * for it, as a tunnel in the kernel would, if it is IPv6 or IPv4 with DF;
+ * IPv4 without DF is dropped (too-big): frag-needed is only for DF
+ * packets (RFC 1191), XDP cannot fragment, and the backend's decap cannot
+ * reassemble outer fragments; an ICMP too-big error coming
  * back for a VIP's flow goes to the backend that owns the flow, whose
  * stack sent the packet that was too big.
  */
@@ -68,6 +76,7 @@ const volatile struct {
 	struct xnf_lb_service_stats service_stats;
 	struct xnf_lb_backend_stats backend_stats;
 	struct xnf_lb_addr addr;
+	struct xnf_lb_mac mac;
 } xnf_btf_anchor = {};
 
 struct {
@@ -162,6 +171,19 @@ struct {
 	__type(value, __u32);
 } tx_ports SEC(".maps");
 
+/*
+ * The own MAC of each interface with the lb stage, written by attach (and
+ * rewritten by every attach, detach and apply): XDP has no helper that
+ * reads the ingress device's address, and one lookup per frame to a VIP
+ * costs less than the slow path it saves a promiscuous interface from.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XNF_LB_MAX_IFACES);
+	__type(key, __u32);
+	__type(value, struct xnf_lb_mac);
+} own_macs SEC(".maps");
+
 struct lctx {
 	struct xnf_pkt pkt;
 	struct xnf_lb_stats *stats;
@@ -191,6 +213,20 @@ static __always_inline int to_kernel(const struct lctx *c, __u32 why)
 	count(c, why);
 	count(c, XNF_LB_PASS);
 	return XDP_PASS;
+}
+
+/* Whether the frame was sent to the ingress interface's own MAC: an
+ * interface without an entry (no lb attached) owns no frame. */
+static __always_inline int to_our_mac(struct xdp_md *ctx, const struct lctx *c)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	const struct xnf_lb_mac *m = bpf_map_lookup_elem(&own_macs, &ifindex);
+	const __u8 *d = c->eth.h_dest;
+
+	if (!m)
+		return 0;
+	return !((d[0] ^ m->addr[0]) | (d[1] ^ m->addr[1]) | (d[2] ^ m->addr[2]) | (d[3] ^ m->addr[3]) |
+		 (d[4] ^ m->addr[4]) | (d[5] ^ m->addr[5]));
 }
 
 static __always_inline const struct xnf_lb_service *find_service(const __u32 *vip, __u8 family, __u8 proto,
@@ -331,14 +367,50 @@ static __always_inline int outer_source(__u8 family, __u32 hash, __u32 *src)
 	return 0;
 }
 
-/* Answers a packet too big once encapsulated (encap.h), back the way it came. */
+/* Whether the IPv4 packet of @p has DF set (the header is still the one
+ * that came: nothing is written before the route is known). */
+static __always_inline int ipv4_df(struct xdp_md *ctx, const struct xnf_pkt *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct iphdr *ip;
+
+	if (p->l3_off > XNF_MAX_OFF)
+		return 0;
+	ip = data + p->l3_off;
+	if ((void *)(ip + 1) > end)
+		return 0;
+	return (ip->frag_off & bpf_htons(0x4000)) != 0;
+}
+
+/* Answers a packet too big once encapsulated (encap.h), back the way it
+ * came; IPv4 without DF is dropped instead: frag-needed is for DF packets
+ * only (RFC 1191: the sender of one without DF expects the path to
+ * fragment it and lowers nothing), XDP cannot fragment, and the kernel,
+ * given the frame, would route it to the VIP, not balance it. */
 static __always_inline int answer_too_big(struct xdp_md *ctx, const struct lctx *c, __u32 mtu)
 {
+	if (c->pkt.family == AF_INET && !ipv4_df(ctx, &c->pkt)) {
+		count(c, XNF_LB_TOO_BIG);
+		count(c, XNF_LB_DROP);
+		return XDP_DROP;
+	}
 	if (xnf_lb_too_big(ctx, &c->pkt, &c->eth, mtu))
 		return to_kernel(c, XNF_LB_ERROR);
 	count(c, XNF_LB_ICMP_SENT);
 	count(c, XNF_LB_TX);
 	return XDP_TX;
+}
+
+/* Whether the next hop bpf_fib_lookup found is backend @b itself. */
+static __always_inline int is_backend(const struct bpf_fib_lookup *fib, const struct xnf_lb_backend *b)
+{
+	if (fib->family != b->family)
+		return 0;
+	if (b->family == AF_INET)
+		return fib->ipv4_dst == b->addr[0];
+	return fib->ipv6_dst[0] == b->addr[0] && fib->ipv6_dst[1] == b->addr[1] && fib->ipv6_dst[2] == b->addr[2] &&
+	       fib->ipv6_dst[3] == b->addr[3];
 }
 
 /*
@@ -381,6 +453,11 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 		return to_kernel(c, XNF_LB_FWD_DISABLED);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return to_kernel(c, XNF_LB_NO_ROUTE);
+	/* The lookup puts a gateway, if the route has one, in the destination
+	 * (of its family): DSR's frame keeps the VIP as its destination, so it
+	 * must go to the backend itself, never to a router. */
+	if (s->mode == XNF_LB_DSR && !is_backend(&fib, b))
+		return to_kernel(c, XNF_LB_DSR_NOT_ONLINK);
 	ifindex = fib.ifindex;
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS && ifindex != ctx->ingress_ifindex &&
 	    !bpf_map_lookup_elem(&tx_ports, &ifindex))
@@ -508,6 +585,8 @@ static __always_inline int special(struct xdp_md *ctx, struct lctx *c)
 
 	if (!is_vip(p))
 		return next(ctx, c, XNF_LB_NOT_SERVICE);
+	if (!to_our_mac(ctx, c))
+		return next(ctx, c, XNF_LB_NOT_OUR_MAC);
 	if (p->tagged)
 		return to_kernel(c, XNF_LB_VLAN);
 	if (p->frag)
@@ -552,6 +631,9 @@ int xnf_lb(struct xdp_md *ctx)
 	s = find_service(c.pkt.dst, c.pkt.family, c.pkt.proto, c.pkt.dport);
 	if (!s)
 		return next(ctx, &c, XNF_LB_NOT_SERVICE);
+	/* Checked once the frame is a service's: other traffic pays no lookup. */
+	if (!to_our_mac(ctx, &c))
+		return next(ctx, &c, XNF_LB_NOT_OUR_MAC);
 	__builtin_memcpy(c.flow.src, c.pkt.src, sizeof(c.flow.src));
 	__builtin_memcpy(c.flow.dst, c.pkt.dst, sizeof(c.flow.dst));
 	c.flow.sport = c.pkt.sport;

@@ -33,7 +33,7 @@ enum xnf_lb_counter {
 	XNF_LB_TX,              /* sent back out of the interface it came in on */
 	XNF_LB_REDIRECT,        /* sent out of another lb interface */
 	XNF_LB_PASS,            /* a service's packet handed to the kernel (a reason below) */
-	XNF_LB_DROP,            /* a service's packet dropped (no-backend) */
+	XNF_LB_DROP,            /* a service's packet dropped (no-backend, too-big) */
 	XNF_LB_CT_HIT,          /* the connection table named the backend */
 	XNF_LB_CT_MISS,         /* no entry: the table decided and the entry was made */
 	XNF_LB_CT_SYN,          /* a TCP SYN with an entry: the table decided afresh */
@@ -57,6 +57,10 @@ enum xnf_lb_counter {
 	XNF_LB_NO_SOURCE,       /* pass: no outer source address for the backend's family */
 	XNF_LB_ERROR,           /* pass: the frame could not be grown or shrunk */
 	XNF_LB_NO_BACKEND,      /* drop: a new flow of a service whose backends are all drained */
+	/* Later additions, at the end so that earlier counters keep their index. */
+	XNF_LB_NOT_OUR_MAC,     /* continue: to a VIP, but not to the ingress interface's own MAC */
+	XNF_LB_DSR_NOT_ONLINK,  /* pass: dsr, but the route to the backend goes through a gateway */
+	XNF_LB_TOO_BIG,         /* drop: IPv4 without DF too big once encapsulated (XDP cannot fragment) */
 	XNF_LB_COUNTERS,
 };
 
@@ -108,6 +112,13 @@ struct xnf_lb_flow {
 	__u16 sport, dport;    /* host order */
 	__u8 family;
 	__u8 proto;
+	__u16 pad;
+};
+
+/* An lb interface's own MAC (own_macs, by ifindex): only frames sent to
+ * it are balanced. */
+struct xnf_lb_mac {
+	__u8 addr[6];
 	__u16 pad;
 };
 

@@ -19,6 +19,9 @@
 //!    0), so its flows' entries stop matching and their packets take the
 //!    table; a drained backend (weight 0) keeps its record and its flows.
 //!
+//! Before anything changes, a dsr backend must be on-link here (see
+//! [`check_dsr_onlink`]). Every apply also rereads the lb interfaces' MACs.
+//!
 //! Every apply converges from whatever the maps hold (every key is
 //! checked against the file), so an apply killed half-way is repaired by
 //! the next one. Run files, in `/run/xnf/<netns>/lb/`: `applied.json` (the
@@ -30,8 +33,12 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use xnf_core::state;
 
-use crate::attach::{applied, ids, lock, maps_or_create, run_dir, sources, AppliedFile};
-use crate::config::Config;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use xnf_netns::netlink::{self, RouteGet};
+
+use crate::attach::{applied, ids, lock, maps_or_create, run_dir, sources, write_own_macs, AppliedFile};
+use crate::config::{Config, Mode};
 use crate::plan::{plan, ServicePlan, Table};
 use crate::tables::{allocate, converge};
 
@@ -56,6 +63,7 @@ pub fn apply_file(path: &Path) -> Result<Outcome> {
 pub fn apply_text(text: &str, origin: &str) -> Result<Outcome> {
     let (config, warnings) = Config::parse(text, origin)?;
     let tables = config.services.iter().map(Table::of).collect::<Result<Vec<_>>>()?;
+    check_dsr_onlink(&config, origin)?;
     let _lock = lock()?;
     let old = applied()?.map(|a| a.config).unwrap_or_default();
     let plans = plan(&old, &config)?;
@@ -63,8 +71,35 @@ pub fn apply_text(text: &str, origin: &str) -> Result<Outcome> {
     let ids = allocate(&ids()?, &config)?;
     write_json("ids.json", &ids)?;
     converge(&maps, &config, &tables, &ids, &sources(&config.encap)?)?;
+    write_own_macs(&maps)?;
     write_json("applied.json", &AppliedFile { origin: origin.to_owned(), text: text.to_owned() })?;
     Ok(Outcome { warnings, plans })
+}
+
+/// Refuses dsr backends that this namespace routes to through a gateway,
+/// one line each: dsr sends the frame unchanged (to the VIP) to the
+/// backend's MAC, so the backend must sit on a segment of this host; a
+/// router in between would get a frame addressed to the VIP. The kernel's
+/// output route is asked (the data plane's lookup, from the ingress, gives
+/// the same next hop unless policy rules differ by interface: it then
+/// leaves such frames to the kernel, `dsr-not-onlink`). No route at all is
+/// not refused: an interface may come up later (`no-route` until then).
+pub fn check_dsr_onlink(config: &Config, origin: &str) -> Result<()> {
+    let mut errs = Vec::new();
+    for s in config.services.iter().filter(|s| s.mode == Mode::Dsr) {
+        for b in &s.backends {
+            let any = if b.address.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+            // No input interface: the kernel's output route.
+            let route = netlink::route_get(any, b.address, 0).with_context(|| format!("asking the kernel for the route to dsr backend {}", b.address))?;
+            if let RouteGet::Unicast { gateway: Some(gw), .. } = route {
+                errs.push(format!(
+                    "{origin}: line {}: {}/{}: address: not on-link here (the route to it goes via {gw}): dsr sends the frame to the VIP unchanged to the backend's MAC, so the backend must sit on a segment of this host; put it on one, or use mode = \"ipip\" or \"gue\"",
+                    b.line, s.name, b.address
+                ));
+            }
+        }
+    }
+    xnf_core::files::all_faults(errs.into_iter().map(anyhow::Error::msg).collect())
 }
 
 /// What `restore` needs to put the lb's services back exactly: the live

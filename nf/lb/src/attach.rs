@@ -46,25 +46,63 @@ impl StageNf for Lb {
         p.prog().as_fd()
     }
 
-    /// The data plane may redirect to the port from before its first frame.
+    /// The data plane may redirect to the port, and takes the frames sent
+    /// to its MAC, from before its first frame.
     fn enter(maps: &LbMaps, link: &Link, _: &()) -> Result<()> {
+        maps.set_own_mac(link.ifindex, own_mac(link)?)?;
         maps.add_port(link.ifindex)
     }
 
     fn leave(maps: &LbMaps, ifindex: u32) -> Result<()> {
-        maps.remove_port(ifindex)
+        maps.remove_port(ifindex)?;
+        maps.remove_own_mac(ifindex)
     }
 
-    /// The outer sources may be the interfaces' own addresses.
+    /// A new instance keeps the interface's entries; its MAC is read again.
+    fn replaced(maps: &LbMaps, link: &Link, _: &()) -> Result<()> {
+        maps.set_own_mac(link.ifindex, own_mac(link)?)
+    }
+
+    /// The outer sources may be the interfaces' own addresses; the MACs
+    /// are read again (one may have changed since its attach).
     fn settle(maps: &LbMaps) -> Result<()> {
         let encap = applied()?.map(|a| a.config.encap).unwrap_or_default();
-        write_sources(maps, &encap)
+        write_sources(maps, &encap)?;
+        write_own_macs(maps)
     }
 
     fn counters(maps: &LbMaps) -> Result<Vec<(&'static str, u64)>> {
         let c = maps.counters()?;
         Ok(Counter::ALL.iter().map(|k| (k.name(), c[*k as usize])).collect())
     }
+
+    /// Made afresh from the interfaces by every upgrade, so that an upgrade
+    /// from a build without the map never runs a program on an empty one.
+    const REBUILT: &'static [&'static str] = &["own_macs"];
+
+    fn rebuild(maps: &LbMaps) -> Result<()> {
+        write_own_macs(maps)
+    }
+}
+
+/// The MAC of an interface the lb attaches to (every Ethernet device has one).
+fn own_mac(link: &Link) -> Result<[u8; 6]> {
+    link.mac.with_context(|| format!("{} has no MAC address: the lb takes only frames sent to its interface's MAC", link.name))
+}
+
+/// Rewrites `own_macs` from the attached interfaces as they are now: a MAC
+/// changed since the attach is taken, a detached interface's entry goes.
+pub(crate) fn write_own_macs(maps: &LbMaps) -> Result<()> {
+    let links = attached_links()?;
+    for l in &links {
+        maps.set_own_mac(l.ifindex, own_mac(l)?)?;
+    }
+    for (ifindex, _) in maps.own_macs()? {
+        if !links.iter().any(|l| l.ifindex == ifindex) {
+            maps.remove_own_mac(ifindex)?;
+        }
+    }
+    Ok(())
 }
 
 type Life = Lifecycle<Lb>;

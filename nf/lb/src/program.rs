@@ -64,6 +64,9 @@ xnf_core::c_enum! {
         NoSource = XNF_LB_NO_SOURCE => "no-source",
         Error = XNF_LB_ERROR => "error",
         NoBackend = XNF_LB_NO_BACKEND => "no-backend",
+        NotOurMac = XNF_LB_NOT_OUR_MAC => "not-our-mac",
+        DsrNotOnlink = XNF_LB_DSR_NOT_ONLINK => "dsr-not-onlink",
+        TooBig = XNF_LB_TOO_BIG => "too-big",
     }
 }
 
@@ -155,6 +158,8 @@ xnf_core::pinned_maps! {
         service_stats,
         backend_stats,
         tx_ports,
+        /// Each lb interface's own MAC: frames to another are not balanced.
+        own_macs,
         /// Neighbours the program sends to, and the epoch it stamps with
         /// (neigh_use.h; the daemon keeps them confirmed).
         pub neigh_use,
@@ -290,6 +295,27 @@ impl LbMaps {
 
     pub fn remove_port(&self, ifindex: u32) -> Result<()> {
         delete_if_present(&self.tx_ports, &ifindex.to_ne_bytes())
+    }
+
+    /// Makes `mac` the MAC whose frames the lb balances on `ifindex`.
+    pub fn set_own_mac(&self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
+        let v = types::xnf_lb_mac { addr: mac, pad: 0 };
+        self.own_macs.update(&ifindex.to_ne_bytes(), as_bytes(&v), MapFlags::ANY).context("writing an lb interface's MAC")
+    }
+
+    pub fn remove_own_mac(&self, ifindex: u32) -> Result<()> {
+        delete_if_present(&self.own_macs, &ifindex.to_ne_bytes())
+    }
+
+    /// The interfaces and MACs the data plane takes frames for.
+    pub fn own_macs(&self) -> Result<Vec<(u32, [u8; 6])>> {
+        let mut v = Vec::new();
+        for k in self.own_macs.keys() {
+            let Some(m) = self.own_macs.lookup(&k, MapFlags::ANY)? else { continue };
+            let m: types::xnf_lb_mac = from_bytes(&m);
+            v.push((u32::from_ne_bytes(k[..4].try_into().context("an ifindex")?), m.addr));
+        }
+        Ok(v)
     }
 }
 

@@ -17,7 +17,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use serde_json::Value;
-use xnf_netns::{ifname, veth, Netns, Offload};
+use xnf_netns::{ifname, packet_socket, send_frame, veth, Netns, Offload};
+use xnf_packet::{MacAddr, PacketBuilder, TcpFlags};
 use xnf_testrun::cli::{wait_for, xnf, xnf_errs, xnf_ip_netns_exec_ok, xnf_ok, TempFiles};
 
 const VIP4: &str = "198.18.100.1";
@@ -325,4 +326,90 @@ fn a_bad_service_file_changes_nothing_and_two_applies_at_once_leave_one_file_who
     // Users run tools under `ip netns exec`: the same state is found.
     let seen: Value = serde_json::from_str(&xnf_ip_netns_exec_ok(&lab.lb, &["lb", "status", "--json"])).unwrap();
     assert_eq!(seen["services"].as_array().unwrap().len(), 3, "{seen}");
+}
+
+/// A SYN to VIP4:80 in a frame to `dst`, written to the client's veth end
+/// as it is (its kernel would only send to the lb's MAC). From an address
+/// no one holds: the backend's SYN-ACK finds no client to answer it with
+/// a reset, which the lb would balance too.
+fn raw_syn(lab: &Lab, dst: MacAddr, sport: u16) {
+    let src = lab.client.mac(&lab.client_if).unwrap();
+    let frame =
+        PacketBuilder::ethernet(src, dst).ip("198.18.0.77".parse().unwrap(), VIP4.parse().unwrap()).tcp(sport, 80, TcpFlags::SYN).seq(1).payload(b"").build();
+    let dev = lab.client_if.clone();
+    lab.client.run(move || packet_socket(&dev).and_then(|s| send_frame(&s, &frame))).unwrap().unwrap();
+}
+
+#[test]
+fn on_a_promiscuous_interface_only_frames_to_its_own_mac_are_balanced() {
+    let lab = Lab::new("mac", "ipip");
+    let b0 = &lab.lb_ifs[0];
+    lab.lb.exec(&["ip", "link", "set", "dev", b0, "promisc", "on"]).unwrap();
+    let own = lab.lb.mac(b0).unwrap();
+    let counters = |names: &[&str]| -> Vec<u64> { names.iter().map(|n| lab.counter(n)).collect() };
+    let names = ["not-our-mac", "ct-miss", "redirect", "pass", "drop"];
+    // Another host's unicast MAC, broadcast and multicast: not balanced,
+    // counted, and nothing else moves.
+    for (i, dst) in [MacAddr([0x02, 0, 0, 0, 0x77, 0x01]), MacAddr([0xff; 6]), MacAddr([0x01, 0, 0x5e, 0, 0, 1])].into_iter().enumerate() {
+        let before = counters(&names);
+        raw_syn(&lab, dst, 41000 + i as u16);
+        wait_for(&format!("not-our-mac counting a frame to {dst}"), || lab.counter("not-our-mac") > before[0]);
+        assert_eq!(counters(&names), vec![before[0] + 1, before[1], before[2], before[3], before[4]], "a frame to {dst}: {names:?}");
+    }
+    // dut's own MAC: balanced (a new flow, redirected to a backend).
+    let before = counters(&names);
+    raw_syn(&lab, own, 42000);
+    wait_for("the lb balancing a SYN to its own MAC", || lab.counter("redirect") > before[2]);
+    assert_eq!(counters(&names), vec![before[0], before[1] + 1, before[2] + 1, before[3], before[4]], "a frame to dut's MAC: {names:?}");
+    // A MAC changed after attach is taken by the next apply (or attach or
+    // detach); until then, frames to the new MAC are not balanced.
+    let new = MacAddr([0x02, 0, 0, 0, 0x77, 0x02]);
+    lab.lb.exec(&["ip", "link", "set", "dev", b0, "address", &new.to_string()]).unwrap();
+    let before = counters(&names);
+    raw_syn(&lab, new, 43000);
+    wait_for("not-our-mac counting a frame to the new MAC before an apply", || lab.counter("not-our-mac") > before[0]);
+    lab.apply(&services("ipip", &[1; BACKENDS]));
+    let before = counters(&names);
+    raw_syn(&lab, new, 43001);
+    wait_for("the lb balancing a SYN to its new MAC after an apply", || lab.counter("redirect") > before[2]);
+    raw_syn(&lab, own, 43002);
+    wait_for("not-our-mac counting a frame to the old MAC", || lab.counter("not-our-mac") > before[0]);
+    // The client's kernel, told the new MAC, connects through it.
+    lab.client.exec(&["ip", "neigh", "flush", "dev", &lab.client_if]).unwrap();
+    let (_, who) = lab.connect(VIP4);
+    assert!(who < BACKENDS, "a connection through the new MAC");
+}
+
+#[test]
+fn a_dsr_backend_routed_through_a_gateway_is_refused_and_nothing_changes() {
+    let lab = Lab::new("dsr-onlink", "ipip");
+    // 198.18.30.0/24 and 2001:db8:30::/64 lie behind backend 0's address:
+    // reachable, but through a gateway.
+    let mut l = lab.lb.batch();
+    l.route_add("198.18.30.0/24", Some(&backend4(0)), None).unwrap().route_add("2001:db8:30::/64", Some(&backend6(0)), None).unwrap();
+    l.apply().unwrap();
+    let before = xnf_ok(&lab.lb, &["lb", "status", "--json"]);
+    let dsr = |backends: &[&str]| -> String {
+        let mut t = services("ipip", &[1; BACKENDS]);
+        for (name, vip) in [("dsr4", "198.18.100.2"), ("dsr6", "2001:db8:100::2")] {
+            t += &format!("\n[[service]]\nname = \"{name}\"\nvip = \"{vip}\"\nproto = \"tcp\"\nport = 80\nmode = \"dsr\"\n");
+            for b in backends.iter().filter(|b| b.contains(':') == vip.contains(':')) {
+                t += &format!("\n[[service.backend]]\naddress = \"{b}\"\n");
+            }
+        }
+        t
+    };
+    let bad = lab.files.write("dsr-bad.toml", &dsr(&[&backend4(1), "198.18.30.5", &backend6(1), "2001:db8:30::5"]));
+    let errs = xnf_errs(&lab.lb, &["lb", "apply", &bad]);
+    assert_eq!(errs.len(), 2, "one line per backend behind a gateway: {errs:#?}");
+    let (gw4, gw6) = (format!("via {}", backend4(0)), format!("via {}", backend6(0)));
+    assert!(errs[0].contains("dsr4/198.18.30.5: address: not on-link") && errs[0].contains(&gw4) && errs[0].contains("mode = \"ipip\""), "{errs:#?}");
+    assert!(errs[1].contains("dsr6/2001:db8:30::5: address: not on-link") && errs[1].contains(&gw6), "{errs:#?}");
+    assert!(errs.iter().all(|e| e.contains("dsr-bad.toml: line ")), "{errs:#?}");
+    assert_eq!(xnf_ok(&lab.lb, &["lb", "status", "--json"]), before, "a refused file changed the status");
+    // On-link backends of the same services are accepted.
+    let good = lab.files.write("dsr-good.toml", &dsr(&[&backend4(1), &backend6(1)]));
+    xnf_ok(&lab.lb, &["lb", "apply", &good]);
+    let st: Value = serde_json::from_str(&xnf_ok(&lab.lb, &["lb", "status", "--json"])).unwrap();
+    assert_eq!(st["services"].as_array().unwrap().len(), 5, "{st}");
 }

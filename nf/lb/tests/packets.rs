@@ -54,6 +54,8 @@ struct Pkt {
     pad: usize,
     /// An IPv6 destination-options header before the L4 header.
     dstopts: bool,
+    /// IPv4's DF flag.
+    df: bool,
 }
 
 impl Pkt {
@@ -71,6 +73,9 @@ impl Pkt {
     }
     fn on(&self, b: PacketBuilder) -> PacketBuilder {
         let mut b = b.ip(self.src, self.dst).dscp(self.tos.0).ecn(self.tos.1);
+        if self.src.is_ipv4() {
+            b = b.dont_frag(self.df);
+        }
         if self.dstopts {
             b = b.ipv6_ext(IpProtocol::DSTOPTS, &[0u8; 6]);
         }
@@ -141,6 +146,8 @@ enum Sent {
     Pass(Counter),
     /// Answered with frag-needed / packet-too-big carrying this MTU.
     TooBig(u32),
+    /// Too big, IPv4 without DF: dropped (too-big).
+    TooBigDrop,
 }
 
 struct Row {
@@ -191,6 +198,7 @@ impl T<'_> {
             frame_len: None,
             pad: 0,
             dstopts: false,
+            df: false,
         }
     }
 
@@ -242,6 +250,7 @@ impl T<'_> {
             Sent::Pass(why @ (NoNeigh | NotManaged)) if !dsr => (Verdict::Pass, Out::Frame(frame(GEN_MAC, self.f.in0_mac)), vec![why, Pass]),
             Sent::Pass(why) => (Verdict::Pass, Out::Unchanged, vec![why, Pass]),
             Sent::TooBig(mtu) => (Verdict::Tx, Out::Frame(self.too_big(&p, ip_of(&input), mtu)), vec![IcmpSent, Tx]),
+            Sent::TooBigDrop => (Verdict::Drop, Out::Unchanged, vec![TooBig, Drop]),
         };
         counters.insert(0, ct.counter());
         let encapsulated = !dsr && matches!(sent, Sent::Out | Sent::Pass(NoNeigh | NotManaged));
@@ -390,6 +399,37 @@ fn rows(f: &Fixture) -> Vec<Row> {
     t.cont("IPv4 IHL 4 to the VIP: malformed", bad, Malformed);
     t.cont("QinQ to the VIP", p.frame(t.eth_in().qinq(10).vlan(20)), Qinq);
 
+    // --- To a VIP, but not to in0's own MAC (a promiscuous in0 sees other
+    // hosts' frames): the next stage's, unchanged, and no entry made.
+    let eth_to = |mac: [u8; 6]| PacketBuilder::ethernet(GEN_MAC, MacAddr(mac));
+    let other = [0x02, 0, 0, 0, 0x77, 0x01];
+    t.cont("TCP SYN to a service, sent to another host's MAC", p.frame(eth_to(other)), NotOurMac);
+    t.cont("UDP to an IPv6 service, sent to another host's MAC", p6.frame(eth_to(other)), NotOurMac);
+    t.cont("TCP to a service, broadcast", p.frame(eth_to([0xff; 6])), NotOurMac);
+    t.cont("TCP to a service, to an IPv4 multicast MAC", p.frame(eth_to([0x01, 0, 0x5e, 0, 0, 1])), NotOurMac);
+    t.cont("UDP to an IPv6 service, to an IPv6 multicast MAC", p6.frame(eth_to([0x33, 0x33, 0, 0, 0, 1])), NotOurMac);
+    t.cont("TCP to a service, to out0's MAC (an lb interface, not this frame's ingress)", p.frame(eth_to(f.out0_mac.0)), NotOurMac);
+    t.cont(
+        "TCP to a service, to in0's MAC with one bit off",
+        p.frame(eth_to({
+            let mut m = f.in0_mac.0;
+            m[5] ^= 1;
+            m
+        })),
+        NotOurMac,
+    );
+    t.cont("a fragment to the VIP, sent to another host's MAC", p.on(eth_to(other)).fragment(0, true).ident(9).build(), NotOurMac);
+    t.cont("ICMP echo to the VIP, sent to another host's MAC", eth_to(other).ip(p.src, vip4).icmpv4_echo(1, 2).payload(PAYLOAD).build(), NotOurMac);
+    let mut e = t.icmp_error(&p);
+    e[..6].copy_from_slice(&other);
+    t.cont("ICMP frag-needed for a service flow, sent to another host's MAC: not routed", e, NotOurMac);
+    t.cont(
+        "TCP to an address that is no VIP, to another MAC: not-service (no lookup of the MAC)",
+        Pkt { dst: "198.18.99.1".parse().unwrap(), ..p }.frame(eth_to(other)),
+        NotService,
+    );
+    t.send("the same flow to in0's MAC: balanced", "ipip4", p, Ct::Miss, Sent::Out, n);
+
     // --- A service's, but not for the fast path: the kernel's, unchanged.
     let p = t.flow("ipip4");
     let p6 = t.flow("ipip6");
@@ -430,19 +470,25 @@ fn rows(f: &Fixture) -> Vec<Row> {
         ("no-neigh-dsr", "DSR backend unresolved: the frame as it came", Sent::Pass(NoNeigh)),
         ("no-route4", "backend unreachable: the frame as it came", Sent::Pass(NoRoute)),
         ("no-route6", "IPv6 backend unreachable", Sent::Pass(NoRoute)),
+        ("dsr-gw4", "DSR backend routed through a gateway (its MAC given by the file): the frame as it came", Sent::Pass(DsrNotOnlink)),
+        ("dsr-gw6", "IPv6 DSR backend routed through a gateway: the frame as it came", Sent::Pass(DsrNotOnlink)),
     ] {
         let p = t.flow(svc);
         t.send(what, svc, p, Ct::Miss, sent, n);
     }
     // Route MTU 1000 (IPv4) and 1400 (IPv6), locked; the answer carries the
     // MTU left once encapsulated, at least 1280 for IPv6.
-    for (svc, what, frame_len, sent) in [
-        ("mtu4", "IPIP 4in4 of 980 bytes + 20 = the route MTU: sent", 994, Sent::Out),
-        ("mtu4", "IPIP 4in4 of 1000 bytes + 20 > 1000: frag-needed, MTU 980", 1014, Sent::TooBig(980)),
-        ("mtu6", "IPIP 6in6 of 1400 bytes + 40 > 1400: packet-too-big, MTU 1360", 1414, Sent::TooBig(1360)),
-        ("mtu-gue64", "GUE 6in4 of 1000 bytes + 28 > 1000: packet-too-big, MTU floored at 1280", 1014, Sent::TooBig(1280)),
+    // IPv4 without DF is dropped: frag-needed is for DF packets only
+    // (RFC 1191), and XDP cannot fragment.
+    for (svc, what, frame_len, df, sent) in [
+        ("mtu4", "IPIP 4in4 of 980 bytes + 20 = the route MTU: sent", 994, true, Sent::Out),
+        ("mtu4", "IPIP 4in4 of 980 bytes without DF: sent (fits)", 994, false, Sent::Out),
+        ("mtu4", "IPIP 4in4 of 1000 bytes with DF + 20 > 1000: frag-needed, MTU 980", 1014, true, Sent::TooBig(980)),
+        ("mtu4", "IPIP 4in4 of 1000 bytes without DF + 20 > 1000: dropped, no frag-needed", 1014, false, Sent::TooBigDrop),
+        ("mtu6", "IPIP 6in6 of 1400 bytes + 40 > 1400: packet-too-big, MTU 1360", 1414, false, Sent::TooBig(1360)),
+        ("mtu-gue64", "GUE 6in4 of 1000 bytes + 28 > 1000: packet-too-big, MTU floored at 1280", 1014, false, Sent::TooBig(1280)),
     ] {
-        let p = t.flow(svc).ack().len(frame_len);
+        let p = Pkt { df, ..t.flow(svc).ack().len(frame_len) };
         t.send(what, svc, p, Ct::Miss, sent, n);
     }
     // RFC 1122 3.2.2 / RFC 4443 2.4(e): no ICMP error about an ICMP error. A
@@ -609,6 +655,7 @@ fn flow_hash_and_table_match_the_model() {
                         frame_len: None,
                         pad: 0,
                         dstopts: false,
+                        df: rng.bool(),
                     };
                     let flow = p.flow();
                     let input = p.frame(PacketBuilder::ethernet(GEN_MAC, f.in0_mac));

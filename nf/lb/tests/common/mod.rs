@@ -110,6 +110,10 @@ const G46: &[&str] = &["2001:db8:16::11", "2001:db8:16::12", "2001:db8:16::13"];
 const G66: &[&str] = &["2001:db8:16::21", "2001:db8:16::22", "2001:db8:16::23"];
 const D4: &[&str] = &["198.18.0.10", "198.18.0.11"];
 const D6: &[&str] = &["2001:db8::10", "2001:db8::11"];
+/// DSR backends the route reaches through a gateway (198.18.0.254 /
+/// 2001:db8::fe): not on-link, whatever MAC the file gives.
+const DGW4: &[&str] = &["198.18.16.71"];
+const DGW6: &[&str] = &["2001:db8:16::71"];
 
 /// The services; the id of each is its index (and its table slot). Each
 /// mode and family has a TCP service on port 80 and a UDP one on all ports.
@@ -146,10 +150,12 @@ pub const SERVICES: &[Spec] = &[
     svc("mtu4", "198.18.100.13", Tcp, 80, Mode::Ipip, &["198.18.22.1"]),
     svc("mtu6", "2001:db8:100::13", Tcp, 80, Mode::Ipip, &["2001:db8:22::1"]),
     svc("mtu-gue64", "2001:db8:100::14", Tcp, 80, GUE, &["198.18.22.2"]),
+    svc("dsr-gw4", "198.18.100.16", Tcp, 80, Mode::Dsr, DGW4),
+    svc("dsr-gw6", "2001:db8:100::16", Tcp, 80, Mode::Dsr, DGW6),
 ];
 
 /// DSR backends whose MAC the file gives.
-const FILE_MACS: &[(&str, MacAddr)] = &[("198.18.0.10", DSR_FILE_MAC), ("2001:db8::10", DSR_FILE_MAC)];
+const FILE_MACS: &[(&str, MacAddr)] = &[("198.18.0.10", DSR_FILE_MAC), ("2001:db8::10", DSR_FILE_MAC), ("198.18.16.71", DSR_FILE_MAC)];
 
 /// One backend record: its id in the data plane and what it holds.
 #[derive(Clone, Copy, Debug)]
@@ -274,6 +280,8 @@ impl Fixture {
         }
         maps.add_port(self.in0)?;
         maps.add_port(self.out0)?;
+        maps.set_own_mac(self.in0, self.in0_mac.0)?;
+        maps.set_own_mac(self.out0, self.out0_mac.0)?;
         Ok((prog, maps))
     }
 

@@ -6,7 +6,9 @@
 //!
 //! The network is the fuzz test's: every backend sits on a connected subnet of the ingress interface (MTU [`MTU`]) with a
 //! permanent neighbour entry, so the route to a backend always leaves by the ingress (XDP_TX) unless the encapsulated
-//! packet exceeds the MTU. No lb stage is attached anywhere in that namespace, so a family without an `[encap]` prefix has
+//! packet exceeds the MTU (so no DSR backend is reached through a gateway: `dsr-not-onlink` is the packet table's).
+//! The ingress interface's own MAC is [`Model::new`]'s: a VIP's frame sent to any other (unicast, broadcast, multicast)
+//! is not the lb's (`not-our-mac`). No lb stage is attached anywhere in that namespace, so a family without an `[encap]` prefix has
 //! no outer source at all (config.rs: the fallback is an lb interface's own address).
 //!
 //! Choices where the documentation leaves room, taken as the program does because they are reasonable:
@@ -251,6 +253,11 @@ impl Model {
         self.records.get(&id).copied().filter(|r| gen.is_none_or(|g| g == r.gen))
     }
 
+    /// Whether the frame was sent to the ingress interface's own MAC (a promiscuous interface sees other hosts' frames).
+    fn to_us(&self, f: &[u8]) -> bool {
+        f[..6] == self.in_mac.0
+    }
+
     fn is_vip(&self, a: IpAddr) -> bool {
         self.services.iter().any(|s| s.cfg.vip == a)
     }
@@ -328,6 +335,9 @@ impl Model {
         if !self.is_vip(ip.dst) {
             return e.next(Counter::NotService);
         }
+        if !self.to_us(f) {
+            return e.next(Counter::NotOurMac);
+        }
         let why = if tagged {
             Counter::Vlan
         } else if ip.frag != Frag::None {
@@ -386,6 +396,9 @@ impl Model {
     fn service_packet(&mut self, f: &[u8], ip: &Ip, l4: usize, (sport, dport): (u16, u16), e: &mut Expect) {
         let proto = if ip.proto == Some(6) { Proto::Tcp } else { Proto::Udp };
         let Some(si) = self.find(ip.dst, proto, dport) else { return e.next(Counter::NotService) };
+        if !self.to_us(f) {
+            return e.next(Counter::NotOurMac);
+        }
         let flow = Flow { src: ip.src, dst: ip.dst, proto, sport, dport };
         e.flow = Some(flow);
         let (sid, hash) = (self.services[si].id, flow.hash(self.services[si].cfg.hash));
@@ -433,7 +446,8 @@ impl Model {
     }
 
     /// Sends the IP packet of `f` to backend `b` of service `si`: encapsulated (ipip, gue) or with new MACs (dsr), out of
-    /// the ingress; answered with an ICMP too-big error when the encapsulated packet exceeds the MTU, unless the packet is
+    /// the ingress; answered with an ICMP too-big error when the encapsulated packet exceeds the MTU (dropped instead when
+    /// it is IPv4 without DF), unless the packet is
     /// itself an ICMP error (never an error about an error, RFC 1122 3.2.2, RFC 4443 2.4(e)): then false, and the caller
     /// leaves it to the kernel.
     fn send(&self, f: &[u8], ip: &Ip, (si, b, hash): (usize, Record, u32), icmp_error: bool, e: &mut Expect) -> bool {
@@ -456,10 +470,17 @@ impl Model {
             },
         };
         if ip.ip_len + extra > MTU {
-            if !icmp_error {
-                self.too_big(f, ip, MTU - extra, e);
+            if icmp_error {
+                return false;
             }
-            return !icmp_error;
+            // IPv4 without DF: no frag-needed (RFC 1191 is for DF packets), and XDP cannot fragment: dropped.
+            if !ip.v6 && f[ip.l3_off + 6] & 0x40 == 0 {
+                e.counters.extend([Counter::TooBig, Counter::Drop]);
+                e.verdict = Verdict::Drop;
+                return true;
+            }
+            self.too_big(f, ip, MTU - extra, e);
+            return true;
         }
         let end = ip.l3_off + ip.ip_len;
         if f.len() - end > MAX_TRAILER {
