@@ -6,9 +6,26 @@
 #   scripts/peers.sh            # builds what is missing
 #   scripts/peers.sh --rebuild  # builds again from a fresh source tree
 #
+#   scripts/peers.sh --katran DIR  # Katran's data plane from a checkout
+#
 # Today that is two tools of xdp-tools: xdp-filter, the `xdp-filter`
 # variant of `xnf lab filter`, and xdp-forward, the `xdp-forward` and
-# `xdp-forward-direct` variants of `xnf lab router`.
+# `xdp-forward-direct` variants of `xnf lab router`; and, on request,
+# Katran's balancer, the `katran` variant of `xnf lab lb`.
+#
+# Katran is in no package registry and its user space needs folly, which
+# Debian does not ship: --katran DIR compiles only its XDP program,
+# DIR/katran/lib/bpf/balancer.bpf.c, from a checkout the user gives
+# (git clone https://github.com/facebookincubator/katran), as Katran's own
+# katran/lib/Makefile-bpf does (clang to LLVM IR with -O2 -g -DDEBUG
+# -D__KERNEL__, then llc -march=bpf), with none of its optional features
+# (no -D of build_bpf_modules_opensource.sh: IPIP encapsulation, no GUE,
+# no inline decapsulation) and two address defines of ours: the outer
+# sources in 198.18.0.0/16 and 2001:db8::/64 (IPIP_V4_PREFIX,
+# IPIP_V6_PREFIX1) instead of 172.16.0.0/16 and 100::/64, so the lab's
+# packets stay in its test ranges. The lab loads it with a loader of its
+# own (lab/src/experiments/lb/katran.rs). The commit and flags are written
+# next to the object, and the lab puts them in its results.
 #
 # Which source, and why:
 # * Debian 12's packaged xdp-tools 1.3.1 does not run on current kernels
@@ -44,11 +61,42 @@ die() { say "$*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it installs build dependencies with apt-get)"
 
+# Katran's balancer from the checkout in $1, into $PEERS/katran.
+build_katran() {
+    local dir=$1 out="$PEERS/katran"
+    local src="$dir/katran/lib/bpf/balancer.bpf.c"
+    [ -f "$src" ] || die "--katran $dir: no katran/lib/bpf/balancer.bpf.c there (give the root of a Katran checkout)"
+    local need=(clang llvm linux-libc-dev) missing=()
+    for p in "${need[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        say "installing ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    local flags=(-I"$dir" -I"$dir/katran/lib/linux_includes" -DDEBUG -D__KERNEL__
+        -DIPIP_V4_PREFIX=4806 -DIPIP_V6_PREFIX1=0xb80d0120
+        -Wno-unused-value -Wno-pointer-sign -Wno-compare-distinct-pointer-types -O2 -emit-llvm -c -g)
+    mkdir -p "$out"
+    say "building Katran's balancer from $dir"
+    clang "${flags[@]}" "$src" -o "$out/balancer.ll" || die "clang failed on $src"
+    llc -march=bpf -filetype=obj -o "$out/balancer.bpf.o" "$out/balancer.ll" || die "llc failed on $out/balancer.ll"
+    rm -f "$out/balancer.ll"
+    local commit
+    commit=$(git -C "$dir" rev-parse HEAD 2>/dev/null || echo "unknown (not a git checkout)")
+    printf 'commit %s\nflags %s\n' "$commit" "${flags[*]/#-I*/}" >"$out/BUILD"
+    echo "katran: $out/balancer.bpf.o (commit $commit)"
+}
+
 rebuild=0
 case "${1:-}" in
     --rebuild) rebuild=1 ;;
+    --katran)
+        [ -n "${2:-}" ] || die "--katran DIR: give the root of a Katran checkout"
+        build_katran "$(realpath "$2")"
+        exit 0 ;;
     "") ;;
-    *) die "unknown argument $1 (usage: scripts/peers.sh [--rebuild])" ;;
+    *) die "unknown argument $1 (usage: scripts/peers.sh [--rebuild | --katran DIR])" ;;
 esac
 
 TOOLS=(xdp-filter xdp-forward)

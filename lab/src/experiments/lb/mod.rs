@@ -12,6 +12,7 @@
 //! is the lab's (`--json`, `xnf lab report`): the throughput part's, the disruption in its `details.disruption`.
 
 pub mod disruption;
+pub mod katran;
 pub mod setup;
 pub mod throughput;
 

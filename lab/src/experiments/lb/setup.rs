@@ -52,6 +52,15 @@ pub enum Proto {
 }
 
 impl Proto {
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        if self == Proto::Tcp {
+            6
+        } else {
+            17
+        }
+    }
+
     pub fn name(self) -> &'static str {
         if self == Proto::Tcp {
             "tcp"
@@ -156,7 +165,16 @@ impl Drop for LbGuard {
 
 /// What the lb handed to dut's kernel instead of sending it in XDP, by reason (`no-neigh 12, not-managed 3`).
 pub fn passed_reasons(c: &Counters) -> String {
-    let reasons = [Counter::NoRoute, Counter::FwdDisabled, Counter::NoNeigh, Counter::NotManaged, Counter::NoSource, Counter::Error, Counter::NoPorts];
+    let reasons = [
+        Counter::NoRoute,
+        Counter::FwdDisabled,
+        Counter::NoNeigh,
+        Counter::NotManaged,
+        Counter::NoSource,
+        Counter::Error,
+        Counter::NoPorts,
+        Counter::DsrNotOnlink,
+    ];
     let parts: Vec<String> = reasons.iter().filter(|&&r| c[r as usize] > 0).map(|&r| format!("{} {}", r.name(), c[r as usize])).collect();
     if parts.is_empty() {
         "no reason counted".into()

@@ -57,6 +57,19 @@ pub enum Variant {
     NftJhash,
     /// nftables DNAT to `numgen inc mod N` (round robin over new connections), forwarded by dut's kernel.
     NftNumgen,
+    /// Katran's data plane (scripts/peers.sh --katran DIR), IPv4 in IPv4 with XDP_TX: `--path tx` only.
+    Katran,
+}
+
+/// Where the backends are from dut: the two paths of the XDP paper's load balancer (§5.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Path {
+    /// Each backend behind a port of its own: the balanced packet leaves by a redirect (the kernel: a forward).
+    #[default]
+    Redirect,
+    /// Behind dut's ingress, through a router on gen's side (the seed's set-up): XDP_TX back out where it came in.
+    Tx,
 }
 
 impl Variant {
@@ -91,9 +104,12 @@ pub struct Throughput {
     /// Entries of the lb's Maglev table (prime; here and in the disruption part).
     #[arg(long, default_value_t = xnf_lb::DEFAULT_TABLE_SIZE)]
     pub table_size: u32,
-    /// Variants to compare.
+    /// Variants to compare (`katran` needs scripts/peers.sh --katran DIR and --path tx).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "xnf-ipip,xnf-gue,xnf-dsr,nft-jhash,nft-numgen")]
     pub variants: Vec<Variant>,
+    /// Where the backends are: behind ports of their own (redirect) or behind dut's ingress (tx).
+    #[arg(long, value_enum, default_value_t = Path::Redirect)]
+    pub path: Path,
     /// Packets per backend of every full-speed interval, in the order measured.
     #[arg(skip)]
     #[serde(skip)]
@@ -161,8 +177,8 @@ impl Experiment for Throughput {
     }
 
     fn ratios(&self) -> Vec<(&'static str, &'static str)> {
-        let mut r = Vec::new();
-        for n in ["xnf-ipip", "xnf-gue", "xnf-dsr"] {
+        let mut r = vec![("xnf-ipip", "katran")];
+        for n in ["xnf-ipip", "xnf-gue", "xnf-dsr", "katran"] {
             for d in ["nft-jhash", "nft-numgen"] {
                 r.push((n, d));
             }
@@ -188,6 +204,13 @@ impl Experiment for Throughput {
             );
         }
         xnf_lb::maglev::check_size(self.table_size).context("--table-size")?;
+        if self.variants.contains(&Variant::Katran) {
+            ensure!(self.path == Path::Tx, "katran: its data plane sends only with XDP_TX (no redirect): measure it with --path tx");
+            super::katran::object()?;
+        }
+        if self.path == Path::Tx && self.variants.contains(&Variant::XnfDsr) {
+            bail!("xnf-dsr: with --path tx the backends are behind a router on gen's side, and DSR needs them on dut's segment: leave it out or use --path redirect");
+        }
         ensure!(self.port != 0, "--port 0: give the service's port, 1..=65535");
         if self.variants.iter().any(|v| v.xnf_mode().is_none()) {
             nft::require("the nft-jhash and nft-numgen variants")?;
@@ -204,10 +227,16 @@ impl Experiment for Throughput {
     /// One namespace per backend on its own link from dut (see the module's doc); conntrack liberal about TCP
     /// windows, so the generator's repeated segments of a flow are never marked invalid (and left un-NATed).
     fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
-        let dut = spec.roles.as_ref().context("the topology needs a [roles] table")?.dut_in.split(':').next().unwrap_or_default().to_string();
+        let roles = spec.roles.clone().context("the topology needs a [roles] table")?;
+        let dut = roles.dut_in.split(':').next().unwrap_or_default().to_string();
         let ns = spec.namespaces.iter_mut().find(|n| n.name == dut).with_context(|| format!("the topology has no namespace {dut} for its dut_in role"))?;
         ns.forwarding = true;
         ns.sysctl.insert("net.netfilter.nf_conntrack_tcp_be_liberal".into(), "1".into());
+        if self.path == Path::Tx {
+            // The kernel variants forward out of the port they came in by: no ICMP redirects to gen for each flow.
+            ns.sysctl.insert("net.ipv4.conf.all.send_redirects".into(), "0".into());
+            return count_at_gen(spec, &roles.gen);
+        }
         for i in 1..=self.most_backends() {
             let be = format!("be{i}");
             spec.namespaces.push(NamespaceSpec { name: be.clone(), forwarding: false, sysctl: Default::default() });
@@ -225,12 +254,20 @@ impl Experiment for Throughput {
         Ok(())
     }
 
-    /// dut routes the clients back to gen.
+    /// dut routes the clients back to gen, and on the tx path the backends' prefixes too, gen's MAC known up front.
     fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
         let roles = t.roles()?;
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let gen = t.addr(&roles.gen, false)?.to_string();
-        dut.route_add(setup::CLIENT_PREFIX, Some(&gen), Some(&din)).context("routing the clients' prefix back to gen in dut")
+        dut.route_add(setup::CLIENT_PREFIX, Some(&gen), Some(&din)).context("routing the clients' prefix back to gen in dut")?;
+        if self.path == Path::Tx {
+            dut.neigh_add(&gen, t.mac(&roles.gen)?, &din).context("giving dut gen's MAC")?;
+            for i in 1..=self.most_backends() {
+                let net = format!("{}/24", setup::backend_gateway(i)).parse::<ipnet::Ipv4Net>()?.trunc();
+                dut.route_add(&net.to_string(), Some(&gen), Some(&din)).context("routing a backend's prefix to gen in dut")?;
+            }
+        }
+        Ok(())
     }
 
     fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, _: &Progress) -> Result<crate::engine::driver::AtPoint<'a>> {
@@ -251,12 +288,22 @@ impl Experiment for Throughput {
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let n = p.u32("backends")?;
         let backends: Vec<IpAddr> = (1..=n).map(|i| IpAddr::V4(setup::backend(i))).collect();
-        let sinks = (1..=n).map(|i| t.attachment(&format!("be{i}:be"))).collect::<Result<Vec<_>>>()?;
-        let (mut lb, mut kernel) = (None, None);
+        let sinks = match self.path {
+            Path::Redirect => (1..=n).map(|i| t.attachment(&format!("be{i}:be"))).collect::<Result<Vec<_>>>()?,
+            Path::Tx => vec![t.attachment(&roles.gen)?],
+        };
+        let (mut lb, mut kernel, mut katran) = (None, None, None);
         match v.xnf_mode() {
+            None if v == Variant::Katran => {
+                let gateway = t.mac(&roles.gen)?;
+                let svc = super::katran::Service { vip: IpAddr::V4(VIP), port: self.port, proto: self.proto.number(), reals: backends.clone(), gateway };
+                katran = Some(super::katran::KatranGuard::attach(dut, &din, svc)?);
+            }
             Some(mode) => {
                 let mut ifaces = vec![din.clone()];
-                ifaces.extend((1..=self.most_backends()).map(|i| crate::engine::topology::ifname(&format!("bk{i}"))));
+                if self.path == Path::Redirect {
+                    ifaces.extend((1..=self.most_backends()).map(|i| crate::engine::topology::ifname(&format!("bk{i}"))));
+                }
                 let file = setup::service_file(IpAddr::V4(VIP), self.proto, self.port, mode, self.table_size, &backends);
                 let (g, warnings) = LbGuard::new(dut, &ifaces, &file)?;
                 warnings.iter().for_each(|w| pg.println(&format!("xnf lb: {w}")));
@@ -270,10 +317,16 @@ impl Experiment for Throughput {
                 kernel = Some((rules, pass));
             }
         }
-        Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, readings: RefCell::new(Vec::new()), lb, kernel }))
+        Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, readings: RefCell::new(Vec::new()), lb, kernel, katran }))
     }
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
+        if self.path == Path::Tx {
+            res.notes.push("path tx: the backends are behind dut's ingress (routed via gen); every variant sends back out of dut's ingress, counted by a sink on gen's port.".into());
+        }
+        if self.variants.contains(&Variant::Katran) {
+            res.notes.push(format!("katran: {} ({})", super::katran::object()?.display(), super::katran::build_note()));
+        }
         res.notes.push(format!(
             "veth: the generator, dut and the backends' sinks run in softirq on the generating CPU (CPU {}); rates are of the whole path.",
             cpus.gen
@@ -295,6 +348,20 @@ impl Experiment for Throughput {
     fn print(&self, r: &Results) {
         print_balance(r);
     }
+}
+
+/// On the tx path the balanced packets come back to gen: its port counts them with the lab's sink instead of
+/// passing them up.
+fn count_at_gen(spec: &mut TopologySpec, gen: &str) -> Result<()> {
+    let (ns, dev) = gen.split_once(':').context("roles.gen is not namespace:interface")?;
+    let f = spec
+        .functions
+        .iter_mut()
+        .find(|f| f.ns == ns && f.interfaces.iter().any(|i| i == dev))
+        .with_context(|| format!("--path tx: the topology runs no function on gen's port {gen} to turn into a sink"))?;
+    ensure!(f.interfaces.len() == 1, "--path tx: the function on {gen} serves other ports too");
+    f.kind = FunctionKind::Sink;
+    Ok(())
 }
 
 /// The (variant, point) pairs of `shares`, in the order measured.
@@ -370,6 +437,7 @@ struct LbRun<'a> {
     readings: RefCell<Vec<(Vec<u64>, u64)>>,
     lb: Option<LbGuard>,
     kernel: Option<(NftGuard<'a>, LabAttachment)>,
+    katran: Option<super::katran::KatranGuard>,
 }
 
 impl Running for LbRun<'_> {
@@ -394,7 +462,7 @@ impl Running for LbRun<'_> {
         let max = samples.first().context("no full-speed sample")?;
         let r = self.readings.take();
         ensure!(r.len() >= 2, "the backends' counters were read {} time(s) during the measurement", r.len());
-        let packets: Vec<u64> = r[1].0.iter().zip(&r[0].0).map(|(b, a)| b - a).collect();
+        let mut packets: Vec<u64> = r[1].0.iter().zip(&r[0].0).map(|(b, a)| b - a).collect();
         let forwarded = r[1].1.saturating_sub(r[0].1);
         let limit = (max.received / 100).max(100);
         if let Some(lb) = &self.lb {
@@ -408,12 +476,19 @@ impl Running for LbRun<'_> {
                 );
             }
         }
+        if let Some(k) = &self.katran {
+            // On the tx path one sink counts every backend's packets; Katran's own per-real counters split them.
+            // They cover the whole run (all rates), so they give shares, not the interval's packets.
+            packets = k.per_real()?;
+            ensure!(!packets.contains(&0), "katran sent nothing to a real ({packets:?}): its ring or reals are not as loaded");
+        }
         let mean = packets.iter().sum::<u64>() as f64 / packets.len().max(1) as f64;
         let max_over_mean = packets.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0);
         let variant = variant_name(&self.v);
         self.exp.shares.borrow_mut().push(BackendShare { variant, point: self.point.clone(), packets, max_over_mean, forwarded });
         drop(self.lb.take());
         drop(self.kernel.take());
+        drop(self.katran.take());
         Ok(())
     }
 }
@@ -443,6 +518,11 @@ mod tests {
             assert!(e.contains(want), "{args:?}: {e} lacks {want}");
         }
         assert!(opts(&["--variants", "xnf-ipip,xnf-gue,xnf-dsr"]).check(cpus).is_ok());
+        let e = format!("{:#}", opts(&["--variants", "xnf-ipip,katran"]).check(cpus).unwrap_err());
+        assert!(e.contains("katran: ") && e.contains("--path tx"), "{e}");
+        let e = format!("{:#}", opts(&["--variants", "xnf-dsr", "--path", "tx"]).check(cpus).unwrap_err());
+        assert!(e.starts_with("xnf-dsr: ") && e.contains("on dut's segment"), "{e}");
+        assert!(opts(&["--variants", "xnf-ipip,nft-jhash", "--path", "tx"]).check(cpus).is_ok());
     }
 
     #[test]
@@ -454,7 +534,7 @@ mod tests {
         let p = driver::points(&t);
         assert_eq!(p.len(), 2);
         assert_eq!(params::label(&t.params(), &p[1]), "64 B, 1024 flows, 4 backends");
-        assert_eq!(t.ratios().len(), 6);
+        assert_eq!(t.ratios().len(), 9);
         assert_eq!(driver::variant_name(&Variant::NftNumgen), "nft-numgen");
     }
 }
