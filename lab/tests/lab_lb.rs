@@ -27,6 +27,8 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--runs", "0"][..], "--runs", 1),
             (&["--part", "disruption", "--zero-loss"][..], "--zero-loss: ", 1),
             (&["--part", "disruption", "--topology", "pair"][..], "--topology pair: ", 1),
+            (&["--variants", "katran"][..], "--path tx", 1),
+            (&["--variants", "xnf-dsr", "--path", "tx"][..], "xnf-dsr: ", 1),
         ],
     );
 }
@@ -101,6 +103,28 @@ fn every_variant_delivers_to_every_backend_and_a_removal_moves_only_the_removed_
     assert!(u(without, "collateral") * 50 <= kept, "without the table, collateral above 2 % of the kept flows: {without}");
     assert_eq!(u(without, "model_agrees"), 20000, "after the change too: {without}");
     assert!(d["plan"]["collateral_of_kept"].as_f64().unwrap() < 0.02, "{d}");
+}
+
+/// On the tx path the balanced packets come back out of dut's ingress to gen's sink: xnf lb sends them in XDP
+/// (XDP_TX; dut's kernel forwards nothing), the kernel variant forwards them.
+#[test]
+fn on_the_tx_path_the_lb_and_the_kernel_send_back_out_of_the_ingress() {
+    let r = short_run("tx", &["--part", "throughput", "--path", "tx", "--variants", "xnf-ipip,nft-jhash"]);
+    let samples = r["samples"].as_array().unwrap();
+    for v in ["xnf-ipip", "nft-jhash"] {
+        let s = samples.iter().find(|s| s["variant"] == v && s["kind"] == "max").unwrap_or_else(|| panic!("no full-speed sample of {v}"));
+        let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
+        assert!(received * 2 > sent, "{v}: less than half of what gen sent came back to it: {s}");
+        let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap();
+        let forwarded = b["forwarded"].as_u64().unwrap();
+        if v == "xnf-ipip" {
+            assert!(forwarded <= 100, "{v}: dut's kernel forwarded the traffic: {b}");
+        } else {
+            assert!(forwarded + 20 >= received as u64, "{v}: dut's kernel did not forward what came back: {b}");
+        }
+    }
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(notes.iter().any(|n| n.starts_with("path tx: ")), "{notes:?}");
 }
 
 #[test]
