@@ -183,6 +183,12 @@ pub fn passed_reasons(c: &Counters) -> String {
     }
 }
 
+/// xnf lb's counters that are not zero, in brackets (`(rx 1, ct-miss 1, pass 1, no-neigh 1)`).
+pub fn nonzero(c: &Counters) -> String {
+    let parts: Vec<String> = Counter::ALL.iter().filter(|&&k| c[k as usize] > 0).map(|&k| format!("{} {}", k.name(), c[k as usize])).collect();
+    format!("({})", parts.join(", "))
+}
+
 /// An nftables ruleset loaded in dut for as long as it lives; conntrack is flushed when it is loaded and again when
 /// it goes, so each kernel variant picks its own backends for every flow (a NAT binding made under another rule
 /// would otherwise decide them) and the xnf variants find no entries.

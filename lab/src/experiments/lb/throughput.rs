@@ -36,6 +36,7 @@ use crate::engine::measure::{self, Counters};
 use crate::engine::params::{self, Axis, Param, Point, Value};
 use crate::engine::progress::Progress;
 use crate::engine::results::{Results, Sample};
+use crate::engine::testrun::{self, Verdict, XdpContext};
 use crate::engine::topology::{BuiltTopology, FunctionKind, FunctionSpec, LinkSpec, NamespaceSpec, NeighbourSpec, TopologySpec};
 use crate::engine::{nft, LabAttachment};
 use crate::experiments::router::{parse_item, parse_size};
@@ -110,6 +111,14 @@ pub struct Throughput {
     /// Where the backends are: behind ports of their own (redirect) or behind dut's ingress (tx).
     #[arg(long, value_enum, default_value_t = Path::Redirect)]
     pub path: Path,
+    /// Also each XDP variant's own cost: dut's attached program run by BPF_PROG_TEST_RUN over flow 0's frame once
+    /// its connection is known (the median of 100,000 calls of one run, on the generating CPU), in the notes.
+    #[arg(long)]
+    pub cost: bool,
+    /// Program costs measured, in the order measured.
+    #[arg(skip)]
+    #[serde(skip)]
+    costs: RefCell<Vec<ProgramCost>>,
     /// Packets per backend of every full-speed interval, in the order measured.
     #[arg(skip)]
     #[serde(skip)]
@@ -128,6 +137,48 @@ pub struct BackendShare {
     /// Packets dut's kernel forwarded in the interval.
     pub forwarded: u64,
 }
+
+/// One variant's program cost at one point (`--cost`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramCost {
+    pub variant: String,
+    pub point: Point,
+    /// The program the kernel runs on dut's ingress (for xnf: the entry, tail-calling the lb stage).
+    pub program: String,
+    /// Nanoseconds per run, the median of the calls.
+    pub ns: u32,
+}
+
+/// dut's program on `din`, run over `frame` by BPF_PROG_TEST_RUN one run per call (a run rewrites the frame, and the
+/// kernel runs a repeat over what the last run left) 100,000 times on `cpu`, after one call that makes the flow's
+/// connection-table entry; the verdict must be `want` every time. The median of the kernel's per-call durations,
+/// which include one clock read (the same for every program).
+fn program_cost(dut: &Netns, din: &str, frame: Vec<u8>, cpu: usize, want: Verdict) -> Result<(String, u32)> {
+    let din = din.to_string();
+    dut.run(move || -> Result<(String, u32)> {
+        testrun::pin_thread(cpu)?;
+        let ifindex = xnf_netns::netlink::link_by_name(&din)?.ifindex;
+        let prog = testrun::Program::open(testrun::attached(ifindex)?)?;
+        let ctx = XdpContext { ingress_ifindex: ifindex, rx_queue_index: 0 };
+        let mut ns = Vec::with_capacity(COST_CALLS);
+        for i in 0..=COST_CALLS {
+            let r = prog.run(&frame, ctx, 1)?;
+            if r.verdict != want {
+                // xnf lb's counters say why (none for Katran: its maps are not ours to read).
+                let why = xnf_lb::counters().map(|c| setup::nonzero(&c)).unwrap_or_default();
+                bail!("--cost: {} answered {} for flow 0, not {} {why}", prog.name, r.verdict.name(), want.name());
+            }
+            if i > 0 {
+                ns.push(r.ns);
+            }
+        }
+        ns.sort_unstable();
+        Ok((prog.name.clone(), ns[ns.len() / 2]))
+    })?
+}
+
+/// Calls of `--cost` per variant and point.
+const COST_CALLS: usize = 100_000;
 
 /// The backend-count parameter.
 fn backends_param() -> Param {
@@ -283,7 +334,7 @@ impl Experiment for Throughput {
         Ok(at)
     }
 
-    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, cpus: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
         let roles = t.roles()?;
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let n = p.u32("backends")?;
@@ -317,6 +368,11 @@ impl Experiment for Throughput {
                 kernel = Some((rules, pass));
             }
         }
+        if self.cost && kernel.is_none() {
+            let want = if self.path == Path::Tx { Verdict::Tx } else { Verdict::Redirect };
+            let (program, ns) = program_cost(dut, &din, traffic(t, p, self.proto, self.port)?.template, cpus.gen, want)?;
+            self.costs.borrow_mut().push(ProgramCost { variant: variant_name(&v), point: p.clone(), program, ns });
+        }
         Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, readings: RefCell::new(Vec::new()), lb, kernel, katran }))
     }
 
@@ -334,8 +390,18 @@ impl Experiment for Throughput {
         res.notes.push(
             "nft-jhash and nft-numgen differ only in a connection's first packet (NAT rules see no other): at steady state both are conntrack's lookup, the NAT rewrite and a kernel forward per packet.".into(),
         );
+        let costs = self.costs.take();
+        for (v, p) in distinct(&costs, |c| (&c.variant, &c.point)) {
+            let ns: Vec<String> = costs.iter().filter(|c| c.variant == v && c.point == p).map(|c| c.ns.to_string()).collect();
+            res.notes.push(format!(
+                "program cost by test run, {v}, {}: {} ns per run (cached flow; median of 100,000 test runs, one clock read included)",
+                res.label(&p),
+                ns.join(", ")
+            ));
+        }
+        res.details.insert("program_cost".into(), serde_json::to_value(&costs)?);
         let shares = self.shares.take();
-        for (v, p) in distinct(&shares) {
+        for (v, p) in distinct(&shares, |s| (&s.variant, &s.point)) {
             let of: Vec<&BackendShare> = shares.iter().filter(|s| s.variant == v && s.point == p).collect();
             if let Some(s) = of.iter().find(|s| s.packets.contains(&0)) {
                 res.notes.push(format!("{v}, {}: a backend received nothing in a full-speed interval ({:?})", res.label(&p), s.packets));
@@ -364,12 +430,13 @@ fn count_at_gen(spec: &mut TopologySpec, gen: &str) -> Result<()> {
     Ok(())
 }
 
-/// The (variant, point) pairs of `shares`, in the order measured.
-fn distinct(shares: &[BackendShare]) -> Vec<(String, Point)> {
+/// The distinct (variant, point) pairs of `items`, in the order measured.
+fn distinct<T>(items: &[T], key: impl Fn(&T) -> (&String, &Point)) -> Vec<(String, Point)> {
     let mut out: Vec<(String, Point)> = Vec::new();
-    for s in shares {
-        if !out.iter().any(|(v, p)| *v == s.variant && *p == s.point) {
-            out.push((s.variant.clone(), s.point.clone()));
+    for it in items {
+        let (v, p) = key(it);
+        if !out.iter().any(|(ov, op)| ov == v && op == p) {
+            out.push((v.clone(), p.clone()));
         }
     }
     out
