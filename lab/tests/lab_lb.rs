@@ -127,6 +127,24 @@ fn on_the_tx_path_the_lb_and_the_kernel_send_back_out_of_the_ingress() {
     assert!(notes.iter().any(|n| n.starts_with("path tx: ")), "{notes:?}");
 }
 
+/// IPv6 VIP, backends and clients: xnf lb (ip6ip6) and nftables' ip6 DNAT reach every backend.
+#[test]
+fn ipv6_reaches_every_backend() {
+    let r = short_run("v6", &["--part", "throughput", "--family", "ipv6", "--size", "78", "--backends", "2", "--variants", "xnf-ipip,nft-jhash"]);
+    for v in ["xnf-ipip", "nft-jhash"] {
+        let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap_or_else(|| panic!("no per-backend counts of {v}"));
+        let packets: Vec<u64> = b["packets"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        let total: u64 = packets.iter().sum();
+        assert!(packets.len() == 2 && packets.iter().all(|&p| p * 5 > total), "{v}: {packets:?}");
+        let forwarded = b["forwarded"].as_u64().unwrap();
+        if v == "xnf-ipip" {
+            assert!(forwarded <= 100, "{v}: dut's kernel forwarded the traffic: {b}");
+        } else {
+            assert!(forwarded + 20 >= total, "{v}: dut's kernel (Ip6 OutForwDatagrams) did not forward what the backends got: {b}");
+        }
+    }
+}
+
 #[test]
 fn the_disruption_part_alone_gives_the_same_outcome_in_every_run() {
     let r = short_run("disruption", &["--part", "disruption", "--runs", "2", "--cpu", "0", "--established", "5000", "--disruption-backends", "5"]);

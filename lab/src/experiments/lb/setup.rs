@@ -2,7 +2,7 @@
 //! service file (and detached again), the nftables rulesets that balance the same VIP in the kernel, and the
 //! conntrack flush that keeps one kernel variant's NAT bindings from deciding the next one's backends.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
@@ -15,6 +15,10 @@ use xnf_netns::Netns;
 pub const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 5, 10);
 /// Outer source prefix of ipip and gue: each flow takes the address whose host bits are its hash.
 pub const ENCAP_SOURCES: &str = "198.18.254.0/24";
+/// The same for IPv6 backends.
+pub const ENCAP_SOURCES6: &str = "2001:db8:fe::/64";
+/// The IPv6 service's virtual address.
+pub const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 5, 0, 0, 0, 0, 0x10);
 /// Most backends of the throughput experiment: one veth pair and one /24 each (198.18.11.0 … 198.18.74.0).
 pub const MAX_BACKENDS: u32 = 64;
 /// Most client addresses; more flows are made by source ports.
@@ -70,6 +74,83 @@ impl Proto {
     }
 }
 
+/// The address family of the throughput part's VIP, backends and clients.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    #[default]
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    pub fn v6(self) -> bool {
+        self == Family::Ipv6
+    }
+
+    pub fn vip(self) -> IpAddr {
+        if self.v6() {
+            IpAddr::V6(VIP6)
+        } else {
+            IpAddr::V4(VIP)
+        }
+    }
+
+    /// Backend `i` (1-based): 198.18.(10+i).2, or 2001:db8:(100+i hex)::2, on its own link from dut.
+    pub fn backend(self, i: u32) -> IpAddr {
+        if self.v6() {
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0x100 + i as u16, 0, 0, 0, 0, 2))
+        } else {
+            IpAddr::V4(backend(i))
+        }
+    }
+
+    /// Backend `i`'s prefix (its link's, or the route's on the tx path).
+    pub fn backend_net(self, i: u32) -> String {
+        if self.v6() {
+            format!("2001:db8:{:x}::/64", 0x100 + i)
+        } else {
+            format!("198.18.{}.0/24", 10 + i)
+        }
+    }
+
+    /// dut's address on backend `i`'s link, with its prefix length.
+    pub fn gateway_cidr(self, i: u32) -> String {
+        if self.v6() {
+            format!("2001:db8:{:x}::1/64", 0x100 + i)
+        } else {
+            format!("{}/24", backend_gateway(i))
+        }
+    }
+
+    /// Client `k` (0-based, below 65,280): 198.19.1.0 + k, or 2001:db8:c000:: + k.
+    pub fn client(self, k: u32) -> IpAddr {
+        if self.v6() {
+            IpAddr::V6(Ipv6Addr::from(u128::from(Ipv6Addr::new(0x2001, 0xdb8, 0xc000, 0, 0, 0, 0, 0)) + u128::from(k)))
+        } else {
+            IpAddr::V4(client(k))
+        }
+    }
+
+    /// The clients' prefix, routed by dut back to gen.
+    pub fn client_prefix(self) -> &'static str {
+        if self.v6() {
+            "2001:db8:c000::/48"
+        } else {
+            CLIENT_PREFIX
+        }
+    }
+
+    /// nftables' name of the family (table family, address expressions).
+    fn nft(self) -> &'static str {
+        if self.v6() {
+            "ip6"
+        } else {
+            "ip"
+        }
+    }
+}
+
 /// Backend `i` (1-based) of the throughput topology: its address, on its own link from dut (`dut:bkI`, 198.18.(10+i).0/24).
 pub fn backend(i: u32) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, (10 + i) as u8, 2)
@@ -88,7 +169,7 @@ pub fn client(k: u32) -> Ipv4Addr {
 /// A service file of one service (`lab`) on `vip`:`port` over `backends`, in `mode`, with a table of `table_size`.
 pub fn service_file(vip: IpAddr, proto: Proto, port: u16, mode: Mode, table_size: u32, backends: &[IpAddr]) -> String {
     let mut s = format!(
-        "[encap]\nsource_v4 = \"{ENCAP_SOURCES}\"\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nproto = \"{}\"\nport = {port}\nmode = \"{}\"\ntable_size = {table_size}\n",
+        "[encap]\nsource_v4 = \"{ENCAP_SOURCES}\"\nsource_v6 = \"{ENCAP_SOURCES6}\"\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nproto = \"{}\"\nport = {port}\nmode = \"{}\"\ntable_size = {table_size}\n",
         proto.name(),
         mode.name()
     );
@@ -109,16 +190,16 @@ pub enum Pick {
 
 /// The nftables table that balances `VIP:port` over `backends` by DNAT in prerouting; dut's kernel then forwards the
 /// packet to the backend. NAT rules see only a connection's first packet: the rest follow its conntrack entry.
-pub fn nft_ruleset(proto: Proto, port: u16, pick: Pick, backends: &[IpAddr]) -> String {
+pub fn nft_ruleset(family: Family, proto: Proto, port: u16, pick: Pick, backends: &[IpAddr]) -> String {
     let map: Vec<String> = backends.iter().enumerate().map(|(i, b)| format!("{i} : {b}")).collect();
     let n = backends.len();
-    let p = proto.name();
+    let (p, f, vip) = (proto.name(), family.nft(), family.vip());
     let expr = match pick {
-        Pick::Jhash => format!("jhash ip saddr . {p} sport mod {n} seed 0x786e666c"),
+        Pick::Jhash => format!("jhash {f} saddr . {p} sport mod {n} seed 0x786e666c"),
         Pick::Numgen => format!("numgen inc mod {n}"),
     };
     format!(
-        "table ip {NFT_TABLE} {{\n\tchain pre {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tip daddr {VIP} {p} dport {port} dnat to {expr} map {{ {} }}\n\t}}\n}}\n",
+        "table {f} {NFT_TABLE} {{\n\tchain pre {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\t{f} daddr {vip} {p} dport {port} dnat to {expr} map {{ {} }}\n\t}}\n}}\n",
         map.join(", ")
     )
 }
@@ -194,19 +275,20 @@ pub fn nonzero(c: &Counters) -> String {
 /// would otherwise decide them) and the xnf variants find no entries.
 pub struct NftGuard<'a> {
     ns: &'a Netns,
+    family: Family,
 }
 
 impl<'a> NftGuard<'a> {
-    pub fn load(ns: &'a Netns, ruleset: &str) -> Result<Self> {
+    pub fn load(ns: &'a Netns, family: Family, ruleset: &str) -> Result<Self> {
         ns.run(flush_conntrack)?.context("flushing dut's conntrack table before the nftables variant")?;
         crate::engine::nft::nft(ns, &["-f", "-"], Some(ruleset)).context("loading the nftables load-balancing table")?;
-        Ok(NftGuard { ns })
+        Ok(NftGuard { ns, family })
     }
 }
 
 impl Drop for NftGuard<'_> {
     fn drop(&mut self) {
-        let _ = crate::engine::nft::nft(self.ns, &["delete", "table", "ip", NFT_TABLE], None);
+        let _ = crate::engine::nft::nft(self.ns, &["delete", "table", self.family.nft(), NFT_TABLE], None);
         match self.ns.run(flush_conntrack) {
             Ok(Ok(())) => {}
             Ok(Err(e)) | Err(e) => eprintln!("xnf lab: flushing conntrack in {}: {e:#}", self.ns.name()),
@@ -262,16 +344,29 @@ mod tests {
         }
         assert_eq!((backend(1).to_string(), backend(64).to_string()), ("198.18.11.2".into(), "198.18.74.2".into()));
         assert_eq!((client(0).to_string(), client(1023).to_string()), ("198.19.1.0".into(), "198.19.4.255".into()));
+        let f = Family::Ipv6;
+        assert_eq!(
+            (f.backend(64).to_string(), f.backend_net(64), f.gateway_cidr(1)),
+            ("2001:db8:140::2".into(), "2001:db8:140::/64".into(), "2001:db8:101::1/64".into())
+        );
+        assert_eq!(f.client(1023).to_string(), "2001:db8:c000::3ff");
+        let text = service_file(f.vip(), Proto::Tcp, 80, Mode::Ipip, 65537, &[f.backend(1)]);
+        let (c, warnings) = xnf_lb::Config::parse(&text, "lab.toml").unwrap();
+        assert!(warnings.is_empty() && c.encap.source_v6.unwrap().to_string() == ENCAP_SOURCES6, "{warnings:?}");
     }
 
     #[test]
     fn the_kernel_rules_map_every_backend() {
         let bs: Vec<IpAddr> = (1..=2).map(|i| IpAddr::V4(backend(i))).collect();
-        let j = nft_ruleset(Proto::Udp, 53, Pick::Jhash, &bs);
+        let j = nft_ruleset(Family::Ipv4, Proto::Udp, 53, Pick::Jhash, &bs);
         assert!(
             j.contains("ip daddr 198.18.5.10 udp dport 53 dnat to jhash ip saddr . udp sport mod 2 seed 0x786e666c map { 0 : 198.18.11.2, 1 : 198.18.12.2 }"),
             "{j}"
         );
-        assert!(nft_ruleset(Proto::Tcp, 80, Pick::Numgen, &bs).contains("tcp dport 80 dnat to numgen inc mod 2 map"));
+        assert!(nft_ruleset(Family::Ipv4, Proto::Tcp, 80, Pick::Numgen, &bs).contains("tcp dport 80 dnat to numgen inc mod 2 map"));
+        let bs6: Vec<IpAddr> = (1..=2).map(|i| Family::Ipv6.backend(i)).collect();
+        let j6 = nft_ruleset(Family::Ipv6, Proto::Tcp, 80, Pick::Jhash, &bs6);
+        assert!(j6.starts_with("table ip6 xnflb"), "{j6}");
+        assert!(j6.contains("ip6 daddr 2001:db8:5::10 tcp dport 80 dnat to jhash ip6 saddr . tcp sport mod 2 seed 0x786e666c map { 0 : 2001:db8:101::2, 1 : 2001:db8:102::2 }"), "{j6}");
     }
 }

@@ -30,7 +30,7 @@ use serde::Serialize;
 use xnf_netns::Netns;
 use xnf_packet::{PacketBuilder, TcpFlags};
 
-use super::setup::{self, LbGuard, Mode, NftGuard, Pick, Proto, MAX_BACKENDS, MAX_SOURCES, VIP};
+use super::setup::{self, Family, LbGuard, Mode, NftGuard, Pick, Proto, MAX_BACKENDS, MAX_SOURCES};
 use crate::engine::driver::{variant_name, Cpus, Experiment, Running};
 use crate::engine::measure::{self, Counters};
 use crate::engine::params::{self, Axis, Param, Point, Value};
@@ -111,6 +111,9 @@ pub struct Throughput {
     /// Where the backends are: behind ports of their own (redirect) or behind dut's ingress (tx).
     #[arg(long, value_enum, default_value_t = Path::Redirect)]
     pub path: Path,
+    /// The address family of the VIP, the backends and the clients (Katran: ip6ip6 for IPv6 reals).
+    #[arg(long, value_enum, default_value_t = Family::Ipv4)]
+    pub family: Family,
     /// Also each XDP variant's own cost: dut's attached program run by BPF_PROG_TEST_RUN over flow 0's frame once
     /// its connection is known (the median of 100,000 calls of one run, on the generating CPU), in the notes.
     #[arg(long)]
@@ -239,6 +242,15 @@ impl Experiment for Throughput {
 
     fn check(&self, _: Cpus) -> Result<()> {
         measure::check_sizes(&self.sizes, false)?;
+        if self.family.v6() {
+            let (least, l4) = if self.proto == Proto::Tcp { (78, 20) } else { (66, 8) };
+            if let Some(s) = self.sizes.iter().find(|&&s| s != 0 && s < least) {
+                bail!(
+                    "--size {s}: IPv6 {} needs at least {least} bytes on the wire (14 + 40 + {l4} + FCS): give --size {least} or more",
+                    self.proto.name().to_uppercase()
+                );
+            }
+        }
         ensure!(!self.backends.is_empty() && !self.flows.is_empty(), "--backends and --flows: give at least one value each");
         for &b in &self.backends {
             ensure!((1..=MAX_BACKENDS).contains(&b), "--backends {b}: 1..={MAX_BACKENDS} (each is a namespace with a /24 of its own)");
@@ -291,15 +303,17 @@ impl Experiment for Throughput {
         for i in 1..=self.most_backends() {
             let be = format!("be{i}");
             spec.namespaces.push(NamespaceSpec { name: be.clone(), forwarding: false, sysctl: Default::default() });
+            let f = self.family;
+            let len = if f.v6() { 64 } else { 24 };
             spec.links.push(LinkSpec {
                 a: format!("{dut}:bk{i}"),
                 b: format!("{be}:be"),
                 queues: None,
                 mtu: Some(1600),
-                a_addr: vec![format!("{}/24", setup::backend_gateway(i))],
-                b_addr: vec![format!("{}/24", setup::backend(i))],
+                a_addr: vec![f.gateway_cidr(i)],
+                b_addr: vec![format!("{}/{len}", f.backend(i))],
             });
-            spec.neighbours.push(NeighbourSpec { ns: dut.clone(), ip: setup::backend(i).to_string(), dev: format!("bk{i}"), mac: format!("{be}:be") });
+            spec.neighbours.push(NeighbourSpec { ns: dut.clone(), ip: f.backend(i).to_string(), dev: format!("bk{i}"), mac: format!("{be}:be") });
             spec.functions.push(FunctionSpec { ns: be, kind: FunctionKind::Sink, interfaces: vec!["be".into()] });
         }
         Ok(())
@@ -309,13 +323,12 @@ impl Experiment for Throughput {
     fn built(&mut self, t: &mut BuiltTopology, _: &Progress) -> Result<()> {
         let roles = t.roles()?;
         let (dut, din) = t.endpoint(&roles.dut_in)?;
-        let gen = t.addr(&roles.gen, false)?.to_string();
-        dut.route_add(setup::CLIENT_PREFIX, Some(&gen), Some(&din)).context("routing the clients' prefix back to gen in dut")?;
+        let gen = t.addr(&roles.gen, self.family.v6())?.to_string();
+        dut.route_add(self.family.client_prefix(), Some(&gen), Some(&din)).context("routing the clients' prefix back to gen in dut")?;
         if self.path == Path::Tx {
             dut.neigh_add(&gen, t.mac(&roles.gen)?, &din).context("giving dut gen's MAC")?;
             for i in 1..=self.most_backends() {
-                let net = format!("{}/24", setup::backend_gateway(i)).parse::<ipnet::Ipv4Net>()?.trunc();
-                dut.route_add(&net.to_string(), Some(&gen), Some(&din)).context("routing a backend's prefix to gen in dut")?;
+                dut.route_add(&self.family.backend_net(i), Some(&gen), Some(&din)).context("routing a backend's prefix to gen in dut")?;
             }
         }
         Ok(())
@@ -324,7 +337,7 @@ impl Experiment for Throughput {
     fn at_point<'a>(&'a self, t: &'a BuiltTopology, p: &Point, _: &Progress) -> Result<crate::engine::driver::AtPoint<'a>> {
         let flows = p.u32("flows")?;
         let n = sources(flows, MAX_SOURCES);
-        let mut at = crate::engine::driver::AtPoint::traffic(traffic(t, p, self.proto, self.port)?);
+        let mut at = crate::engine::driver::AtPoint::traffic(traffic(t, p, self.family, self.proto, self.port)?);
         let ports = flows / n;
         at.notes.push(format!(
             "{flows} flows: {n} client address{} × {ports} source port{}",
@@ -338,7 +351,7 @@ impl Experiment for Throughput {
         let roles = t.roles()?;
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let n = p.u32("backends")?;
-        let backends: Vec<IpAddr> = (1..=n).map(|i| IpAddr::V4(setup::backend(i))).collect();
+        let backends: Vec<IpAddr> = (1..=n).map(|i| self.family.backend(i)).collect();
         let sinks = match self.path {
             Path::Redirect => (1..=n).map(|i| t.attachment(&format!("be{i}:be"))).collect::<Result<Vec<_>>>()?,
             Path::Tx => vec![t.attachment(&roles.gen)?],
@@ -347,7 +360,7 @@ impl Experiment for Throughput {
         match v.xnf_mode() {
             None if v == Variant::Katran => {
                 let gateway = t.mac(&roles.gen)?;
-                let svc = super::katran::Service { vip: IpAddr::V4(VIP), port: self.port, proto: self.proto.number(), reals: backends.clone(), gateway };
+                let svc = super::katran::Service { vip: self.family.vip(), port: self.port, proto: self.proto.number(), reals: backends.clone(), gateway };
                 katran = Some(super::katran::KatranGuard::attach(dut, &din, svc)?);
             }
             Some(mode) => {
@@ -355,7 +368,7 @@ impl Experiment for Throughput {
                 if self.path == Path::Redirect {
                     ifaces.extend((1..=self.most_backends()).map(|i| crate::engine::topology::ifname(&format!("bk{i}"))));
                 }
-                let file = setup::service_file(IpAddr::V4(VIP), self.proto, self.port, mode, self.table_size, &backends);
+                let file = setup::service_file(self.family.vip(), self.proto, self.port, mode, self.table_size, &backends);
                 let (g, warnings) = LbGuard::new(dut, &ifaces, &file)?;
                 warnings.iter().for_each(|w| pg.println(&format!("xnf lb: {w}")));
                 lb = Some(g);
@@ -364,13 +377,13 @@ impl Experiment for Throughput {
                 let pick = if v == Variant::NftJhash { Pick::Jhash } else { Pick::Numgen };
                 // dut's ingress must run XDP to receive the generator's XDP_TX-ed frames; this one passes them up.
                 let pass = LabAttachment::pass(dut, &din)?;
-                let rules = NftGuard::load(dut, &setup::nft_ruleset(self.proto, self.port, pick, &backends))?;
+                let rules = NftGuard::load(dut, self.family, &setup::nft_ruleset(self.family, self.proto, self.port, pick, &backends))?;
                 kernel = Some((rules, pass));
             }
         }
         if self.cost && kernel.is_none() {
             let want = if self.path == Path::Tx { Verdict::Tx } else { Verdict::Redirect };
-            let (program, ns) = program_cost(dut, &din, traffic(t, p, self.proto, self.port)?.template, cpus.gen, want)?;
+            let (program, ns) = program_cost(dut, &din, traffic(t, p, self.family, self.proto, self.port)?.template, cpus.gen, want)?;
             self.costs.borrow_mut().push(ProgramCost { variant: variant_name(&v), point: p.clone(), program, ns });
         }
         Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, readings: RefCell::new(Vec::new()), lb, kernel, katran }))
@@ -473,22 +486,22 @@ pub fn print_balance(r: &Results) {
 
 /// The generator's frames at `p`: TCP ACK segments (seq 1, ack 1) or UDP datagrams from `flows` clients to VIP:port,
 /// addressed to dut's ingress MAC.
-pub fn traffic(t: &BuiltTopology, p: &Point, proto: Proto, port: u16) -> Result<GenConfig> {
+pub fn traffic(t: &BuiltTopology, p: &Point, family: Family, proto: Proto, port: u16) -> Result<GenConfig> {
     let roles = t.roles()?;
     let (size, flows) = (p.u32("size")?, p.u32("flows")?);
     let n = sources(flows, MAX_SOURCES);
     let (len, sizes) = match size {
-        0 => (1514, crate::programs::gen::imix_sequence(60)),
+        0 => (1514, crate::programs::gen::imix_sequence(if family.v6() { 74 } else { 60 })),
         s => (s as usize - 4, Vec::new()),
     };
-    let b = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(IpAddr::V4(setup::client(0)), IpAddr::V4(VIP));
+    let b = PacketBuilder::ethernet(t.mac(&roles.gen)?, t.mac(&roles.dut_in)?).ip(family.client(0), family.vip());
     let b = match proto {
         Proto::Tcp => b.tcp(1024, port, TcpFlags::ACK).seq(1).ack(1),
         Proto::Udp => b.udp(1024, port),
     };
     let template = b.frame_len(len).try_build()?;
-    let src_addrs = (0..n).map(|k| IpAddr::V4(setup::client(k))).collect();
-    Ok(GenConfig { template, flows: flows / n, base_sport: 1024, sizes, src_addrs, ..Default::default() })
+    let src_addrs = (0..n).map(|k| family.client(k)).collect();
+    Ok(GenConfig { template, flows: flows / n, base_sport: 1024, sizes, src_addrs, ipv6: family.v6(), ..Default::default() })
 }
 
 /// A variant set up at a point for one run: `xnf lb` attached and applied, or nftables and the pass program.
@@ -515,7 +528,8 @@ impl Running for LbRun<'_> {
             received: Box::new(|| self.sinks.iter().map(|s| s.packets()).sum()),
             on_read: Some(Box::new(move || {
                 let per = self.sinks.iter().map(|s| s.packets()).collect::<Result<Vec<_>>>()?;
-                let forwarded = self.dut.snmp()?.value("Ip", "ForwDatagrams")?;
+                let forwarded =
+                    if self.exp.family.v6() { self.dut.snmp()?.value("Ip6", "OutForwDatagrams")? } else { self.dut.snmp()?.value("Ip", "ForwDatagrams")? };
                 self.readings.borrow_mut().push((per, forwarded));
                 Ok(())
             })),
@@ -580,6 +594,7 @@ mod tests {
             (&["--table-size", "65536"][..], "not prime"),
             (&["--port", "0"][..], "--port 0"),
             (&["--size", "63"][..], "--size 63"),
+            (&["--family", "ipv6"][..], "--size 64: IPv6 TCP needs at least 78"),
         ] {
             let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
             assert!(e.contains(want), "{args:?}: {e} lacks {want}");
