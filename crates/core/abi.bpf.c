@@ -9,6 +9,9 @@
 #include "xnf/fib.h"
 #include "xnf/parse.h"
 #include "xnf/classify.h"
+/* Also declares the route cache's maps (and neigh_use) in this object:
+ * harmless, as it is never loaded. */
+#include "xnf/fib_cache.h"
 
 const volatile struct {
 	enum xdp_action action;
@@ -20,6 +23,9 @@ const volatile struct {
 	enum xnf_fib_limits fib_limits;
 	enum xnf_match_flag match_flag;
 	struct xnf_match match;
+	enum xnf_fib_cache_aside fib_cache_aside;
+	enum xnf_fib_cache_limits fib_cache_limits;
+	struct xnf_fib_ctl fib_ctl;
 } xnf_abi_anchor = {};
 
 char _license[] SEC("license") = "Dual MIT/GPL";

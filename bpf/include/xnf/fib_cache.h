@@ -18,8 +18,10 @@
  * addresses. Slots are 64 bytes in a page-aligned (mmapable) array: one
  * cache line each.
  *
- * Exactness rests on three things the router's follower keeps
- * (nf/router/src/cache.rs), one of them through the kernel:
+ * Exactness rests on three things its keeper maintains (the shared one,
+ * crates/core/src/route_cache.rs: run by the router's follower for the
+ * router's cache, by the daemon for the lb's), one of them through the
+ * kernel:
  *  - generation numbers, bumped after every netlink change that can alter
  *    a lookup's answer (routes, rules, neighbours, links, addresses,
  *    forwarding settings): by the kernel itself as it notifies the change
@@ -66,6 +68,14 @@ enum xnf_fib_cache_outcome {
 	XNF_FC_MISS,     /* asked the helper (and cached a success) */
 	XNF_FC_BYPASS,   /* cache not used: no lease, or the family steps aside */
 	XNF_FC_MAX,
+};
+
+/* What an entry knows beyond the helper's fields. */
+enum xnf_fib_cache_flags {
+	/* The route's next hop is a gateway, not the destination itself (the
+	 * helper wrote another address over the destination): the lb's DSR
+	 * needs the backend on-link. */
+	XNF_FIB_VIA_GATEWAY = 1,
 };
 
 struct xnf_fib_ctl {
@@ -127,7 +137,7 @@ struct {
  */
 struct xnf_fib_cache_slot {
 	__u32 seq;       /* 0: never filled; odd: being written */
-	__u32 pad;
+	__u32 flags;     /* enum xnf_fib_cache_flags */
 	struct xnf_fib_cache_key key;
 	struct xnf_fib_cache_entry e;
 };
@@ -185,71 +195,77 @@ static __always_inline void fib_neigh_used(const struct bpf_fib_lookup *p, __u32
 	xnf_neigh_stamp(slot, ctl ? ctl->neigh_epoch : 0);
 }
 
-/* The helper itself, for a miss or a bypass. */
+/* The helper itself, for a miss or a bypass; @p filled from @f first, or
+ * by the caller when @f is NULL. */
 static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
 					     struct bpf_fib_lookup *p, __u32 flags)
 {
-	fib_fill(f, iif, p);
+	if (f)
+		fib_fill(f, iif, p);
 	return bpf_fib_lookup(ctx, p, sizeof(*p), flags);
 }
 
-/*
- * The forward lookup of the checked packet @f arriving on @iif through the
- * cache: bpf_fib_lookup()'s return code and the fields of @p a caller
- * reads (ifindex, smac, dmac; mtu_result on FRAG_NEEDED), and, when the
- * answer is cached (a hit, or a miss that filled a slot), the next hop's
- * slot in neigh_use in @neigh (kept in the entry, so a hit hashes
- * nothing); @neigh is left alone otherwise. @p needs no initialising: it
- * is filled for the helper only on a miss, which a hit never pays for.
- * @outcome says how it was answered.
- */
-static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
-					      struct bpf_fib_lookup *p, __u32 flags, __u32 *outcome,
-					      __u32 *neigh)
+/* Whether the helper replaced the destination of @p by a gateway. */
+static __always_inline int fib_via_gateway(const struct bpf_fib_lookup *p, const struct xnf_fib_cache_key *k)
 {
-	struct xnf_fib_cache_key key __attribute__((aligned(8))) = { .ifindex = iif, .family = f->family };
+	if (k->family == AF_INET)
+		return p->ipv4_dst != k->dst[0];
+	return p->ipv6_dst[0] != k->dst[0] || p->ipv6_dst[1] != k->dst[1] || p->ipv6_dst[2] != k->dst[2] ||
+	       p->ipv6_dst[3] != k->dst[3];
+}
+
+/*
+ * The lookup of @key through the cache: bpf_fib_lookup()'s return code and
+ * the fields of @p a caller reads (ifindex, smac, dmac; mtu_result on
+ * FRAG_NEEDED), and, when the answer is cached (a hit, or a miss that
+ * filled a slot), the next hop's slot in neigh_use in @neigh (kept in the
+ * entry, so a hit hashes nothing) and whether the next hop is a gateway in
+ * @gw; both are left alone otherwise. On a miss or a bypass the helper
+ * gets @p, filled from @f (fib_fill) or, with @f NULL, as the caller
+ * filled it; a hit never pays for filling it. @len is the IP length a hit
+ * checks against the route's MTU. @outcome says how it was answered.
+ */
+static __always_inline long fib_lookup_cached_key(struct xdp_md *ctx, struct xnf_fib_cache_key *key, __u32 len,
+						  const struct xnf_pkt *f, struct bpf_fib_lookup *p, __u32 flags,
+						  __u32 *outcome, __u32 *neigh, __u32 *gw)
+{
 	struct xnf_fib_cache_slot *sl;
 	struct xnf_fib_cache_entry e;
-	__u32 zero = 0, aside, gen, idx, seq;
+	__u32 zero = 0, aside, gen, idx, seq, fl;
 	struct xnf_fib_ctl *ctl;
 	__u64 *kgen_p, kgen;
 	long rc;
 
 	ctl = bpf_map_lookup_elem(&fib_ctl, &zero);
-	aside = f->family == AF_INET ? XNF_FIB_ASIDE_V4 : XNF_FIB_ASIDE_V6;
+	aside = key->family == AF_INET ? XNF_FIB_ASIDE_V4 : XNF_FIB_ASIDE_V6;
 	if (!ctl || (ctl->aside & aside) || bpf_jiffies64() > ctl->lease_until) {
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, iif, p, flags);
+		return fib_cache_helper(ctx, f, key->ifindex, p, flags);
 	}
 	/* Both before the helper: see the top of this file. */
 	gen = ctl->gen;
 	kgen_p = bpf_map_lookup_elem(&fib_kgen, &zero);
 	kgen = kgen_p ? *(volatile __u64 *)kgen_p : 0;
-	if (f->family == AF_INET) {
-		key.tos = f->tos & 0xfc;
-		key.dst[0] = f->dst[0];
-	} else {
-		__builtin_memcpy(key.dst, f->dst, sizeof(key.dst));
-	}
-	idx = bpf_get_smp_processor_id() * XNF_FIB_CACHE_SLOTS + fib_cache_slot(&key);
+	idx = bpf_get_smp_processor_id() * XNF_FIB_CACHE_SLOTS + fib_cache_slot(key);
 	sl = bpf_map_lookup_elem(&fib_cache, &idx);
 	if (!sl) {
 		/* A CPU beyond the ones possible at load: no region. */
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, iif, p, flags);
+		return fib_cache_helper(ctx, f, key->ifindex, p, flags);
 	}
 	seq = sl->seq;
 	xnf_barrier();
-	if (seq && !(seq & 1) && fib_cache_key_eq(&sl->key, &key)) {
+	if (seq && !(seq & 1) && fib_cache_key_eq(&sl->key, key)) {
 		e = sl->e;
+		fl = sl->flags;
 		xnf_barrier();
 		if (e.gen == gen && e.kgen == kgen && sl->seq == seq) {
 			*outcome = XNF_FC_HIT;
 			/* The helper checks the MTU before it looks at the next
 			 * hop: a packet too big for the route gets FRAG_NEEDED
 			 * and ifindex stays the ingress, as from the helper. */
-			if (f->ip_end - f->l3_off > e.mtu) {
-				p->ifindex = iif;
+			if (len > e.mtu) {
+				p->ifindex = key->ifindex;
 				p->mtu_result = e.mtu;
 				return BPF_FIB_LKUP_RET_FRAG_NEEDED;
 			}
@@ -257,11 +273,12 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 			__builtin_memcpy(p->dmac, e.dmac, ETH_ALEN);
 			__builtin_memcpy(p->smac, e.smac, ETH_ALEN);
 			*neigh = e.neigh;
+			*gw = fl & XNF_FIB_VIA_GATEWAY;
 			return BPF_FIB_LKUP_RET_SUCCESS;
 		}
 	}
 	*outcome = XNF_FC_MISS;
-	rc = fib_cache_helper(ctx, f, iif, p, flags);
+	rc = fib_cache_helper(ctx, f, key->ifindex, p, flags);
 	/* On success the helper leaves the route's MTU in mtu_result (the
 	 * union with tot_len). A kernel that did not would leave tot_len
 	 * there: larger packets would then go to the kernel, never out
@@ -271,7 +288,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS && !(seq & 1)) {
 		sl->seq = seq + 1;
 		xnf_barrier();
-		sl->key = key;
+		sl->key = *key;
 		sl->e.gen = gen;
 		sl->e.kgen = kgen;
 		sl->e.ifindex = p->ifindex;
@@ -280,10 +297,33 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 		__builtin_memcpy(sl->e.smac, p->smac, ETH_ALEN);
 		*neigh = xnf_neigh_use_slot(p->ifindex, p->dmac);
 		sl->e.neigh = *neigh;
+		*gw = fib_via_gateway(p, key) ? XNF_FIB_VIA_GATEWAY : 0;
+		sl->flags = *gw;
 		xnf_barrier();
 		sl->seq = seq + 2;
 	}
 	return rc;
+}
+
+/*
+ * The forward lookup of the checked packet @f arriving on @iif through the
+ * cache (fib_lookup_cached_key, keyed by the packet's destination and
+ * TOS). @p needs no initialising.
+ */
+static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
+					      struct bpf_fib_lookup *p, __u32 flags, __u32 *outcome,
+					      __u32 *neigh)
+{
+	struct xnf_fib_cache_key key __attribute__((aligned(8))) = { .ifindex = iif, .family = f->family };
+	__u32 gw;
+
+	if (f->family == AF_INET) {
+		key.tos = f->tos & 0xfc;
+		key.dst[0] = f->dst[0];
+	} else {
+		__builtin_memcpy(key.dst, f->dst, sizeof(key.dst));
+	}
+	return fib_lookup_cached_key(ctx, &key, f->ip_end - f->l3_off, f, p, flags, outcome, neigh, &gw);
 }
 
 /* One more change seen by the kernel (see fib_kgen). */

@@ -2,8 +2,8 @@
 //! files) and the lock that serialises changes to it, XDP attachment through
 //! pinned links, reading and writing BPF maps, the C types and enums every
 //! network function shares (generated from BTF), traffic classes, the
-//! kernel's IPv4 source check as forwarding programs hold it, and process
-//! set-up.
+//! kernel's IPv4 source check as forwarding programs hold it, the route
+//! cache's keeper, and process set-up.
 
 pub mod abi;
 pub mod cenum;
@@ -18,6 +18,7 @@ pub mod maps;
 pub mod migrate;
 pub mod neigh;
 pub mod procstat;
+pub mod route_cache;
 pub mod runtime;
 pub mod sources;
 pub mod state;

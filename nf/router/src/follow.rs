@@ -99,7 +99,7 @@ fn follow(dir: &std::path::Path, events: &mut Events, (mut keeper, mut neighbour
 /// The route cache's keeper and the neighbour refresher, on the maps
 /// pinned in `dir` now.
 fn keepers(dir: &std::path::Path, events: &Events) -> Result<(cache::Keeper, xnf_core::neigh::Refresher)> {
-    let keeper = cache::Keeper::start(dir, events)?;
+    let keeper = cache::start(dir, events)?;
     Ok((keeper, neigh::refresher(dir)?))
 }
 

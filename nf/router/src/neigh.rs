@@ -5,18 +5,17 @@
 use anyhow::Result;
 use xnf_core::neigh::{Epoch, Refresher};
 
-use crate::program::{CacheCtl, RouterMaps};
+use crate::program::RouterMaps;
 
 impl RouterMaps {
     /// The epoch frames stamp their neighbour's slot with (in `fib_ctl`).
     pub fn neigh_epoch(&self) -> Result<u32> {
-        Ok(self.cache_ctl()?.neigh_epoch)
+        self.route_cache().get()
     }
 
     /// Begins an epoch, keeping the rest of the control word.
     pub fn set_neigh_epoch(&self, neigh_epoch: u32) -> Result<()> {
-        let c = self.cache_ctl()?;
-        self.write_cache_ctl(CacheCtl { neigh_epoch, ..c })
+        self.route_cache().set(neigh_epoch)
     }
 
     /// The slots holding `epoch` (for tests: which neighbours the frames

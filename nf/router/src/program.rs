@@ -11,6 +11,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramMut};
 pub use xnf_core::fwd::Reason;
 use xnf_core::lifecycle::{pin_maps, PinnedMaps};
 use xnf_core::maps::{as_bytes, delete_if_present, from_bytes, object_storage};
+use xnf_core::route_cache::CacheMaps;
 use xnf_core::xdp::Verdict;
 
 use crate::skel::router::{types, RouterSkel, RouterSkelBuilder};
@@ -57,10 +58,13 @@ pub use xnf_core::neigh::{neigh_use_slot, NEIGH_SLOTS};
 const _: () = assert!(types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOTS.0 == NEIGH_SLOTS);
 const _: () = assert!(types::xnf_neigh_use_limits::XNF_NEIGH_USE_SLOT_BITS.0 == xnf_core::neigh::NEIGH_SLOT_BITS);
 
-/// The route cache's step-aside bits for a routing shape.
-pub fn aside_bits(shape: &xnf_netns::netlink::Shape) -> u32 {
-    (if shape.v4.is_some() { ASIDE_V4 } else { 0 }) | (if shape.v6.is_some() { ASIDE_V6 } else { 0 })
-}
+/// The route cache's control word and step-aside bits: the shared keeper's
+/// (`xnf_core::route_cache`), checked against the router's own build of
+/// fib_cache.h here.
+pub use xnf_core::route_cache::{aside_bits, CacheCtl, ASIDE_V4, ASIDE_V6};
+const _: () = assert!(types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V4.0 == ASIDE_V4);
+const _: () = assert!(types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V6.0 == ASIDE_V6);
+const _: () = assert!(std::mem::size_of::<types::xnf_fib_ctl>() == std::mem::size_of::<xnf_core::abi::types::xnf_fib_ctl>());
 
 /// How a router instance is built; fixed at load time (read-only data, so
 /// the verifier prunes what is off). Changing them means a new instance,
@@ -459,7 +463,18 @@ impl RouterMaps {
     /// every attach that found no router pinned (a detach and an attach
     /// give other maps under the same pins).
     pub fn id(&self) -> Result<u32> {
-        Ok(self.fib_ctl.info().context("reading the route cache's map info")?.info.id)
+        self.route_cache().id()
+    }
+
+    /// The route cache's control maps, borrowed: what the thin methods
+    /// below read and write through.
+    pub fn route_cache(&self) -> CacheMaps<&MapHandle> {
+        CacheMaps { fib_ctl: &self.fib_ctl, fib_kgen: &self.fib_kgen }
+    }
+
+    /// The route cache's control maps, for its keeper.
+    pub fn into_route_cache(self) -> CacheMaps {
+        CacheMaps { fib_ctl: self.fib_ctl, fib_kgen: self.fib_kgen }
     }
 
     /// The table of neighbours the fast path sends to (neigh_use.h).
@@ -467,37 +482,25 @@ impl RouterMaps {
         &self.neigh_use
     }
 
-    /// The route cache's control word.
+    /// The route cache's control word ([`CacheMaps::ctl`]).
     pub fn cache_ctl(&self) -> Result<CacheCtl> {
-        let v = self.fib_ctl.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("the route cache's control map has no entry")?;
-        let c: types::xnf_fib_ctl = from_bytes(&v);
-        Ok(CacheCtl { lease_until: c.lease_until, gen: c.gen, aside: c.aside, neigh_epoch: c.neigh_epoch })
+        self.route_cache().ctl()
     }
 
-    /// The kernel's count of changes (`fib_kgen`: bumped by the
-    /// follower's notification filter as each change is made).
+    /// The kernel's count of changes ([`CacheMaps::kernel_gen`]).
     pub fn kernel_gen(&self) -> Result<u64> {
-        let v = self.fib_kgen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.context("the route cache's kernel generation map has no entry")?;
-        Ok(u64::from_ne_bytes(v[..8].try_into()?))
+        self.route_cache().kernel_gen()
     }
 
-    /// Writes the control word's generation and step-aside bits, keeping
-    /// the lease (only the lease program writes that) and the neighbour
-    /// epoch.
+    /// Writes the control word's generation and step-aside bits
+    /// ([`CacheMaps::set_ctl`]).
     pub fn set_cache_ctl(&self, gen: u32, aside: u32) -> Result<()> {
-        let c = self.cache_ctl()?;
-        self.write_cache_ctl(CacheCtl { gen, aside, ..c })
+        self.route_cache().set_ctl(gen, aside)
     }
 
-    /// Ends the lease at once: the cache is not used until renewed.
+    /// Ends the lease at once ([`CacheMaps::end_lease`]).
     pub fn end_lease(&self) -> Result<()> {
-        let c = self.cache_ctl()?;
-        self.write_cache_ctl(CacheCtl { lease_until: 0, gen: c.gen.wrapping_add(1), ..c })
-    }
-
-    pub(crate) fn write_cache_ctl(&self, c: CacheCtl) -> Result<()> {
-        let raw = types::xnf_fib_ctl { lease_until: c.lease_until, gen: c.gen, aside: c.aside, neigh_epoch: c.neigh_epoch, pad: 0 };
-        self.fib_ctl.update(&0u32.to_ne_bytes(), as_bytes(&raw), MapFlags::ANY).context("writing the route cache's control map")
+        self.route_cache().end_lease()
     }
 
     /// Filled slots of the route cache, over every CPU's region (of any
@@ -571,22 +574,6 @@ fn cache_slot(k: &types::xnf_fib_cache_key) -> u32 {
 pub fn cache_slot_of(ingress: u32, dst: std::net::IpAddr, tos: u8) -> u32 {
     cache_slot(&cache_key(ingress, dst, tos))
 }
-
-/// The route cache's control word (`struct xnf_fib_ctl`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CacheCtl {
-    /// In jiffies; 0: never leased.
-    pub lease_until: u64,
-    pub gen: u32,
-    /// `XNF_FIB_ASIDE_*` bits.
-    pub aside: u32,
-    /// What frames stamp their neighbour's slot with (`crate::neigh`).
-    pub neigh_epoch: u32,
-}
-
-/// `XNF_FIB_ASIDE_V4`, `XNF_FIB_ASIDE_V6`.
-pub const ASIDE_V4: u32 = types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V4.0;
-pub const ASIDE_V6: u32 = types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V6.0;
 
 /// One route cache entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
