@@ -57,6 +57,7 @@
 #include "xnf/stage.h"
 #define XNF_NEIGH_OWN_EPOCH
 #include "xnf/neigh_use.h"
+#include "xnf/fib_cache.h"
 #include "lb.h"
 #include "flowhash.h"
 #include "encap.h"
@@ -422,6 +423,8 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 				const struct xnf_lb_backend *b, int icmp_error)
 {
 	__u32 extra = xnf_lb_overhead(s->mode, b->family);
+	struct xnf_fib_cache_key key __attribute__((aligned(8))) = { .ifindex = ctx->ingress_ifindex, .family = b->family };
+	__u32 outcome = XNF_FC_MAX, neigh = XNF_NEIGH_SLOT_UNKNOWN, gw = 0;
 	struct bpf_fib_lookup fib = {};
 	__u32 src[4] = {};
 	__u32 ifindex;
@@ -436,11 +439,18 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 		fib.tos = inner_tos(&c->pkt);
 		fib.ipv4_src = src[0];
 		fib.ipv4_dst = b->addr[0];
+		key.tos = fib.tos & 0xfc;
+		key.dst[0] = b->addr[0];
 	} else {
 		__builtin_memcpy(fib.ipv6_src, src, 16);
 		__builtin_memcpy(fib.ipv6_dst, b->addr, 16);
+		__builtin_memcpy(key.dst, b->addr, 16);
 	}
-	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	/* Through the route cache while the daemon keeps it (fib_cache.h):
+	 * the answer does not depend on the outer source the helper is
+	 * given, only on the backend, the ingress and the TOS (the cache
+	 * steps aside where it would: rules, multipath). */
+	rc = fib_lookup_cached_key(ctx, &key, fib.tot_len, 0, &fib, 0, &outcome, &neigh, &gw);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* Never an ICMP error about an ICMP error (RFC 1122 3.2.2,
 		 * RFC 4443 2.4(e)): a routed one that does not fit is the
@@ -456,7 +466,7 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 	/* The lookup puts a gateway, if the route has one, in the destination
 	 * (of its family): DSR's frame keeps the VIP as its destination, so it
 	 * must go to the backend itself, never to a router. */
-	if (s->mode == XNF_LB_DSR && !is_backend(&fib, b))
+	if (s->mode == XNF_LB_DSR && (outcome == XNF_FC_HIT ? gw : !is_backend(&fib, b)))
 		return to_kernel(c, XNF_LB_DSR_NOT_ONLINK);
 	ifindex = fib.ifindex;
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS && ifindex != ctx->ingress_ifindex &&
@@ -482,7 +492,7 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 	 * gave confirmed as that path would (neigh_use.h); a backend with
 	 * its own MAC has no neighbour entry to keep. */
 	if (!b->has_mac)
-		xnf_neigh_used(ifindex, fib.dmac);
+		xnf_neigh_used_at(neigh == XNF_NEIGH_SLOT_UNKNOWN ? xnf_neigh_use_slot(ifindex, fib.dmac) : neigh);
 	if (ifindex == ctx->ingress_ifindex) {
 		count(c, XNF_LB_TX);
 		return XDP_TX;
@@ -649,6 +659,26 @@ int xnf_lb(struct xdp_md *ctx)
 	}
 	count_backend(id, c.len);
 	return send(ctx, &c, s, b, 0);
+}
+
+/* Run by the route cache's keeper (BPF_PROG_TEST_RUN) to renew its lease;
+ * never attached. */
+SEC("xdp")
+int xnf_lb_lease(struct xdp_md *ctx)
+{
+	fib_cache_renew();
+	return XDP_PASS;
+}
+
+/* Attached by the keeper to its rtnetlink socket (SO_ATTACH_BPF), never to
+ * an interface: the kernel runs it for every notification of the keeper's
+ * groups as it makes the change (fib_kgen in fib_cache.h). Keeps every
+ * message: the keeper reads them all. */
+SEC("socket")
+int xnf_lb_notify(struct __sk_buff *skb)
+{
+	fib_cache_kernel_bump();
+	return skb->len;
 }
 
 char _license[] SEC("license") = "Dual MIT/GPL";

@@ -91,12 +91,17 @@ struct {
 } neigh_epoch SEC(".maps");
 
 /* A frame is sent out of @ifindex to @mac. */
-static __always_inline void xnf_neigh_used(__u32 ifindex, const __u8 *mac)
+static __always_inline void xnf_neigh_used_at(__u32 slot)
 {
 	__u32 zero = 0;
 	__u32 *epoch = bpf_map_lookup_elem(&neigh_epoch, &zero);
 
 	if (epoch)
-		xnf_neigh_stamp(xnf_neigh_use_slot(ifindex, mac), *epoch);
+		xnf_neigh_stamp(slot, *epoch);
+}
+
+static __always_inline void xnf_neigh_used(__u32 ifindex, const __u8 *mac)
+{
+	xnf_neigh_used_at(xnf_neigh_use_slot(ifindex, mac));
 }
 #endif

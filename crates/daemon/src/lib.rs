@@ -188,6 +188,7 @@ pub fn run(args: DaemonArgs) -> Result<()> {
     let mut follower = Follower::default();
     follower.keep();
     neigh::spawn();
+    neigh::spawn_lb_cache();
     let mut apps = afxdp::Supervisor::adopt();
     apps.converge(&cfg.afxdp);
     notify(&[NotifyState::Ready, NotifyState::Status("applied")]);

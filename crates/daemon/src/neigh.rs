@@ -1,4 +1,5 @@
-//! Neighbour confirmation for the chain's exit and the lb: both send past
+//! Neighbour confirmation for the chain's exit and the lb, and the keeper of
+//! the lb's route cache ([`spawn_lb_cache`]). Neighbours: the chain and the lb both send past
 //! the kernel's output path, so nothing else moves a STALE neighbour they
 //! send to towards a probe (`bpf/include/xnf/neigh_use.h`). Their
 //! refreshers (`xnf_core::neigh`, the one the router's follower runs) share
@@ -75,5 +76,33 @@ fn run() -> Result<()> {
             r.changed(&batch)?;
             r.tick()?;
         }
+    }
+}
+
+/// Starts the thread that keeps the lb's route cache to its backends
+/// (`xnf_lb::cache::keep`) whenever the lb is set up here: without it the
+/// cache's lease lapses and the lb asks the kernel's FIB for every packet.
+/// It runs as long as the daemon.
+pub fn spawn_lb_cache() {
+    static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let spawned = std::thread::Builder::new().name("xnf-lb-cache".into()).spawn(|| {
+        let mut running = false;
+        loop {
+            // Returns when the lb has no state here (at once if it has none).
+            let result = xnf_lb::cache::keep(&NEVER);
+            match &result {
+                Err(e) => log("lb-route-cache", &format!("state=restarting error={:?}", format!("{e:#}"))),
+                Ok(()) if running => log("lb-route-cache", "state=stopped"),
+                Ok(()) => {}
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            running = xnf_lb::open_maps().is_ok();
+            if running {
+                log("lb-route-cache", "state=started");
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log("lb-route-cache", &format!("state=failed error={:?}", e.to_string()));
     }
 }

@@ -105,7 +105,7 @@ pub(crate) fn write_own_macs(maps: &LbMaps) -> Result<()> {
     Ok(())
 }
 
-type Life = Lifecycle<Lb>;
+pub(crate) type Life = Lifecycle<Lb>;
 
 /// What is live.
 #[derive(Clone, Debug, Serialize, Deserialize)]

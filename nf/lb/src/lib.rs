@@ -32,6 +32,7 @@ mod apply;
 #[cfg(test)]
 mod apply_tests;
 mod attach;
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod decap;
@@ -55,7 +56,7 @@ mod skel {
 
 pub use apply::{apply_file, apply_text, restore, snapshot, Snapshot};
 pub use attach::{applied, Applied, AppliedFile};
-pub use attach::{attach, attached_links, counters, detach, neigh_table, pinned_program, Lb};
+pub use attach::{attach, attached_links, counters, detach, neigh_table, open_maps, pinned_program, Lb};
 pub use config::{Backend, Config, HashFields, Mode, Proto, Service};
 pub use decap::Decap;
 pub use maglev::{DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE, NO_BACKEND};

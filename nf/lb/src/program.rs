@@ -124,7 +124,24 @@ impl LbProgram {
     /// Loads an instance; with `pin_dir` its maps are shared through pins
     /// there, with `stages` it continues to that interface's later stages.
     pub fn load(pin_dir: Option<&Path>, stages: Option<&MapHandle>) -> Result<Self> {
+        Self::load_with(pin_dir, stages, false)
+    }
+
+    /// The route cache's lease and notification programs alone, on the
+    /// maps pinned in `dir` (for its keeper; never attached).
+    pub fn load_lease(dir: &Path) -> Result<Self> {
+        Self::load_with(Some(dir), None, true)
+    }
+
+    fn load_with(pin_dir: Option<&Path>, stages: Option<&MapHandle>, lease_only: bool) -> Result<Self> {
         let mut open = LbSkelBuilder::default().open(object_storage()).context("opening the lb BPF object")?;
+        // The stage runs without them; the keeper without the stage.
+        open.progs.xnf_lb.set_autoload(!lease_only);
+        open.progs.xnf_lb_lease.set_autoload(lease_only);
+        open.progs.xnf_lb_notify.set_autoload(lease_only);
+        // One region of the route cache per possible CPU (fib_cache.h).
+        let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")? as u32;
+        open.maps.fib_cache.set_max_entries(xnf_core::route_cache::SLOTS * cpus).context("sizing the route cache")?;
         if let Some(dir) = pin_dir {
             pin_maps::<LbMaps>(open.open_object_mut(), dir)?;
         }
@@ -137,6 +154,20 @@ impl LbProgram {
 
     pub fn prog(&self) -> &ProgramMut<'static> {
         &self.skel.progs.xnf_lb
+    }
+
+    /// Renews the route cache's lease (its program, by BPF_PROG_TEST_RUN:
+    /// the lease is in jiffies, which user space cannot read).
+    pub fn renew_lease(&self) -> Result<()> {
+        let frame = [0u8; 64];
+        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
+        self.skel.progs.xnf_lb_lease.test_run(input).context("renewing the lb's route cache lease (BPF_PROG_TEST_RUN)")?;
+        Ok(())
+    }
+
+    /// The notification filter (`xnf_lb_notify`) for the keeper's socket.
+    pub fn notify_filter(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.skel.progs.xnf_lb_notify.as_fd()
     }
 
     pub fn maps(&self) -> Result<LbMaps> {
@@ -164,6 +195,11 @@ xnf_core::pinned_maps! {
         /// (neigh_use.h; the daemon keeps them confirmed).
         pub neigh_use,
         pub neigh_epoch,
+        /// The route cache to the backends (fib_cache.h), its control word
+        /// and the kernel's count of changes; kept by the daemon.
+        pub fib_ctl,
+        pub fib_kgen,
+        pub fib_cache,
     }
 }
 

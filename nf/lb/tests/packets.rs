@@ -566,12 +566,18 @@ fn apply(f: &Fixture, maps: &LbMaps, a: &Act) {
     }
 }
 
-/// Runs the rows in order on one instance; one line per failed row.
-fn run_rows(f: &Fixture, rows: &[Row]) -> Vec<String> {
-    let (prog, maps) = f.load().expect("the lb loads and its maps fill");
+/// Runs the rows in order on one instance; one line per failed row. With
+/// `cache`, through the route cache, kept by the keeper the daemon runs
+/// (its maps pinned there): every answer must be the helper's.
+fn run_rows(f: &Fixture, rows: &[Row], cache: Option<&std::path::Path>) -> Vec<String> {
+    let (prog, maps) = f.load_at(cache).expect("the lb loads and its maps fill");
+    let mut keeper = cache.map(|dir| common::Keeping::start(dir, &maps).expect("the route cache's keeper starts"));
     let ctx = XdpContext { ingress_ifindex: f.in0, rx_queue_index: 0 };
     let mut failures = Vec::new();
     for r in rows {
+        if let Some(k) = &mut keeper {
+            k.follow().expect("the keeper follows");
+        }
         r.before.iter().for_each(|a| apply(f, &maps, a));
         let before = snapshot(f, &maps);
         set_env(f, &maps, r.env, true);
@@ -614,10 +620,30 @@ fn lb_packet_table() {
         .dut
         .run(|| {
             let rows = rows(&f);
-            (rows.len(), run_rows(&f, &rows))
+            (rows.len(), run_rows(&f, &rows, None))
         })
         .unwrap();
     assert_table("lb", n, 80, &failures);
+}
+
+/// The same table through the route cache (fib_cache.h) while its keeper
+/// runs: the rows that turn forwarding off in between must see it at once
+/// (the kernel retires the entries as it notifies the change), and the
+/// cache must have been filled, so hits answered the later rows.
+#[test]
+fn lb_packet_table_through_the_route_cache() {
+    let f = Fixture::new().expect("fixture namespace (run as root)");
+    let dir = common::PinDir::new("lbcache");
+    let (n, failures, filled) = f
+        .dut
+        .run(|| {
+            let rows = rows(&f);
+            let failures = run_rows(&f, &rows, Some(&dir.0));
+            (rows.len(), failures, common::cache_filled(&dir.0).expect("reading the route cache"))
+        })
+        .unwrap();
+    assert_table("lb (route cache)", n, 80, &failures);
+    assert!(filled > 0, "the route cache was never filled: the table did not go through it");
 }
 
 /// The data plane's flow hash and table choice are the Rust model's

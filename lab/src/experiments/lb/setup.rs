@@ -5,6 +5,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
 use xnf_core::xdp::XdpMode;
@@ -214,6 +216,8 @@ pub struct LbGuard {
     ns: PathBuf,
     name: String,
     ifaces: Vec<String>,
+    /// The route cache's keeper, a thread in the namespace as the daemon runs one (`xnf_lb::cache::keep`).
+    keeper: Option<(Arc<AtomicBool>, std::thread::JoinHandle<Result<()>>)>,
 }
 
 impl LbGuard {
@@ -222,9 +226,16 @@ impl LbGuard {
     pub fn new(ns: &Netns, ifaces: &[String], file: &str) -> Result<(Self, Vec<String>)> {
         let names = ifaces.to_vec();
         ns.run(move || xnf_lb::attach(&names, XdpMode::Native))?.with_context(|| format!("attaching xnf lb in {}", ns.name()))?;
-        let guard = LbGuard { ns: ns.path(), name: ns.name().to_string(), ifaces: ifaces.to_vec() };
+        let mut guard = LbGuard { ns: ns.path(), name: ns.name().to_string(), ifaces: ifaces.to_vec(), keeper: None };
         let text = file.to_string();
         let out = ns.run(move || xnf_lb::apply_text(&text, "lab.toml"))?.with_context(|| format!("applying the lab's service file in {}", ns.name()))?;
+        let (stop, path) = (Arc::new(AtomicBool::new(false)), ns.path());
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("xnf-lb-cache".into())
+            .spawn(move || xnf_netns::run_in(&path, move || xnf_lb::cache::keep(&flag))?)
+            .context("starting the lb's route cache keeper")?;
+        guard.keeper = Some((stop, thread));
         Ok((guard, out.warnings))
     }
 
@@ -236,6 +247,14 @@ impl LbGuard {
 
 impl Drop for LbGuard {
     fn drop(&mut self) {
+        if let Some((stop, thread)) = self.keeper.take() {
+            stop.store(true, Ordering::Relaxed);
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("xnf lab: the lb's route cache keeper in {}: {e:#}", self.name),
+                Err(_) => eprintln!("xnf lab: the lb's route cache keeper in {} panicked", self.name),
+            }
+        }
         let names = std::mem::take(&mut self.ifaces);
         match xnf_netns::run_in(&self.ns, move || xnf_lb::detach(&names)) {
             Ok(Ok(())) => {}

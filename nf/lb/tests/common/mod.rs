@@ -259,7 +259,12 @@ impl Fixture {
     /// `xnf lb attach IN0 OUT0` would. Run it inside dut: tx_ports resolves
     /// ifindexes in the caller's namespace.
     pub fn load(&self) -> Result<(LbProgram, LbMaps)> {
-        let prog = LbProgram::load(None, None)?;
+        self.load_at(None)
+    }
+
+    /// The same with the maps pinned in `dir` (for the route cache's keeper).
+    pub fn load_at(&self, dir: Option<&std::path::Path>) -> Result<(LbProgram, LbMaps)> {
+        let prog = LbProgram::load(dir, None)?;
         let maps = prog.maps()?;
         set_sources(&maps, true)?;
         for s in &self.services {
@@ -423,4 +428,60 @@ pub fn check_encapsulated(frame: &[u8]) -> Result<(), String> {
         Ok(p) if p.checksums_ok() => Ok(()),
         other => Err(format!("inner packet checksums do not verify: {other:?}")),
     }
+}
+
+/// A bpffs folder for a test's pinned maps, removed with everything in it
+/// when dropped (also when the test fails).
+pub struct PinDir(pub std::path::PathBuf);
+
+impl PinDir {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::path::PathBuf::from(format!("/sys/fs/bpf/xnf-test-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("making a bpffs folder (bpffs mounted at /sys/fs/bpf, run as root)");
+        PinDir(dir)
+    }
+}
+
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The route cache's keeper over the maps pinned in a folder, as the
+/// daemon runs it (`xnf_lb::cache::keep`), stepped by the test.
+pub struct Keeping {
+    events: xnf_netns::netlink::Events,
+    keeper: xnf_core::route_cache::Keeper<LbProgram>,
+}
+
+impl Keeping {
+    pub fn start(dir: &std::path::Path, maps: &LbMaps) -> Result<Self> {
+        use xnf_core::route_cache::{CacheMaps, Keeper};
+        let events = xnf_netns::netlink::Events::subscribe(&xnf_netns::netlink::group::FORWARDING)?;
+        let cache = CacheMaps { fib_ctl: &maps.fib_ctl, fib_kgen: &maps.fib_kgen }.to_owned()?;
+        let keeper = Keeper::start(LbProgram::load_lease(dir)?, cache, &events)?;
+        Ok(Keeping { events, keeper })
+    }
+
+    /// What changed since the last call, followed; the lease renewed.
+    pub fn follow(&mut self) -> Result<()> {
+        while self.events.wait(std::time::Duration::ZERO)? {
+            let batch = self.events.drain()?;
+            self.keeper.changed(&batch)?;
+        }
+        self.keeper.renew()
+    }
+}
+
+/// Filled slots of the route cache pinned in `dir`, over every CPU.
+pub fn cache_filled(dir: &std::path::Path) -> Result<usize> {
+    let m = libbpf_rs::MapHandle::from_pinned_path(dir.join("fib_cache"))?;
+    let mut n = 0;
+    for i in 0..m.max_entries() {
+        if let Some(v) = m.lookup(&i.to_ne_bytes(), MapFlags::ANY)? {
+            n += usize::from(v[..4] != [0; 4]);
+        }
+    }
+    Ok(n)
 }
