@@ -326,6 +326,7 @@ static __always_inline const struct xnf_lb_backend *choose(struct lctx *c, const
 	if (ct && !syn) {
 		b = backend_at(ct->id, ct->gen);
 		if (b) {
+			c->hash = ct->hash ? ct->hash : flow_hash(&c->flow, s->hash3);
 			count(c, XNF_LB_CT_HIT);
 			*id = ct->id;
 			count_service(s, c->len, 0, 0);
@@ -335,12 +336,14 @@ static __always_inline const struct xnf_lb_backend *choose(struct lctx *c, const
 	} else {
 		count(c, ct ? XNF_LB_CT_SYN : XNF_LB_CT_MISS);
 	}
+	c->hash = flow_hash(&c->flow, s->hash3);
 	v.id = table_pick(s, c->hash);
 	b = backend_at(v.id, 0);
 	count_service(s, c->len, 1, !b);
 	if (!b)
 		return 0;
 	v.gen = b->gen;
+	v.hash = c->hash;
 	bpf_map_update_elem(&conntrack, &c->flow, &v, BPF_ANY);
 	*id = v.id;
 	return b;
@@ -650,7 +653,6 @@ int xnf_lb(struct xdp_md *ctx)
 	c.flow.dport = c.pkt.dport;
 	c.flow.family = c.pkt.family;
 	c.flow.proto = c.pkt.proto;
-	c.hash = flow_hash(&c.flow, s->hash3);
 	b = choose(&c, s, is_syn(ctx, &c.pkt), &id);
 	if (!b) {
 		count(&c, XNF_LB_NO_BACKEND);

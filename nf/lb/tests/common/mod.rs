@@ -327,7 +327,8 @@ pub fn set_sources(maps: &LbMaps, on: bool) -> Result<()> {
 /// Points a flow's connection-table entry at backend `b` (generation 1).
 pub fn pin(maps: &LbMaps, f: &Flow, b: &Backend) -> Result<()> {
     let key = raw_flow(f);
-    let value: Vec<u8> = [b.id, 1].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    // Hash 0: not kept, as an entry copied by an upgrade from a build without it; the program computes it.
+    let value: Vec<u8> = [b.id, 1, 0].iter().flat_map(|w| w.to_ne_bytes()).collect();
     maps.conntrack.update(xnf_core::maps::as_bytes(&key), &value, MapFlags::ANY).context("pinning a flow")
 }
 
