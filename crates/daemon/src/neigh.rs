@@ -85,22 +85,16 @@ fn run() -> Result<()> {
 /// It runs as long as the daemon.
 pub fn spawn_lb_cache() {
     static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    let spawned = std::thread::Builder::new().name("xnf-lb-cache".into()).spawn(|| {
-        let mut running = false;
-        loop {
-            // Returns when the lb has no state here (at once if it has none).
-            let result = xnf_lb::cache::keep(&NEVER);
-            match &result {
+    let spawned = std::thread::Builder::new().name("xnf-lb-cache".into()).spawn(|| loop {
+        if xnf_lb::open_maps().is_ok() {
+            log("lb-route-cache", "state=started");
+            // Returns when the lb has no state left here.
+            match xnf_lb::cache::keep(&NEVER) {
+                Ok(()) => log("lb-route-cache", "state=stopped"),
                 Err(e) => log("lb-route-cache", &format!("state=restarting error={:?}", format!("{e:#}"))),
-                Ok(()) if running => log("lb-route-cache", "state=stopped"),
-                Ok(()) => {}
-            }
-            std::thread::sleep(Duration::from_secs(1));
-            running = xnf_lb::open_maps().is_ok();
-            if running {
-                log("lb-route-cache", "state=started");
             }
         }
+        std::thread::sleep(Duration::from_secs(1));
     });
     if let Err(e) = spawned {
         log("lb-route-cache", &format!("state=failed error={:?}", e.to_string()));

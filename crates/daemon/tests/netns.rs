@@ -288,6 +288,13 @@ fn the_lb_keeps_the_backends_it_sends_to_confirmed() {
     let before = redirected();
     xnf_testrun::cli::send_paced(&tx, to, 20);
     assert_eq!(redirected() - before, 20, "the lb did not send the VIP's datagrams to the backend in XDP");
+    // The daemon keeps the lb's route cache, and the lb sends through it:
+    // what follows (the backend's MAC changing) must reach it at once.
+    d.wait("the lb's route cache keeper", || std::fs::read_to_string(&log).unwrap_or_default().contains("event=lb-route-cache state=started"));
+    d.wait("the route to the backend in the lb's route cache", || {
+        xnf_testrun::cli::send_paced(&tx, to, 2);
+        lb_cache_filled(r.dut()) > 0
+    });
 
     // The backend takes another MAC and says nothing; dut's entry keeps
     // the old one, STALE, as its reachable timer would leave it.
@@ -305,6 +312,20 @@ fn the_lb_keeps_the_backends_it_sends_to_confirmed() {
     assert_eq!(redirected() - before, 20, "after the new MAC was learnt, the lb's datagrams went through the kernel");
     drop(d);
     xnf_ok(r.dut(), &["apply", &files.write("empty.toml", "")]);
+}
+
+/// Filled slots of the lb's route cache in `ns` (its pinned `fib_cache`:
+/// a slot's first word, its sequence, is 0 until filled).
+fn lb_cache_filled(ns: &Netns) -> usize {
+    ns.run(|| {
+        use libbpf_rs::MapCore;
+        use std::os::unix::fs::MetadataExt;
+        let key = format!("net-{}", std::fs::metadata("/proc/thread-self/ns/net").unwrap().ino());
+        let m = libbpf_rs::MapHandle::from_pinned_path(std::path::Path::new("/sys/fs/bpf/xnf").join(key).join("lb/fib_cache"))
+            .expect("the lb's route cache is pinned");
+        (0..m.max_entries()).filter(|i| m.lookup(&i.to_ne_bytes(), libbpf_rs::MapFlags::ANY).ok().flatten().is_some_and(|v| v[..4] != [0; 4])).count()
+    })
+    .unwrap()
 }
 
 /// The pids of the `xnf afxdp run` processes in `ns` (a zombie's command
