@@ -26,9 +26,10 @@ use crate::maps::{as_bytes, from_bytes};
 /// HZ=250, 0.256 s at HZ=1000), so a few renewals may be late.
 pub const RENEW: Duration = Duration::from_millis(100);
 
-/// `XNF_FIB_ASIDE_V4`, `XNF_FIB_ASIDE_V6`: bits of [`CacheCtl::aside`].
-/// Slots of a route cache per CPU (`XNF_FIB_CACHE_SLOTS`): a loader sizes the map to this times the possible CPUs.
+/// Slots of a route cache per CPU (`XNF_FIB_CACHE_SLOTS`): a loader sizes
+/// the map to this times the possible CPUs.
 pub const SLOTS: u32 = types::xnf_fib_cache_limits::XNF_FIB_CACHE_SLOTS.0;
+/// `XNF_FIB_ASIDE_V4`, `XNF_FIB_ASIDE_V6`: bits of [`CacheCtl::aside`].
 pub const ASIDE_V4: u32 = types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V4.0;
 pub const ASIDE_V6: u32 = types::xnf_fib_cache_aside::XNF_FIB_ASIDE_V6.0;
 
