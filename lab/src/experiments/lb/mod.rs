@@ -1,9 +1,10 @@
 //! `xnf lab lb`: the load balancer of the XDP paper §5.3 (issue 15) measured two ways.
 //!
-//! - [`throughput`]: gen → dut → N backend namespaces, dut balancing one VIP: `xnf lb` in each mode (ipip, gue,
-//!   dsr) against the kernel (nftables DNAT over `jhash` or `numgen`, then forwarding), variants alternated within
-//!   each run by the lab's driver; Mpps delivered to the backends, CPU per packet, the zero-loss rate when asked,
-//!   the balance over backends, the ratios xnf / nft.
+//! - [`throughput`]: gen → dut → the backends (behind ports of their own, or behind dut's ingress with `--path
+//!   tx`), dut balancing one VIP (IPv4 or IPv6): `xnf lb` in each mode (ipip, gue, dsr) against Katran's data plane
+//!   ([`katran`]) and the kernel (nftables DNAT over `jhash` or `numgen`, then forwarding), variants alternated
+//!   within each run by the lab's driver; Mpps delivered to the backends, CPU per packet, the zero-loss rate and
+//!   each program's own cost by test run when asked, the balance over backends, the ratios.
 //! - [`disruption`]: one backend of N removed under F established flows; the share of flows that change backend,
 //!   the removed one's and the collateral, with the connection table and without it (the variants `with-table`,
 //!   `without-table`, alternated within each run by the same driver), against `xnf lb plan`.

@@ -1,25 +1,32 @@
-//! `xnf lab lb`'s throughput part: gen → dut → N backend namespaces, dut balancing one VIP over the backends five
-//! ways, alternated within each run by the lab's driver — `xnf lb` in each of its modes (ipip, gue, dsr) and the
-//! kernel with nftables DNAT (`jhash` of the client's address and port, or `numgen` round robin) and forwarding.
+//! `xnf lab lb`'s throughput part: gen → dut → the backends, dut balancing one VIP over them several ways,
+//! alternated within each run by the lab's driver — `xnf lb` in each of its modes (ipip, gue, dsr), Katran's data
+//! plane (`katran`, built by scripts/peers.sh --katran DIR; [`super::katran`]) and the kernel with nftables DNAT
+//! (`jhash` of the client's address and port, or `numgen` round robin) and forwarding.
 //!
-//! **Topology.** The built-in line (gen → dut → sink, whose sink stays idle) plus one namespace per backend, each
-//! on its own veth pair from dut (`dut:bkI` ↔ `beI:be`, 198.18.(10+I).0/24, MTU 1600 so that a 1518-byte frame still
-//! fits once encapsulated), counted and dropped by the lab's XDP sink there (an encapsulated packet needs no
-//! decapsulation to be counted). Every variant takes exactly the same path out: one veth crossing into the
-//! backend's namespace. `xnf lb` is attached to dut's ingress and to every backend port, so it sends each packet
-//! with a devmap redirect to the backend's port (the route `bpf_fib_lookup` finds); the kernel variants forward
-//! to the same port after DNAT. Backends behind the ingress would make `xnf lb` XDP_TX back to gen, a path the
-//! kernel variants cannot take: that would compare two different paths. DSR needs the backend on the segment of
-//! dut's egress: each backend's veth is that segment, and its MAC comes from dut's neighbour table (permanent
-//! entries, as for the kernel's forwarding).
+//! **Topology, `--path redirect`** (the default). The built-in line (gen → dut → sink, whose sink stays idle) plus
+//! one namespace per backend, each on its own veth pair from dut (`dut:bkI` ↔ `beI:be`, 198.18.(10+I).0/24 or
+//! 2001:db8:1II::/64, MTU 1600 so that a 1518-byte frame still fits once encapsulated), counted and dropped by the
+//! lab's XDP sink there (an encapsulated packet needs no decapsulation to be counted). Every variant takes the same
+//! path out: one veth crossing into the backend's namespace. `xnf lb` is attached to dut's ingress and to every
+//! backend port and redirects to the backend's port (the route its lookup finds); the kernel variants forward to
+//! the same port after DNAT. DSR needs the backend on the segment of dut's egress: each backend's veth is that
+//! segment, its MAC in dut's neighbour table (permanent entries, as for the kernel's forwarding). Katran has no
+//! redirect: refused here.
+//!
+//! **Topology, `--path tx`** (the XDP paper's §5.3 set-up). The backends are behind dut's ingress: dut routes their
+//! prefixes via gen (gen's MAC a permanent neighbour), and gen's port runs the lab's sink instead of XDP_PASS. Every
+//! variant sends back out of the port the packet came in by: xnf lb and Katran with XDP_TX, the kernel by
+//! forwarding (ICMP redirects off). DSR is refused: its backends must be on dut's segment.
 //!
 //! **Traffic.** TCP ACK segments (or UDP datagrams) to VIP:port from `--flows` distinct clients: up to 1,024
-//! addresses in 198.19.1.0/22, more flows by source ports; dut routes 198.19.0.0/16 back to gen. Each flow sends the
-//! same number of packets, so a backend's share of the packets is its share of the flows.
+//! addresses from 198.19.1.0 (or 2001:db8:c000::), more flows by source ports; dut routes the clients' prefix back to
+//! gen. Each flow sends the same number of packets, so a backend's share of the packets is its share of the flows.
 //!
-//! **What is counted.** Delivered = the sum of the backends' sinks. Per backend, the full-speed interval's packets
-//! (the balance, in the results' `details.backends`). A run of an `xnf-*` variant in which the lb handed packets to
-//! dut's kernel, or dut's kernel forwarded them, is refused: it would be the kernel's rate under xnf's name.
+//! **What is counted.** Delivered = the sum of the backends' sinks (on the tx path, gen's sink). Per backend, the
+//! full-speed interval's packets (the balance, in the results' `details.backends`; on the tx path Katran's own
+//! per-real counters, one share for the others). A run of an `xnf-*` variant in which the lb handed packets to
+//! dut's kernel, or dut's kernel forwarded them, is refused: it would be the kernel's rate under xnf's name. `xnf lb`
+//! runs with its route cache kept, as the daemon keeps it ([`super::setup::LbGuard`]).
 
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -58,7 +65,7 @@ pub enum Variant {
     NftJhash,
     /// nftables DNAT to `numgen inc mod N` (round robin over new connections), forwarded by dut's kernel.
     NftNumgen,
-    /// Katran's data plane (scripts/peers.sh --katran DIR), IPv4 in IPv4 with XDP_TX: `--path tx` only.
+    /// Katran's data plane (scripts/peers.sh --katran DIR), IP in IP with XDP_TX: `--path tx` only.
     Katran,
 }
 
