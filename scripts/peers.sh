@@ -61,19 +61,24 @@ die() { say "$*"; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it installs build dependencies with apt-get)"
 
-# Katran's balancer from the checkout in $1, into $PEERS/katran.
-build_katran() {
-    local dir=$1 out="$PEERS/katran"
-    local src="$dir/katran/lib/bpf/balancer.bpf.c"
-    [ -f "$src" ] || die "--katran $dir: no katran/lib/bpf/balancer.bpf.c there (give the root of a Katran checkout)"
-    local need=(clang llvm linux-libc-dev) missing=()
-    for p in "${need[@]}"; do
+# Installs the Debian packages named that are not installed yet.
+install_missing() {
+    local missing=()
+    for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
     done
     if [ "${#missing[@]}" -gt 0 ]; then
         say "installing ${missing[*]}"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     fi
+}
+
+# Katran's balancer from the checkout in $1, into $PEERS/katran.
+build_katran() {
+    local dir=$1 out="$PEERS/katran"
+    local src="$dir/katran/lib/bpf/balancer.bpf.c"
+    [ -f "$src" ] || die "--katran $dir: no katran/lib/bpf/balancer.bpf.c there (give the root of a Katran checkout)"
+    install_missing clang llvm linux-libc-dev
     local flags=(-I"$dir" -I"$dir/katran/lib/linux_includes" -DDEBUG -D__KERNEL__
         -DIPIP_V4_PREFIX=4806 -DIPIP_V6_PREFIX1=0xb80d0120
         -Wno-unused-value -Wno-pointer-sign -Wno-compare-distinct-pointer-types -O2 -emit-llvm -c -g)
@@ -115,15 +120,7 @@ done
 # Build dependencies (Debian 12 names); apt-get skips what is installed.
 # bpftool: xdp-forward embeds its BPF objects as skeletons (`bpftool gen
 # skeleton`); without it configure only says so and make fails later.
-need=(clang llvm gcc make m4 pkg-config libelf-dev zlib1g-dev libpcap-dev dpkg-dev bpftool)
-missing=()
-for p in "${need[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    say "installing ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+install_missing clang llvm gcc make m4 pkg-config libelf-dev zlib1g-dev libpcap-dev dpkg-dev bpftool
 
 # Source entries for trixie and unstable (deb-src only), once.
 if ! [ -f "$SOURCES" ]; then

@@ -126,6 +126,16 @@ impl<M: Borrow<MapHandle>> crate::neigh::Epoch for CacheMaps<M> {
     }
 }
 
+/// Runs an NF's lease or notification program once by BPF_PROG_TEST_RUN
+/// (the lease is in jiffies, which user space cannot read; a bump run by
+/// hand stands for a notification in tests).
+pub fn run_once(prog: &libbpf_rs::ProgramMut<'_>, what: &str) -> Result<()> {
+    let frame = [0u8; 64];
+    let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
+    prog.test_run(input).with_context(|| format!("{what} (BPF_PROG_TEST_RUN)"))?;
+    Ok(())
+}
+
 /// What an NF's lease programs give the keeper: both are loaded on the
 /// NF's own cache maps (never attached to an interface).
 pub trait Lease {

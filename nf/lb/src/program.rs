@@ -159,10 +159,7 @@ impl LbProgram {
     /// Renews the route cache's lease (its program, by BPF_PROG_TEST_RUN:
     /// the lease is in jiffies, which user space cannot read).
     pub fn renew_lease(&self) -> Result<()> {
-        let frame = [0u8; 64];
-        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
-        self.skel.progs.xnf_lb_lease.test_run(input).context("renewing the lb's route cache lease (BPF_PROG_TEST_RUN)")?;
-        Ok(())
+        xnf_core::route_cache::run_once(&self.skel.progs.xnf_lb_lease, "renewing the lb's route cache lease")
     }
 
     /// The notification filter (`xnf_lb_notify`) for the keeper's socket.

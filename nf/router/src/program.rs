@@ -135,19 +135,13 @@ impl RouterProgram {
     /// Renews the route cache's lease (see fib_cache.h): the cache is used
     /// for the next 256 jiffies.
     pub fn renew_lease(&self) -> Result<()> {
-        let frame = [0u8; 64];
-        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
-        self.skel.progs.xnf_router_lease.test_run(input).context("renewing the route cache's lease (BPF_PROG_TEST_RUN)")?;
-        Ok(())
+        xnf_core::route_cache::run_once(&self.skel.progs.xnf_router_lease, "renewing the route cache's lease")
     }
 
     /// Runs the kernel's bump (`xnf_router_notify`) once, as a notification
     /// would: for tests of the data plane's side.
     pub fn kernel_bump(&self) -> Result<()> {
-        let frame = [0u8; 64];
-        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), repeat: 1, ..Default::default() };
-        self.skel.progs.xnf_router_notify.test_run(input).context("running the route cache's notification filter (BPF_PROG_TEST_RUN)")?;
-        Ok(())
+        xnf_core::route_cache::run_once(&self.skel.progs.xnf_router_notify, "running the route cache's notification filter")
     }
 
     /// The notification filter (`xnf_router_notify`), for
