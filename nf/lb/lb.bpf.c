@@ -663,24 +663,6 @@ int xnf_lb(struct xdp_md *ctx)
 	return send(ctx, &c, s, b, 0);
 }
 
-/* Run by the route cache's keeper (BPF_PROG_TEST_RUN) to renew its lease;
- * never attached. */
-SEC("xdp")
-int xnf_lb_lease(struct xdp_md *ctx)
-{
-	fib_cache_renew();
-	return XDP_PASS;
-}
-
-/* Attached by the keeper to its rtnetlink socket (SO_ATTACH_BPF), never to
- * an interface: the kernel runs it for every notification of the keeper's
- * groups as it makes the change (fib_kgen in fib_cache.h). Keeps every
- * message: the keeper reads them all. */
-SEC("socket")
-int xnf_lb_notify(struct __sk_buff *skb)
-{
-	fib_cache_kernel_bump();
-	return skb->len;
-}
+XNF_FIB_CACHE_PROGRAMS(xnf_lb_lease, xnf_lb_notify)
 
 char _license[] SEC("license") = "Dual MIT/GPL";

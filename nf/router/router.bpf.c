@@ -330,24 +330,6 @@ int xnf_router(struct xdp_md *ctx)
 	return count(action, reason, len, outcome);
 }
 
-/* Run by the follower (BPF_PROG_TEST_RUN) to renew the cache's lease;
- * never attached. */
-SEC("xdp")
-int xnf_router_lease(struct xdp_md *ctx)
-{
-	fib_cache_renew();
-	return XDP_PASS;
-}
-
-/* Attached by the follower to its rtnetlink socket (SO_ATTACH_BPF), never
- * to an interface: the kernel runs it for every notification of the
- * follower's groups as it makes the change (see fib_kgen in fib_cache.h).
- * Keeps every message: the follower reads them all. */
-SEC("socket")
-int xnf_router_notify(struct __sk_buff *skb)
-{
-	fib_cache_kernel_bump();
-	return skb->len;
-}
+XNF_FIB_CACHE_PROGRAMS(xnf_router_lease, xnf_router_notify)
 
 char _license[] SEC("license") = "Dual MIT/GPL";

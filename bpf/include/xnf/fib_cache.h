@@ -351,3 +351,27 @@ static __always_inline void fib_cache_renew(void)
 	if (ctl)
 		ctl->lease_until = bpf_jiffies64() + XNF_FIB_CACHE_LEASE;
 }
+
+/*
+ * The two programs a keeper (crates/core/src/route_cache.rs) needs from an
+ * NF whose program uses this cache, named after the NF:
+ * - @lease, run by the keeper through BPF_PROG_TEST_RUN to renew the lease
+ *   (in jiffies, which user space cannot read); never attached;
+ * - @notify, attached by the keeper to its rtnetlink socket (SO_ATTACH_BPF),
+ *   never to an interface: the kernel runs it for every notification of
+ *   the keeper's groups as it makes the change (fib_kgen above). It keeps
+ *   every message: the keeper reads them all.
+ */
+#define XNF_FIB_CACHE_PROGRAMS(lease, notify)          \
+	SEC("xdp")                                      \
+	int lease(struct xdp_md *ctx)                   \
+	{                                               \
+		fib_cache_renew();                      \
+		return XDP_PASS;                        \
+	}                                               \
+	SEC("socket")                                   \
+	int notify(struct __sk_buff *skb)               \
+	{                                               \
+		fib_cache_kernel_bump();                \
+		return skb->len;                        \
+	}
