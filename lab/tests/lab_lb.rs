@@ -29,6 +29,8 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--part", "disruption", "--topology", "pair"][..], "--topology pair: ", 1),
             (&["--variants", "katran"][..], "--path tx", 1),
             (&["--variants", "xnf-dsr", "--path", "tx"][..], "xnf-dsr: ", 1),
+            (&["--part", "throughput", "--queues", "1,64"][..], "--queues 64: must be 1..=", 1),
+            (&["--part", "disruption", "--queues", "2"][..], "--queues 2: the disruption part runs no generator", 1),
         ],
     );
 }
@@ -143,6 +145,48 @@ fn ipv6_reaches_every_backend() {
             assert!(forwarded + 20 >= total, "{v}: dut's kernel (Ip6 OutForwDatagrams) did not forward what the backends got: {b}");
         }
     }
+}
+
+/// Two queues: gen sends from CPUs 0 and 1, each CPU's frames on dut's ingress queue of its number; both queues
+/// carry traffic, both CPUs deliver it to every backend, and dut's own per-CPU counters, summed, match the sinks.
+#[test]
+fn two_queues_carry_the_traffic_to_every_backend() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipped: --queues 2 needs two CPUs");
+        return;
+    }
+    let r = short_run("queues", &["--part", "throughput", "--queues", "2", "--backends", "2", "--variants", "xnf-ipip,nft-jhash"]);
+    assert_eq!(r["options"]["queues"], serde_json::json!([2]));
+    let u = |v: &Value| -> Vec<u64> { v.as_array().unwrap_or_else(|| panic!("not a list: {v}")).iter().map(|x| x.as_u64().unwrap()).collect() };
+    for v in ["xnf-ipip", "nft-jhash"] {
+        let s =
+            r["samples"].as_array().unwrap().iter().find(|s| s["variant"] == v && s["kind"] == "max").unwrap_or_else(|| panic!("no full-speed sample of {v}"));
+        assert_eq!(s["point"]["queues"], 2, "{s}");
+        let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap_or_else(|| panic!("no per-backend counts of {v}"));
+        let (packets, queues, cpus) = (u(&b["packets"]), u(&b["queues"]), u(&b["cpus"]));
+        let total: u64 = packets.iter().sum();
+        assert!(packets.len() == 2 && packets.iter().all(|&p| p * 5 > total), "{v}: a backend got (almost) nothing: {b}");
+        // Two generators at full speed, one per queue: each queue well above a tenth of the traffic.
+        let into_dut: u64 = queues.iter().sum();
+        assert!(queues.len() == 2 && queues.iter().all(|&q| q * 10 > into_dut), "{v}: a queue of dut's ingress carried (almost) nothing: {b}");
+        assert!(cpus.len() >= 2 && cpus[0] * 10 > total && cpus[1] * 10 > total, "{v}: a generating CPU delivered (almost) nothing: {b}");
+        assert_eq!(cpus.iter().sum::<u64>(), total, "{v}: the sinks' per-CPU counts do not add up to the backends': {b}");
+        let run = &b["run"];
+        if v == "xnf-ipip" {
+            let (sent, delivered) = (run["sent"].as_u64().unwrap(), run["delivered"].as_u64().unwrap());
+            assert!(
+                sent.abs_diff(delivered) <= (delivered / 100).max(100),
+                "{v}: xnf lb's counters summed over CPUs ({sent}) are not what the sinks got ({delivered})"
+            );
+            assert_eq!(run["ct_entries"], 1024, "{v}: one connection-table entry per flow, whichever CPU saw it: {run}");
+            assert!(b["forwarded"].as_u64().unwrap() <= 100, "{v}: dut's kernel forwarded the traffic: {b}");
+        } else {
+            assert!(b["forwarded"].as_u64().unwrap() + 20 >= total, "{v}: dut's kernel did not forward what the backends got: {b}");
+        }
+    }
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    assert!(notes.iter().any(|n| n.starts_with("xnf-ipip, 64 B, 1024 flows, 2 backends, 2 queues: dut's ingress queues ")), "{notes:?}");
+    assert!(!notes.iter().any(|n| n.contains("counted") && n.contains("the sinks")), "dut's counters and the sinks disagree: {notes:?}");
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //!
 //! The legacy per-feature commands suffice: each maps to the same kernel
 //! feature bits as ethtool's names (`tx` clears every `tx-checksum-*`).
+//! Also the driver's statistics by name, as `ethtool -S` lists them
+//! ([`stats`]: a veth's per-queue counters).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -19,6 +21,12 @@ const ETHTOOL_SFLAGS: u32 = 0x26;
 const ETHTOOL_GGRO: u32 = 0x2b;
 const ETHTOOL_SGRO: u32 = 0x2c;
 const ETH_FLAG_TXVLAN: u32 = 1 << 7;
+const ETHTOOL_GSTRINGS: u32 = 0x1b;
+const ETHTOOL_GSTATS: u32 = 0x1d;
+const ETHTOOL_GSSET_INFO: u32 = 0x37;
+/// The string set of the driver's statistics (`ETH_SS_STATS`).
+const ETH_SS_STATS: u32 = 1;
+const ETH_GSTRING_LEN: usize = 32;
 
 /// An offload feature, by what it does; [`Offload::name`] is ethtool's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +87,80 @@ fn ethtool(sock: &OwnedFd, ifname: &str, cmd: u32, data: u32) -> std::io::Result
         return Err(std::io::Error::last_os_error());
     }
     Ok(value.data)
+}
+
+/// Runs the ethtool command whose struct (fixed part and variable array)
+/// fills `buf` on `ifname`; the kernel writes its answer into `buf`.
+fn ethtool_buf(sock: &OwnedFd, ifname: &str, buf: &mut [u64]) -> std::io::Result<()> {
+    // SAFETY: all-zero is a valid ifreq (a name of NULs, a null pointer).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
+        *dst = src as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = buf.as_mut_ptr().cast();
+    // SAFETY: SIOCETHTOOL with a valid ifreq pointing at a live buffer the
+    // command's struct and array fit in (the caller sized it).
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as _, &mut req) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `buf` as bytes, to read and write the ethtool structs' fields in.
+fn bytes_of(buf: &mut [u64]) -> &mut [u8] {
+    // SAFETY: any bytes are valid u64s and u8s; the slice covers exactly `buf`.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) }
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// The driver's statistics of `ifname` by name, in the driver's order
+/// (`ethtool -S IFNAME`): a veth's `rx_queue_N_xdp_packets` and the like.
+/// Empty when the driver keeps none.
+pub fn stats(ifname: &str) -> Result<Vec<(String, u64)>> {
+    check_ifname(ifname)?;
+    let sock = ioctl_socket()?;
+    let err = |e| explain(e, ifname, "reading the driver's statistics");
+    // struct ethtool_sset_info: cmd, reserved, sset_mask (u64), a count per set asked.
+    let mut info = [0u64; 3];
+    let b = bytes_of(&mut info);
+    put_u32(b, 0, ETHTOOL_GSSET_INFO);
+    b[8..16].copy_from_slice(&(1u64 << ETH_SS_STATS).to_ne_bytes());
+    ethtool_buf(&sock, ifname, &mut info).map_err(err)?;
+    let b = bytes_of(&mut info);
+    if u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes")) & (1 << ETH_SS_STATS) == 0 {
+        return Ok(Vec::new());
+    }
+    let n = get_u32(b, 16) as usize;
+    // struct ethtool_gstrings: cmd, string_set, len, then len names of 32 bytes.
+    let mut names = vec![0u64; (12 + n * ETH_GSTRING_LEN).div_ceil(8)];
+    let b = bytes_of(&mut names);
+    put_u32(b, 0, ETHTOOL_GSTRINGS);
+    put_u32(b, 4, ETH_SS_STATS);
+    put_u32(b, 8, n as u32);
+    ethtool_buf(&sock, ifname, &mut names).map_err(err)?;
+    // struct ethtool_stats: cmd, n_stats, then n_stats u64 values.
+    let mut values = vec![0u64; 1 + n];
+    let b = bytes_of(&mut values);
+    put_u32(b, 0, ETHTOOL_GSTATS);
+    put_u32(b, 4, n as u32);
+    ethtool_buf(&sock, ifname, &mut values).map_err(err)?;
+    let got = (get_u32(bytes_of(&mut values), 4) as usize).min(n).min(get_u32(bytes_of(&mut names), 8) as usize);
+    let text = &bytes_of(&mut names)[12..];
+    Ok((0..got)
+        .map(|i| {
+            let raw = &text[i * ETH_GSTRING_LEN..(i + 1) * ETH_GSTRING_LEN];
+            let name = String::from_utf8_lossy(&raw[..raw.iter().position(|&c| c == 0).unwrap_or(raw.len())]).into_owned();
+            (name, values[1 + i])
+        })
+        .collect())
 }
 
 /// The error of an ethtool command on `ifname`, saying what to check.
@@ -160,6 +242,22 @@ mod tests {
             let err = format!("{:#}", set_offload("xnfnosuch", Offload::Gro, true).unwrap_err());
             assert!(err.contains("xnfnosuch") && err.contains("no such interface"), "{err}");
             assert!(!err.contains('\n'), "{err}");
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_veths_statistics_name_its_queues() {
+        let ns = Netns::new("ethstats").unwrap();
+        let (a, b) = (ifname("a"), ifname("b"));
+        veth(&ns, &a, &ns, &b, Some(2)).unwrap();
+        ns.run(|| {
+            let s = stats(&a).unwrap();
+            for q in ["rx_queue_0_xdp_packets", "rx_queue_1_xdp_packets", "tx_queue_1_xdp_xmit"] {
+                assert_eq!(s.iter().find(|(n, _)| n == q).map(|(_, v)| *v), Some(0), "{q} in {s:?}");
+            }
+            let err = format!("{:#}", stats("xnfnosuch").unwrap_err());
+            assert!(err.contains("xnfnosuch") && err.contains("no such interface") && !err.contains('\n'), "{err}");
         })
         .unwrap();
     }

@@ -302,6 +302,12 @@ impl Netns {
         self.run(|| ethtool::offload(dev, offload))?.with_context(|| format!("in namespace {}", self.name))
     }
 
+    /// The driver's statistics of `dev` by name (`ethtool -S DEV`, through
+    /// the ioctl; see [`ethtool::stats`]).
+    pub fn ethtool_stats(&self, dev: &str) -> Result<Vec<(String, u64)>> {
+        self.run(|| ethtool::stats(dev))?.with_context(|| format!("in namespace {}", self.name))
+    }
+
     /// Waits until each of `devs` is settled, for at most 5 s: operational
     /// state UP and an IPv6 link-local address. When a veth pair's ends come
     /// up, the kernel adds the link-local address a moment later and its

@@ -361,6 +361,11 @@ pub fn check_generator(flows: &[u32], queues: &[u32], ncpu: usize) -> Result<()>
     for &f in flows {
         ensure!((1..=64511).contains(&f), "--flows {f}: flows must be 1..=64511 (distinct UDP source ports 1024..65535)");
     }
+    check_queues(queues, ncpu)
+}
+
+/// Checks veth queue counts: one generator CPU each, so 1..=CPUs.
+pub fn check_queues(queues: &[u32], ncpu: usize) -> Result<()> {
     for &q in queues {
         ensure!(q >= 1 && q as usize <= ncpu, "--queues {q}: must be 1..={ncpu} (one generator CPU per queue; this machine has {ncpu} CPUs)");
     }

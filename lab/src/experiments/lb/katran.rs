@@ -275,9 +275,7 @@ fn self_check(prog: &libbpf_rs::ProgramMut, svc: &Service) -> Result<()> {
         let frame =
             if svc.proto == 6 { b.tcp(1024, svc.port, xnf_packet::TcpFlags::ACK).seq(1).ack(1).try_build()? } else { b.udp(1024, svc.port).try_build()? };
         let mut out = vec![0u8; frame.len() + 64];
-        let mut input = libbpf_rs::ProgramInput::default();
-        input.data_in = Some(&frame);
-        input.data_out = Some(&mut out);
+        let input = libbpf_rs::ProgramInput { data_in: Some(&frame), data_out: Some(&mut out), ..Default::default() };
         let o = prog.test_run(input).context("katran: a test run of balancer_ingress")?;
         let data = o.data.context("katran: the test run gave no frame back")?;
         ensure!(o.return_value == 3, "katran: a flow to the VIP came out with XDP action {}, not XDP_TX: its maps are not as loaded", o.return_value);

@@ -12,6 +12,7 @@
 //! Both run by default, one after the other, with the same common options; `--part` picks one. The results file
 //! is the lab's (`--json`, `xnf lab report`): the throughput part's, the disruption in its `details.disruption`.
 
+pub mod balance;
 pub mod disruption;
 pub mod katran;
 pub mod setup;
@@ -46,9 +47,21 @@ pub struct LbArgs {
     pub part: Part,
 }
 
+/// Refuses the throughput part's `--queues` with the disruption part alone: it runs frames through the program one by
+/// one on a single CPU, with no generator to spread over queues.
+fn check_part(a: &LbArgs) -> Result<()> {
+    if a.part == Part::Disruption {
+        if let Some(q) = a.throughput.queues.iter().find(|&&q| q != 1) {
+            anyhow::bail!("--queues {q}: the disruption part runs no generator (one CPU runs every flow's frames through the program); --queues is the throughput part's (--part throughput or both)");
+        }
+    }
+    Ok(())
+}
+
 /// Runs `xnf lab lb`: every option checked first, then the parts, tables on the terminal, files when asked.
 pub fn main(mut a: LbArgs) -> Result<()> {
     let (thr, dis) = (a.part != Part::Disruption, a.part != Part::Throughput);
+    check_part(&a)?;
     let mut lines = |line: &str| eprintln!("xnf lab: {line}");
     let mut part = if dis { Some(disruption::Part::new(a.disruption.clone(), a.throughput.table_size, !thr, &a.common.topology)?) } else { None };
     let mut r = if thr { Some(crate::engine::driver::run(&mut a.throughput, &a.common, &mut lines)?) } else { None };
@@ -76,4 +89,20 @@ pub fn main(mut a: LbArgs) -> Result<()> {
         disruption::print(&d);
     }
     a.common.write(&r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::driver;
+
+    #[test]
+    fn queues_are_refused_with_the_disruption_part_alone() {
+        let args = |a: &[&str]| driver::parse_options::<LbArgs>(a).unwrap();
+        let e = format!("{:#}", check_part(&args(&["--part", "disruption", "--queues", "2"])).unwrap_err());
+        assert!(e.starts_with("--queues 2: the disruption part runs no generator") && !e.contains('\n'), "{e}");
+        for ok in [&["--part", "disruption"][..], &["--queues", "1,2"][..], &["--part", "throughput", "--queues", "2"][..]] {
+            check_part(&args(ok)).unwrap();
+        }
+    }
 }

@@ -243,6 +243,11 @@ impl LbGuard {
     pub fn counters(&self) -> Result<Counters> {
         xnf_netns::run_in(&self.ns, xnf_lb::counters)?
     }
+
+    /// Entries in the lb's connection table (one hash, LRU lists per CPU).
+    pub fn ct_entries(&self) -> Result<u64> {
+        xnf_netns::run_in(&self.ns, || xnf_lb::open_maps().map(|m| m.conntrack_fill()))?
+    }
 }
 
 impl Drop for LbGuard {

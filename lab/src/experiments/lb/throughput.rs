@@ -27,6 +27,15 @@
 //! per-real counters, one share for the others). A run of an `xnf-*` variant in which the lb handed packets to
 //! dut's kernel, or dut's kernel forwarded them, is refused: it would be the kernel's rate under xnf's name. `xnf lb`
 //! runs with its route cache kept, as the daemon keeps it ([`super::setup::LbGuard`]).
+//!
+//! **Queues** (`--queues N`, a list sweeps, as for the router): every veth of the topology gets N receive and
+//! transmit queues and the generator runs on CPUs 0..N-1, one thread per queue (one queue: on `--cpu`, default the
+//! last); the topology is built again when the count changes (the driver's sweep changes it slowest). On veth every
+//! stage runs in softirq on the sending CPU, so each CPU carries its queue's share down the whole path; that it did
+//! is checked at every full-speed interval ([`super::balance`]). The lb's connection table is one hash with LRU lists
+//! per CPU (a flow's entry, made on one CPU, is found from the other), Katran's one LRU per CPU (each CPU learns the
+//! flows it sees), conntrack is shared; every counter read (xnf lb's, Katran's per real, the sinks') is per CPU and
+//! summed over all of them.
 
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -37,6 +46,7 @@ use serde::Serialize;
 use xnf_netns::Netns;
 use xnf_packet::{PacketBuilder, TcpFlags};
 
+use super::balance::{self, distinct, BackendShare, RunCounts, Spread};
 use super::setup::{self, Family, LbGuard, Mode, NftGuard, Pick, Proto, MAX_BACKENDS, MAX_SOURCES};
 use crate::engine::driver::{variant_name, Cpus, Experiment, Running};
 use crate::engine::measure::{self, Counters};
@@ -103,6 +113,9 @@ pub struct Throughput {
     /// Frame sizes on the wire, FCS included (64..=1518), or imix; a list sweeps.
     #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES|imix[,...]")]
     pub sizes: Vec<u32>,
+    /// RX/TX queues per veth = generator CPUs (CPUs 0..N-1; one queue: --cpu); a list sweeps, e.g. 1,2.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = parse_item::<u32>, value_name = "N[,N...]")]
+    pub queues: Vec<u32>,
     /// The service's protocol, and the traffic's (TCP: ACK segments of established connections).
     #[arg(long, value_enum, default_value_t = Proto::Tcp)]
     pub proto: Proto,
@@ -133,19 +146,6 @@ pub struct Throughput {
     #[arg(skip)]
     #[serde(skip)]
     shares: RefCell<Vec<BackendShare>>,
-}
-
-/// One full-speed interval's packets per backend.
-#[derive(Clone, Debug, Serialize)]
-pub struct BackendShare {
-    pub variant: String,
-    pub point: Point,
-    /// Packets each backend's sink counted, backend 1 first.
-    pub packets: Vec<u64>,
-    /// The busiest backend's packets over the mean: 1 is perfect balance.
-    pub max_over_mean: f64,
-    /// Packets dut's kernel forwarded in the interval.
-    pub forwarded: u64,
 }
 
 /// One variant's program cost at one point (`--cost`).
@@ -226,11 +226,17 @@ impl Experiment for Throughput {
     const NAME: &'static str = "lb";
 
     fn params(&self) -> Vec<Param> {
-        vec![params::size(), params::flows(), backends_param()]
+        vec![params::size(), params::flows(), backends_param(), params::queues()]
     }
 
+    /// Queues change slowest: the topology is built once per queue count.
     fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
-        vec![("size", params::values(&self.sizes)), ("flows", params::values(&self.flows)), ("backends", params::values(&self.backends))]
+        vec![
+            ("queues", params::values(&self.queues)),
+            ("size", params::values(&self.sizes)),
+            ("flows", params::values(&self.flows)),
+            ("backends", params::values(&self.backends)),
+        ]
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -247,8 +253,9 @@ impl Experiment for Throughput {
         r
     }
 
-    fn check(&self, _: Cpus) -> Result<()> {
+    fn check(&self, cpus: Cpus) -> Result<()> {
         measure::check_sizes(&self.sizes, false)?;
+        measure::check_queues(&self.queues, cpus.count)?;
         if self.family.v6() {
             let (least, l4) = if self.proto == Proto::Tcp { (78, 20) } else { (66, 8) };
             if let Some(s) = self.sizes.iter().find(|&&s| s != 0 && s < least) {
@@ -393,7 +400,14 @@ impl Experiment for Throughput {
             let (program, ns) = program_cost(dut, &din, traffic(t, p, self.family, self.proto, self.port)?.template, cpus.gen, want)?;
             self.costs.borrow_mut().push(ProgramCost { variant: variant_name(&v), point: p.clone(), program, ns });
         }
-        Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, readings: RefCell::new(Vec::new()), lb, kernel, katran }))
+        let queues = p.u32("queues")?;
+        let gen_cpus = measure::gen_cpus(cpus.gen, queues);
+        // Counted from here on (after --cost's test runs, which dut's program counts but no sink sees).
+        let delivered = sinks.iter().map(|s| s.packets()).sum::<Result<u64>>()?;
+        let per_real = katran.as_ref().map(|k| k.per_real()).transpose()?.unwrap_or_default();
+        let sent = lb.as_ref().map(|g| g.counters().map(|c| lb_sent(&c))).transpose()?;
+        let start = Start { delivered, per_real, sent };
+        Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, queues, gen_cpus, start, readings: RefCell::new(Vec::new()), lb, kernel, katran }))
     }
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
@@ -404,7 +418,7 @@ impl Experiment for Throughput {
             res.notes.push(format!("katran: {} ({})", super::katran::object()?.display(), super::katran::build_note()));
         }
         res.notes.push(format!(
-            "veth: the generator, dut and the backends' sinks run in softirq on the generating CPU (CPU {}); rates are of the whole path.",
+            "veth: the generator, dut and the backends' sinks run in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each, whose frames take the queue of its number); rates are of the whole path.",
             cpus.gen
         ));
         res.notes.push(
@@ -421,6 +435,8 @@ impl Experiment for Throughput {
         }
         res.details.insert("program_cost".into(), serde_json::to_value(&costs)?);
         let shares = self.shares.take();
+        balance::spread_notes(&shares, |q| measure::gen_cpus(cpus.gen, q), res);
+        balance::count_notes(&shares, res);
         for (v, p) in distinct(&shares, |s| (&s.variant, &s.point)) {
             let of: Vec<&BackendShare> = shares.iter().filter(|s| s.variant == v && s.point == p).collect();
             if let Some(s) = of.iter().find(|s| s.packets.contains(&0)) {
@@ -432,7 +448,7 @@ impl Experiment for Throughput {
     }
 
     fn print(&self, r: &Results) {
-        print_balance(r);
+        balance::print_balance(r);
     }
 }
 
@@ -448,47 +464,6 @@ fn count_at_gen(spec: &mut TopologySpec, gen: &str) -> Result<()> {
     ensure!(f.interfaces.len() == 1, "--path tx: the function on {gen} serves other ports too");
     f.kind = FunctionKind::Sink;
     Ok(())
-}
-
-/// The distinct (variant, point) pairs of `items`, in the order measured.
-fn distinct<T>(items: &[T], key: impl Fn(&T) -> (&String, &Point)) -> Vec<(String, Point)> {
-    let mut out: Vec<(String, Point)> = Vec::new();
-    for it in items {
-        let (v, p) = key(it);
-        if !out.iter().any(|(ov, op)| ov == v && op == p) {
-            out.push((v.clone(), p.clone()));
-        }
-    }
-    out
-}
-
-/// The balance table: each variant's share of the packets per backend (summed over runs) and max/mean.
-pub fn print_balance(r: &Results) {
-    let Some(all) = r.details.get("backends").and_then(|v| serde_json::from_value::<Vec<serde_json::Value>>(v.clone()).ok()) else { return };
-    println!("\nper backend (full-speed intervals, all runs summed): share of the packets delivered, busiest backend / mean");
-    let label = |v: &serde_json::Value| serde_json::from_value::<Point>(v.clone()).map(|p| r.label(&p)).unwrap_or_default();
-    let w = all.iter().map(|s| label(&s["point"]).chars().count()).max().unwrap_or(0);
-    let mut seen: Vec<(String, String)> = Vec::new();
-    for s in &all {
-        let (v, point) = (s["variant"].as_str().unwrap_or_default().to_string(), s["point"].to_string());
-        if seen.contains(&(v.clone(), point.clone())) {
-            continue;
-        }
-        seen.push((v.clone(), point.clone()));
-        let mut sum: Vec<u64> = Vec::new();
-        for o in all.iter().filter(|o| o["variant"] == s["variant"] && o["point"] == s["point"]) {
-            for (i, x) in o["packets"].as_array().into_iter().flatten().enumerate() {
-                if sum.len() <= i {
-                    sum.push(0);
-                }
-                sum[i] += x.as_u64().unwrap_or(0);
-            }
-        }
-        let total: u64 = sum.iter().sum();
-        let mean = total as f64 / sum.len().max(1) as f64;
-        let shares: Vec<String> = sum.iter().map(|&x| format!("{:.1}", 100.0 * x as f64 / total.max(1) as f64)).collect();
-        println!("{v:<12} {:<w$} {:>6.3}  {} %", label(&s["point"]), sum.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0), shares.join(" / "));
-    }
 }
 
 /// The generator's frames at `p`: TCP ACK segments (seq 1, ack 1) or UDP datagrams from `flows` clients to VIP:port,
@@ -519,12 +494,29 @@ struct LbRun<'a> {
     dut: &'a Netns,
     din: String,
     sinks: Vec<&'a LabAttachment>,
-    /// At every reading of the probe: each backend's packets and dut's `Ip ForwDatagrams`; the first two bracket
-    /// the full-speed interval (measured first).
-    readings: RefCell<Vec<(Vec<u64>, u64)>>,
+    /// Receive queues of dut's ingress, and the generator's CPUs.
+    queues: u32,
+    gen_cpus: Vec<usize>,
+    /// The counters when the variant was set up.
+    start: Start,
+    /// At every reading of the probe: each backend's packets, dut's `Ip ForwDatagrams` and the spread over queues
+    /// and CPUs; the first two bracket the full-speed interval (measured first).
+    readings: RefCell<Vec<(Vec<u64>, u64, Spread)>>,
     lb: Option<LbGuard>,
     kernel: Option<(NftGuard<'a>, LabAttachment)>,
     katran: Option<super::katran::KatranGuard>,
+}
+
+/// The counters of a run when its variant is set up: the sinks', Katran's per real, xnf lb's packets sent.
+struct Start {
+    delivered: u64,
+    per_real: Vec<u64>,
+    sent: Option<u64>,
+}
+
+/// The packets xnf lb sent on (XDP_TX and redirects), summed over CPUs.
+fn lb_sent(c: &xnf_lb::program::Counters) -> u64 {
+    c[xnf_lb::program::Counter::Tx as usize] + c[xnf_lb::program::Counter::Redirect as usize]
 }
 
 impl Running for LbRun<'_> {
@@ -537,7 +529,8 @@ impl Running for LbRun<'_> {
                 let per = self.sinks.iter().map(|s| s.packets()).collect::<Result<Vec<_>>>()?;
                 let forwarded =
                     if self.exp.family.v6() { self.dut.snmp()?.value("Ip6", "OutForwDatagrams")? } else { self.dut.snmp()?.value("Ip", "ForwDatagrams")? };
-                self.readings.borrow_mut().push((per, forwarded));
+                let spread = Spread::read(self.dut, &self.din, self.queues, &self.sinks)?;
+                self.readings.borrow_mut().push((per, forwarded, spread));
                 Ok(())
             })),
             corunner: None,
@@ -552,9 +545,14 @@ impl Running for LbRun<'_> {
         ensure!(r.len() >= 2, "the backends' counters were read {} time(s) during the measurement", r.len());
         let mut packets: Vec<u64> = r[1].0.iter().zip(&r[0].0).map(|(b, a)| b - a).collect();
         let forwarded = r[1].1.saturating_sub(r[0].1);
+        let spread = r[1].2.since(&r[0].2);
+        spread.check(&self.gen_cpus)?;
         let limit = (max.received / 100).max(100);
+        let (mut sent, mut ct_entries) = (None, None);
         if let Some(lb) = &self.lb {
             let c = lb.counters()?;
+            sent = Some(lb_sent(&c) - self.start.sent.unwrap_or(0));
+            ct_entries = Some(lb.ct_entries()?);
             let passed = c[xnf_lb::program::Counter::Pass as usize];
             if passed > limit || forwarded > limit {
                 bail!(
@@ -567,13 +565,16 @@ impl Running for LbRun<'_> {
         if let Some(k) = &self.katran {
             // On the tx path one sink counts every backend's packets; Katran's own per-real counters split them.
             // They cover the whole run (all rates), so they give shares, not the interval's packets.
-            packets = k.per_real()?;
+            packets = k.per_real()?.iter().zip(self.start.per_real.iter().chain(std::iter::repeat(&0))).map(|(b, a)| b - a).collect();
+            sent = Some(packets.iter().sum());
             ensure!(!packets.contains(&0), "katran sent nothing to a real ({packets:?}): its ring or reals are not as loaded");
         }
         let mean = packets.iter().sum::<u64>() as f64 / packets.len().max(1) as f64;
         let max_over_mean = packets.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0);
         let variant = variant_name(&self.v);
-        self.exp.shares.borrow_mut().push(BackendShare { variant, point: self.point.clone(), packets, max_over_mean, forwarded });
+        let Spread { queues, cpus } = spread;
+        let run = RunCounts { delivered: self.sinks.iter().map(|s| s.packets()).sum::<Result<u64>>()? - self.start.delivered, sent, ct_entries };
+        self.exp.shares.borrow_mut().push(BackendShare { variant, point: self.point.clone(), packets, max_over_mean, forwarded, queues, cpus, run });
         drop(self.lb.take());
         drop(self.kernel.take());
         drop(self.katran.take());
@@ -612,6 +613,43 @@ mod tests {
         let e = format!("{:#}", opts(&["--variants", "xnf-dsr", "--path", "tx"]).check(cpus).unwrap_err());
         assert!(e.starts_with("xnf-dsr: ") && e.contains("on dut's segment"), "{e}");
         assert!(opts(&["--variants", "xnf-ipip,nft-jhash", "--path", "tx"]).check(cpus).is_ok());
+    }
+
+    #[test]
+    fn queues_are_checked_against_the_cpus_on_every_path_and_family() {
+        let cpus = Cpus { gen: 1, count: 2 };
+        for (args, want) in [
+            (&["--queues", "3"][..], "--queues 3: must be 1..=2 (one generator CPU per queue; this machine has 2 CPUs)"),
+            (&["--queues", "1,0"][..], "--queues 0: must be 1..=2"),
+            (&["--queues", "2,3", "--path", "tx", "--variants", "xnf-ipip,nft-jhash"][..], "--queues 3"),
+        ] {
+            let e = format!("{:#}", opts(args).check(cpus).unwrap_err());
+            assert!(e.starts_with(want) && !e.contains('\n'), "{args:?}: {e}");
+        }
+        assert!(driver::parse_options::<Throughput>(&["--queues", "1,x"]).unwrap_err().to_string().contains("`x`"));
+        for args in [
+            &["--queues", "1,2"][..],
+            &["--queues", "2", "--path", "tx", "--variants", "xnf-ipip,xnf-gue,nft-jhash,nft-numgen"][..],
+            &["--queues", "2", "--family", "ipv6", "--size", "78"][..],
+            &["--queues", "2", "--family", "ipv6", "--size", "78", "--path", "tx", "--variants", "xnf-ipip,nft-jhash"][..],
+        ] {
+            opts(args).check(cpus).unwrap_or_else(|e| panic!("{args:?}: {e:#}"));
+        }
+        assert!(format!("{:#}", opts(&["--queues", "2"]).check(Cpus { gen: 0, count: 1 }).unwrap_err()).starts_with("--queues 2: must be 1..=1"));
+    }
+
+    #[test]
+    fn points_carry_the_queues_which_change_slowest() {
+        let t = opts(&["--queues", "1,2", "--backends", "2,4"]);
+        let p = driver::points(&t);
+        let order: Vec<(i64, i64)> = p.iter().map(|p| (p.int("queues").unwrap(), p.int("backends").unwrap())).collect();
+        assert_eq!(order, [(1, 2), (1, 4), (2, 2), (2, 4)], "queues change slowest: the topology is built once per count");
+        assert_eq!(serde_json::to_string(&p[3]).unwrap(), r#"{"size":64,"flows":1024,"backends":4,"queues":2}"#);
+        assert_eq!(params::label(&t.params(), &p[3]), "64 B, 1024 flows, 4 backends, 2 queues");
+        assert_eq!(params::label(&t.params(), &p[0]), "64 B, 1024 flows, 2 backends", "one queue, as labels always read");
+        // Recorded with the options, and one queue by default.
+        assert_eq!(serde_json::to_value(&t).unwrap()["queues"], serde_json::json!([1, 2]));
+        assert!(driver::points(&opts(&[])).iter().all(|p| p.int("queues").unwrap() == 1));
     }
 
     #[test]
