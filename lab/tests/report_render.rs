@@ -254,6 +254,72 @@ fn report_renders_every_chart_in_chromium() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `xnf lab lb`'s disruption part alone (no samples): its `details.disruption` with real TCP connections.
+fn lb_disruption_file() -> Value {
+    let outcome = |removed: u64, kept: u64, collateral: u64| {
+        json!({"moved": removed + collateral, "removed_flows": removed, "removed_moved": removed, "kept_flows": kept, "collateral": collateral,
+               "per_backend": [0, 3000, 3000, 3000], "max_over_mean": 1.02, "model_agrees": 10000, "ct_hit": 0, "ct_miss": 0, "ct_syn": 0, "ct_stale": 0})
+    };
+    let tcp = |collateral: u64| {
+        json!({"connections": 1000, "removed_connections": 250, "removed_broken": 250, "kept_connections": 750, "collateral": collateral,
+               "survived": 750 - collateral, "reset": 250 + collateral, "per_backend": [250, 250, 250, 250]})
+    };
+    json!({
+        "experiment": "lb",
+        "machine": {"kernel": "6.1.0-test", "cpu_model": "Test CPU", "cores": 2, "xnf_version": "0.1.0"},
+        "started_unix": 1_700_000_000u64,
+        "options": {"runs": 2, "part": "disruption"},
+        "samples": [], "summary": [], "ratios": [],
+        "details": {"disruption": {
+            "flows": 10000, "backends": 4, "table_size": 11, "removed": "198.19.128.1", "runs": 2,
+            "before": outcome(2500, 7500, 0), "with_table": outcome(2500, 7500, 0), "without_table": outcome(2500, 7500, 900),
+            "plan": {"moved": 0.36, "removed": 0.25, "collateral_of_kept": 0.125, "balance_max": 1.09},
+            "tcp": {"connections": 500, "backends": 4, "removed": "198.19.128.1", "runs": 2, "with_table": tcp(0), "without_table": tcp(105)},
+        }},
+    })
+}
+
+/// The disruption is drawn: the share of flows moved per variant, the removed backend's under the collateral, by
+/// test run, by real connections and as planned; and the collateral of the kept flows alone.
+#[test]
+fn lb_disruption_is_drawn_as_two_charts_with_its_numbers() {
+    let dir = std::env::temp_dir().join(format!("xnf-report-lb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("lb.json");
+    std::fs::write(&input, serde_json::to_string(&lb_disruption_file()).unwrap()).unwrap();
+    let html_path = dir.join("lb.html");
+    let out = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report"]).arg(&input).arg("-o").arg(&html_path).output().unwrap();
+    assert!(out.status.success(), "xnf lab report failed: {}", String::from_utf8_lossy(&out.stderr));
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(html.contains("<h2>Disruption: one backend removed</h2>"), "{html}");
+    let chart = |title: &str| {
+        let at = html.find(&format!(">{title}</text>")).unwrap_or_else(|| panic!("no chart {title}: {html}"));
+        let start = html[..at].rfind("<svg").unwrap();
+        html[start..start + html[start..].find("</svg>").unwrap()].to_string()
+    };
+    let moved = chart("Flows moved when one backend is removed");
+    for source in ["test-run", "tcp", "plan"] {
+        assert_eq!(moved.matches(&format!(r#"<g class="bars" data-variant="{source}">"#)).count(), 1, "{source}: {moved}");
+    }
+    assert!(moved.contains("real TCP connections (500 × 2 runs)") && moved.contains("test run (10000 flows)"), "{moved}");
+    // Moved of all flows with the table and without: test run 25 % and 34 % (9 % collateral), connections 25 % and
+    // 35.5 % (105 of 1,000), the plan 25 % and 36 %.
+    let totals: Vec<&str> = moved.split(r#"<text class="value""#).skip(1).map(|t| t.split('>').nth(1).unwrap().trim_end_matches("</text")).collect();
+    assert_eq!(totals, ["25.0", "34.0", "25.0", "35.5", "25.0", "36.0"], "{moved}");
+    assert_eq!(moved.matches(r#"data-part="% collateral""#).count(), 6, "a collateral part on every bar");
+    let coll = chart("Collateral: flows moved whose backend stays");
+    let values: Vec<&str> = coll.split(r#"<text class="value""#).skip(1).map(|t| t.split('>').nth(1).unwrap().trim_end_matches("</text")).collect();
+    // Of the kept flows: 900 of 7,500, 105 of 750, the plan's 12.5 %; none with the table.
+    assert_eq!(values, ["0.00", "12.0", "0.00", "14.0", "0.00", "12.5"], "{coll}");
+
+    // The browser keeps both charts and every stacked bar.
+    let url = format!("file://{}", html_path.display());
+    let dom = String::from_utf8(chromium(&dir, &["--dump-dom", &url])).unwrap();
+    assert_eq!(dom.matches("<svg class=\"chart\"").count(), 2, "{dom}");
+    assert_eq!(dom.matches("<g class=\"stack\"").count(), 6);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn report_of_a_missing_file_fails_with_its_name() {
     let out = Command::new(xnf_testrun::cli::xnf_bin()).args(["lab", "report", "/nonexistent/results.json"]).output().unwrap();

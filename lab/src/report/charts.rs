@@ -36,7 +36,9 @@ pub fn sections(r: &Results) -> Vec<Section> {
         Section { heading: "CPU vs offered load", charts: cpu_charts(r, &palette) },
         Section { heading: "Loss vs offered rate", charts: loss_charts(r, &palette) },
     ];
-    sections.into_iter().filter(|s| !s.charts.is_empty()).collect()
+    let mut sections: Vec<Section> = sections.into_iter().filter(|s| !s.charts.is_empty()).collect();
+    sections.extend(super::lb::section(r));
+    sections
 }
 
 fn mpps_axis(max: f64) -> Scale {

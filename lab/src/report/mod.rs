@@ -6,13 +6,15 @@
 //!
 //! [`data`] selects what to draw (the axes are whatever parameters the file
 //! sweeps), [`charts`] draws it with [`svg`], [`html`] lays out the page,
-//! [`profiles`] adds where the time went when the run was profiled.
+//! [`profiles`] adds where the time went when the run was profiled, [`lb`]
+//! what removing a backend moved (`xnf lab lb`'s disruption).
 
 pub mod charts;
 pub mod cost;
 pub mod data;
 pub mod disrupt;
 pub mod html;
+pub mod lb;
 pub mod profiles;
 pub mod svg;
 

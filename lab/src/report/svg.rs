@@ -1,6 +1,6 @@
 //! SVG charts for the lab report: scales with round ticks, axes, grid,
-//! lines with error bars, markers, grouped bars, stacked areas and a
-//! legend. Marks are drawn in plot-area coordinates (origin at the plot's
+//! lines with error bars, markers, grouped and stacked bars, stacked areas
+//! and a legend. Marks are drawn in plot-area coordinates (origin at the plot's
 //! top-left corner) and the area is placed once the legend's height is
 //! known. Written with maud, which escapes every text and attribute; every
 //! element is closed explicitly (`<circle ...></circle>`), as SVG inside
@@ -363,6 +363,30 @@ impl Chart {
         if legend {
             self.legend_box(&s.label, s.colour, slot.faded, Some(s.variant));
         }
+    }
+
+    /// Bars of two parts per category in `slot`: `s`'s values at the bottom in its colour, `upper`'s (by category,
+    /// as `s`'s points) stacked on them lighter; the total above each bar, both parts in its tooltip
+    /// (`what` names them); in the legend under the series' label.
+    pub fn stacked_bars(&mut self, s: &Series, upper: &[f64], slot: Slot, what: [&str; 2]) {
+        let band = self.x.band_frac() * PLOT_W;
+        let width = band * 0.78 / slot.of.max(1) as f64;
+        let light = lighten(s.colour);
+        let bars = html! {
+            @for (p, u) in s.points.iter().zip(upper).filter(|(p, u)| p.y.is_finite() && u.is_finite()) {
+                @let x = self.px(p.x) - band * 0.39 + width * slot.index as f64;
+                @let (base, mid, top) = (self.py(0.0), self.py(p.y.max(0.0)), self.py((p.y + u).max(0.0)));
+                @let centre = x + width / 2.0;
+                g class="stack" {
+                    title { (format!("{}: {} {}, {} {}, {} in all", s.label, fmt_value(p.y), what[0], fmt_value(*u), what[1], fmt_value(p.y + u))) }
+                    rect x=(f1(x + 1.0)) y=(f1(mid)) width=(f1(width - 2.0)) height=(f1(base - mid)) fill=(s.colour) data-part=(what[0]) {}
+                    rect x=(f1(x + 1.0)) y=(f1(top)) width=(f1(width - 2.0)) height=(f1(mid - top)) fill=(light) data-part=(what[1]) {}
+                    text class="value" x=(f1(centre)) y=(f1(top - 5.0)) text-anchor="middle" { (fmt_value(p.y + u)) }
+                }
+            }
+        };
+        self.marks.push(html! { g class="bars" data-variant=(s.variant) { (bars) } });
+        self.legend_box(&s.label, s.colour, false, Some(s.variant));
     }
 
     /// A legend entry for bars of `colour` (`faded` like faded bars).

@@ -23,6 +23,10 @@
 //! A flow *moved* if its backend differs from step 1's. The removed backend's flows must all move; the others
 //! that move are the collateral. The thread is pinned to one CPU (`--cpu`, default the last): the connection table
 //! keeps an LRU list per CPU, and all flows must fit one CPU's share of it, or evictions would count as disruption.
+//!
+//! Beside the test runs, unless `--tcp-connections 0`: real TCP connections through the attached data plane to a
+//! namespace per backend, the same change, and which connections break ([`super::disruption_tcp`]), in each
+//! variant's run after its test runs, on an lb attached afresh; the results' `details.disruption.tcp`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,6 +43,7 @@ use xnf_lb::program::{Counter, LbProgram};
 use xnf_netns::{Mac, Netns};
 use xnf_packet::{MacAddr, PacketBuilder, TcpFlags};
 
+use super::disruption_tcp::{self, Ends, TcpDisruption, TcpPart};
 use super::setup::{self, LbGuard, Mode, Proto, VIP};
 use crate::engine::driver::{variant_name, AtPoint, Cpus, Experiment, Measuring, Running, VariantName};
 use crate::engine::measure::{Measured, Plan, Timing};
@@ -54,7 +59,7 @@ const BACKENDS: &str = "198.19.128.0/20";
 /// Client addresses (198.19.16.0/20); more flows by source ports.
 const CLIENTS: u32 = 4096;
 /// The service's port.
-const PORT: u16 = 80;
+pub(super) const PORT: u16 = 80;
 
 /// `xnf lab lb`'s disruption options.
 #[derive(Args, Clone, Debug, Serialize)]
@@ -68,6 +73,10 @@ pub struct DisruptionArgs {
     /// The backend removed: its place in the service file (1 = the first).
     #[arg(long, default_value_t = 1)]
     pub remove: u32,
+    /// Real TCP connections through the attached lb to a namespace per backend, measured beside the test runs (0:
+    /// none).
+    #[arg(long = "tcp-connections", default_value_t = 1000)]
+    pub tcp_connections: u32,
 }
 
 impl DisruptionArgs {
@@ -83,6 +92,13 @@ impl DisruptionArgs {
             "--established {}: more flows than the lb's connection table keeps on one CPU ({room}); evictions would look like disruption",
             self.established
         );
+        let (tcp, most) = (self.tcp_connections, disruption_tcp::MAX_CONNECTIONS);
+        ensure!(tcp <= most, "--tcp-connections {tcp}: at most {most} (each holds two descriptors of the lab)");
+        ensure!(
+            tcp == 0 || n <= disruption_tcp::MAX_BACKENDS,
+            "--disruption-backends {n}: the real TCP connections need a namespace per backend, at most {}; give --tcp-connections 0 to leave them out",
+            disruption_tcp::MAX_BACKENDS
+        );
         Ok(())
     }
 }
@@ -94,7 +110,7 @@ fn ct_room_per_cpu() -> Result<u64> {
 }
 
 /// Backend `i` (1-based) of the disruption part's service.
-fn backend(i: u32) -> Ipv4Addr {
+pub(super) fn backend(i: u32) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 128, 0)) + i)
 }
 
@@ -166,6 +182,9 @@ pub struct Disruption {
     pub with_table: Outcome,
     pub without_table: Outcome,
     pub plan: Planned,
+    /// The real TCP connections (`--tcp-connections`; absent with 0, and in files written before them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpDisruption>,
 }
 
 /// How the flows' segment after the change is sent: the driver's variants.
@@ -210,11 +229,28 @@ pub struct Part {
     removed_at: usize,
     /// The control plane's model of each file: its table and service.
     #[serde(skip)]
-    models: [(Table, xnf_lb::Service); 2],
+    models: [Model; 2],
     #[serde(skip)]
     plan: Planned,
     #[serde(skip)]
     kept: RefCell<Vec<Kept>>,
+    /// The real TCP connections, unless `--tcp-connections 0`.
+    #[serde(skip)]
+    tcp: Option<TcpPart>,
+}
+
+/// The control plane's model of a service file: its table and its service.
+pub(super) type Model = (Table, xnf_lb::Service);
+
+/// What `xnf lb plan` expects of the change from `files[0]` to `files[1]`, and each file's model.
+pub(super) fn plan_of(files: &[String; 2]) -> Result<(Planned, [Model; 2])> {
+    let (c1, _) = xnf_lb::Config::parse(&files[0], "lab-before.toml")?;
+    let (c2, _) = xnf_lb::Config::parse(&files[1], "lab-after.toml")?;
+    let plan = xnf_lb::plan(&c1, &c2)?.into_iter().next().context("the plan has no service")?;
+    let d = plan.disruption.context("the plan has no disruption for the changed service")?;
+    let planned =
+        Planned { moved: d.moved, removed: 1.0 - d.kept, collateral_of_kept: d.collateral_of_kept(), balance_max: plan.balance.map_or(f64::NAN, |b| b.max) };
+    Ok((planned, [(Table::of(&c1.services[0])?, c1.services[0].clone()), (Table::of(&c2.services[0])?, c2.services[0].clone())]))
 }
 
 /// Checks that `spec` has a dut with an ingress and an egress of its own and the sink behind it, naming the flag.
@@ -240,22 +276,13 @@ impl Part {
         let kept: Vec<IpAddr> = all.iter().copied().filter(|b| *b != all[removed_at]).collect();
         let file = |backends: &[IpAddr]| setup::service_file(IpAddr::V4(VIP), Proto::Tcp, PORT, Mode::Ipip, table_size, backends);
         let files = [file(&all), file(&kept)];
-        let (c1, _) = xnf_lb::Config::parse(&files[0], "lab-before.toml")?;
-        let (c2, _) = xnf_lb::Config::parse(&files[1], "lab-after.toml")?;
-        let plan = xnf_lb::plan(&c1, &c2)?.into_iter().next().context("the plan has no service")?;
-        let d = plan.disruption.context("the plan has no disruption for the changed service")?;
-        let plan = Planned {
-            moved: d.moved,
-            removed: 1.0 - d.kept,
-            collateral_of_kept: d.collateral_of_kept(),
-            balance_max: plan.balance.map_or(f64::NAN, |b| b.max),
-        };
-        let models = [(Table::of(&c1.services[0])?, c1.services[0].clone()), (Table::of(&c2.services[0])?, c2.services[0].clone())];
-        Ok(Part { args, table_size, alone, files, all, removed_at, models, plan, kept: RefCell::new(Vec::new()) })
+        let (plan, models) = plan_of(&files)?;
+        let tcp = TcpPart::new(args.tcp_connections, n)?;
+        Ok(Part { args, table_size, alone, files, all, removed_at, models, plan, kept: RefCell::new(Vec::new()), tcp })
     }
 
     /// What one step did to the flows: `after[i]` is flow i's backend (an index into `all`), `before` step 1's.
-    fn outcome(&self, before: &[usize], after: &[usize], ct: [u64; 4], model: &(Table, xnf_lb::Service)) -> Outcome {
+    fn outcome(&self, before: &[usize], after: &[usize], ct: [u64; 4], model: &Model) -> Outcome {
         let mut o = Outcome { per_backend: vec![0; self.all.len()], ..Default::default() };
         for (i, (&was, &is)) in before.iter().zip(after).enumerate() {
             let moved = was != is;
@@ -329,9 +356,15 @@ impl Experiment for Part {
         Ok(Plan::default())
     }
 
-    /// The lb attached and applied twice, two test runs per flow (about 7 µs each here, with the frame built).
+    /// The lb attached and applied twice, two test runs per flow (about 7 µs each here, with the frame built), and
+    /// the real connections.
     fn planned_seconds(&self, _: &Timing, _: &Plan) -> f64 {
-        1.0 + 2.0 * f64::from(self.args.established) * 7e-6
+        1.0 + 2.0 * f64::from(self.args.established) * 7e-6 + self.tcp.as_ref().map_or(0.0, TcpPart::planned_seconds)
+    }
+
+    /// With real connections, a namespace per backend ([`disruption_tcp`]).
+    fn adapt(&self, spec: &mut TopologySpec) -> Result<()> {
+        self.tcp.as_ref().map_or(Ok(()), |t| t.adapt(spec))
     }
 
     /// dut routes the backends' prefix to the sink, which it knows (the lb's FIB lookup needs the neighbour).
@@ -341,14 +374,16 @@ impl Experiment for Part {
         let sink = t.addr(&r.sink, false)?.to_string();
         dut.ip(&["neigh", "replace", &sink, "lladdr", &t.mac(&r.sink)?.to_string(), "dev", &dout, "nud", "permanent"])
             .context("dut's neighbour entry for the sink")?;
-        dut.route_add(BACKENDS, Some(&sink), Some(&dout)).context("routing the backends' prefix to the sink in dut")
+        dut.route_add(BACKENDS, Some(&sink), Some(&dout)).context("routing the backends' prefix to the sink in dut")?;
+        self.tcp.as_ref().map_or(Ok(()), |tcp| tcp.built(t))
     }
 
-    /// No generator: every frame is run through the program.
-    fn at_point<'a>(&'a self, _: &'a BuiltTopology, _: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
+    /// No generator: every frame is run through the program (the real connections' backends decapsulate).
+    fn at_point<'a>(&'a self, t: &'a BuiltTopology, _: &Point, pg: &Progress) -> Result<AtPoint<'a>> {
         let (n, removed) = (self.args.disruption_backends, self.all[self.removed_at]);
         pg.message(&format!("disruption: {} flows over {n} backends, then backend {removed} removed", self.args.established));
-        Ok(AtPoint::without_traffic(()))
+        let decap = self.tcp.as_ref().map(|tcp| tcp.decap(t)).transpose()?;
+        Ok(AtPoint::without_traffic(decap))
     }
 
     /// `xnf lb` attached to dut's ingress and egress, the first file applied.
@@ -357,7 +392,9 @@ impl Experiment for Part {
         let ((dut, din), (_, dout)) = (t.endpoint(&r.dut_in)?, t.endpoint(&r.dut_out)?);
         let (lb, warnings) = LbGuard::new(dut, &[din.clone(), dout], &self.files[0])?;
         warnings.iter().for_each(|w| pg.println(&format!("xnf lb: {w}")));
-        Ok(Box::new(Run { part: self, step, dut, din, gen_mac: t.mac(&r.gen)?, din_mac: t.mac(&r.dut_in)?, cpu: cpus.gen, _lb: lb }))
+        let tcp = self.tcp.as_ref().map(|tcp| tcp.ends(t)).transpose()?;
+        let (gen_mac, din_mac, lb) = (t.mac(&r.gen)?, t.mac(&r.dut_in)?, RefCell::new(Some(lb)));
+        Ok(Box::new(Run { part: self, step, dut, din, gen_mac, din_mac, cpu: cpus.gen, lb, tcp }))
     }
 
     /// The first run's outcomes as the results' `details.disruption`, the later runs checked against them.
@@ -393,6 +430,7 @@ impl Experiment for Part {
             with_table,
             without_table,
             plan: self.plan.clone(),
+            tcp: self.tcp.as_ref().map(|t| t.result(runs, self.all[self.removed_at])).transpose()?,
         };
         res.notes.push(format!(
             "disruption: {} flows, {} backends, one removed: with the connection table {:.3} % moved ({} of the removed backend's {} flows, collateral {}); without it {:.3} % ({} collateral, {:.3} % of the kept flows; plan {:.3} %)",
@@ -407,6 +445,24 @@ impl Experiment for Part {
             100.0 * d.without_table.collateral_share(),
             100.0 * d.plan.collateral_of_kept
         ));
+        if let Some(t) = &d.tcp {
+            let (w, wo) = (&t.with_table, &t.without_table);
+            res.notes.push(format!(
+                "disruption, real TCP connections: {} per variant and run, {} run(s); with the connection table {} broken ({} of the removed backend's {}, collateral {}); without it {} ({} of {}, collateral {}, {:.3} % of the kept connections; plan {:.3} %)",
+                t.connections,
+                t.runs,
+                w.broken(),
+                w.removed_broken,
+                w.removed_connections,
+                w.collateral,
+                wo.broken(),
+                wo.removed_broken,
+                wo.removed_connections,
+                wo.collateral,
+                100.0 * wo.collateral_share(),
+                100.0 * d.plan.collateral_of_kept
+            ));
+        }
         res.details.insert("disruption".into(), serde_json::to_value(&d)?);
         Ok(())
     }
@@ -431,7 +487,9 @@ struct Run<'a> {
     gen_mac: Mac,
     din_mac: Mac,
     cpu: usize,
-    _lb: LbGuard,
+    /// The test runs' lb (detached before the real connections attach theirs).
+    lb: RefCell<Option<LbGuard>>,
+    tcp: Option<Ends<'a>>,
 }
 
 impl Running for Run<'_> {
@@ -462,6 +520,11 @@ impl Running for Run<'_> {
         let before = p.outcome(&b0, &b0, ct0, &p.models[0]);
         let after = p.outcome(&b0, &b1, ct1, &p.models[1]);
         p.kept.borrow_mut().push(Kept { step: self.step, run: m.labels.run, before, after });
+        if let (Some(tcp), Some(ends)) = (&p.tcp, &self.tcp) {
+            drop(self.lb.borrow_mut().take());
+            let svc = disruption_tcp::Service { files: &p.files, all: &p.all, removed_at: p.removed_at, models: &p.models };
+            tcp.measure(&svc, ends, self.step, m.pg)?;
+        }
         Ok(Measured { samples: Vec::new(), zero_loss: None, profiled: Vec::new() })
     }
 }
@@ -556,6 +619,9 @@ pub fn print(d: &Disruption) {
         "(removed's flows: moved of those on the removed backend, and their share of all flows for `before` and the plan; the plan's balance is the largest share over its ideal; connection table with: {} hits, {} stale; without: {} SYNs decided afresh)",
         w.ct_hit, w.ct_stale, wo.ct_syn
     );
+    if let Some(t) = &d.tcp {
+        disruption_tcp::print(t, &d.plan);
+    }
 }
 
 #[cfg(test)]
@@ -574,22 +640,26 @@ mod tests {
 
     #[test]
     fn options_are_checked_naming_the_flag() {
-        let a = |e, n, r| DisruptionArgs { established: e, disruption_backends: n, remove: r };
+        let a = |e, n, r| DisruptionArgs { established: e, disruption_backends: n, remove: r, tcp_connections: 1000 };
+        let tcp = |n, c| DisruptionArgs { tcp_connections: c, ..a(10, n, 1) };
         for (args, want) in [
             (a(10, 1, 1), "--disruption-backends 1"),
             (a(10, 4, 5), "--remove 5"),
             (a(0, 4, 1), "--established 0"),
             (a(10_000_000, 4, 1), "--established 10000000"),
+            (tcp(65, 10), "--disruption-backends 65: the real TCP connections need a namespace per backend, at most 64; give --tcp-connections 0"),
+            (tcp(4, 10_001), "--tcp-connections 10001: "),
         ] {
             let e = format!("{:#}", args.check().unwrap_err());
             assert!(e.contains(want), "{e} lacks {want}");
         }
         assert!(a(100_000, 10, 1).check().is_ok());
+        assert!(tcp(1000, 0).check().is_ok() && tcp(64, 10_000).check().is_ok());
     }
 
     #[test]
     fn the_part_checks_the_shared_options_and_alone_refuses_what_it_does_not_measure() {
-        let a = DisruptionArgs { established: 1000, disruption_backends: 10, remove: 1 };
+        let a = DisruptionArgs { established: 1000, disruption_backends: 10, remove: 1, tcp_connections: 0 };
         for (table, topology, want) in [(65536, "line", "--table-size: "), (7, "line", "--disruption-backends 10: "), (65537, "pair", "--topology pair: ")] {
             let e = format!("{:#}", Part::new(a.clone(), table, true, topology).err().expect("refused"));
             assert!(e.starts_with(want), "{e}");

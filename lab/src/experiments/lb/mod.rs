@@ -8,12 +8,16 @@
 //! - [`disruption`]: one backend of N removed under F established flows; the share of flows that change backend,
 //!   the removed one's and the collateral, with the connection table and without it (the variants `with-table`,
 //!   `without-table`, alternated within each run by the same driver), against `xnf lb plan`.
+//!   Decided by test runs of the lb program on the applied maps, and with real TCP connections through the
+//!   attached data plane to a namespace per backend ([`disruption_tcp`]: which connections break).
 //!
 //! Both run by default, one after the other, with the same common options; `--part` picks one. The results file
 //! is the lab's (`--json`, `xnf lab report`): the throughput part's, the disruption in its `details.disruption`.
 
 pub mod balance;
+pub mod conns;
 pub mod disruption;
+pub mod disruption_tcp;
 pub mod katran;
 pub mod setup;
 pub mod throughput;
