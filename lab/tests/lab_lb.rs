@@ -1,7 +1,8 @@
 //! `xnf lab lb` as a user runs it: bad options are refused with one line before anything is built; a short run
 //! measures every variant, each delivering to every backend with the loss located, and the disruption part moves
-//! exactly the removed backend's flows while the connection table holds, and only a little more without it; the
-//! lab's namespaces and xnf's pins go at the end and on Ctrl-C. No timing is asserted.
+//! exactly the removed backend's flows while the connection table holds, and only a little more without it; real TCP
+//! connections through the attached lb break exactly where it sends them elsewhere; the lab's namespaces and xnf's
+//! pins go at the end and on Ctrl-C. No timing is asserted.
 
 use std::cell::RefCell;
 use std::os::unix::fs::MetadataExt;
@@ -24,6 +25,12 @@ fn bad_options_are_refused_with_one_line_naming_the_flag() {
             (&["--part", "disruption", "--remove", "11"][..], "--remove 11", 1),
             (&["--disruption-backends", "1"][..], "--disruption-backends 1", 1),
             (&["--established", "10000000"][..], "--established 10000000", 1),
+            (
+                &["--part", "disruption", "--disruption-backends", "65"][..],
+                "--disruption-backends 65: the real TCP connections need a namespace per backend",
+                1,
+            ),
+            (&["--tcp-connections", "10001"][..], "--tcp-connections 10001: ", 1),
             (&["--runs", "0"][..], "--runs", 1),
             (&["--part", "disruption", "--zero-loss"][..], "--zero-loss: ", 1),
             (&["--part", "disruption", "--topology", "pair"][..], "--topology pair: ", 1),
@@ -111,20 +118,22 @@ fn every_variant_delivers_to_every_backend_and_a_removal_moves_only_the_removed_
 /// (XDP_TX; dut's kernel forwards nothing), the kernel variant forwards them.
 #[test]
 fn on_the_tx_path_the_lb_and_the_kernel_send_back_out_of_the_ingress() {
-    let r = short_run("tx", &["--part", "throughput", "--path", "tx", "--variants", "xnf-ipip,nft-jhash"]);
+    let r = short_run("tx", &["--part", "throughput", "--path", "tx", "--variants", "xnf-ipip,nft-jhash,xdp-floor"]);
     let samples = r["samples"].as_array().unwrap();
-    for v in ["xnf-ipip", "nft-jhash"] {
+    for v in ["xnf-ipip", "nft-jhash", "xdp-floor"] {
         let s = samples.iter().find(|s| s["variant"] == v && s["kind"] == "max").unwrap_or_else(|| panic!("no full-speed sample of {v}"));
         let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
         assert!(received * 2 > sent, "{v}: less than half of what gen sent came back to it: {s}");
         let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap();
         let forwarded = b["forwarded"].as_u64().unwrap();
-        if v == "xnf-ipip" {
+        if v != "nft-jhash" {
             assert!(forwarded <= 100, "{v}: dut's kernel forwarded the traffic: {b}");
         } else {
             assert!(forwarded + 20 >= received as u64, "{v}: dut's kernel did not forward what came back: {b}");
         }
     }
+    let floor = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == "xdp-floor").unwrap();
+    assert_eq!(floor["packets"].as_array().map(Vec::len), Some(1), "xdp-floor balances nothing: one share: {floor}");
     let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
     assert!(notes.iter().any(|n| n.starts_with("path tx: ")), "{notes:?}");
 }
@@ -139,7 +148,7 @@ fn ipv6_reaches_every_backend() {
         let total: u64 = packets.iter().sum();
         assert!(packets.len() == 2 && packets.iter().all(|&p| p * 5 > total), "{v}: {packets:?}");
         let forwarded = b["forwarded"].as_u64().unwrap();
-        if v == "xnf-ipip" {
+        if v != "nft-jhash" {
             assert!(forwarded <= 100, "{v}: dut's kernel forwarded the traffic: {b}");
         } else {
             assert!(forwarded + 20 >= total, "{v}: dut's kernel (Ip6 OutForwDatagrams) did not forward what the backends got: {b}");
@@ -203,6 +212,73 @@ fn the_disruption_part_alone_gives_the_same_outcome_in_every_run() {
     assert!(r["samples"].as_array().unwrap().is_empty(), "the disruption part has no samples");
 }
 
+/// Real TCP connections through the attached lb, one backend of four removed: every connection on it breaks by a
+/// RST (its next segment reached a backend without its socket), no other does while the connection table holds,
+/// and without the table the ones the new table sends elsewhere do — about as many as `xnf lb plan` expects, each
+/// one the control plane's model names; the clients and the backends count the same connections. A table of 11
+/// entries makes the collateral large enough (12.5 %) to be seen in 400 connections.
+#[test]
+fn real_connections_break_where_the_lb_sends_them_elsewhere_and_nowhere_else() {
+    let args = ["--part", "disruption", "--runs", "2", "--established", "5000", "--disruption-backends", "4", "--table-size", "11", "--tcp-connections", "200"];
+    let r = short_run("tcp", &args);
+    let d = &r["details"]["disruption"];
+    let t = &d["tcp"];
+    assert_eq!((t["connections"].as_u64(), t["backends"].as_u64(), t["runs"].as_u64()), (Some(200), Some(4), Some(2)), "{t}");
+    assert_eq!(t["removed"], d["removed"], "the connections' service is the test runs'");
+    let u = |o: &Value, k: &str| o[k].as_u64().unwrap_or_else(|| panic!("no {k} in {o}"));
+    let v = |o: &Value, k: &str| -> Vec<u64> { o[k].as_array().unwrap_or_else(|| panic!("no {k} in {o}")).iter().map(|x| x.as_u64().unwrap()).collect() };
+    let plan = d["plan"]["collateral_of_kept"].as_f64().unwrap();
+    assert!((0.10..0.15).contains(&plan), "the plan's collateral of a table of 11: {plan}");
+    // Within 4 standard deviations of a binomial draw of `kept` flows at the plan's share.
+    let near_plan = |collateral: u64, kept: u64| {
+        let share = collateral as f64 / kept as f64;
+        (share - plan).abs() <= 4.0 * (plan * (1.0 - plan) / kept as f64).sqrt()
+    };
+    for (name, o) in [("with-table", &t["with_table"]), ("without-table", &t["without_table"])] {
+        let n = u(o, "connections");
+        assert_eq!(n, 400, "{name}: {o}");
+        let removed = u(o, "removed_connections");
+        assert!(removed > 50 && removed < 180, "{name}: the removed backend held about a quarter of the connections: {o}");
+        assert_eq!(u(o, "removed_broken"), removed, "{name}: every connection on the removed backend breaks: {o}");
+        assert_eq!(u(o, "removed_connections") + u(o, "kept_connections"), n, "{o}");
+        let broken = u(o, "removed_broken") + u(o, "collateral");
+        assert_eq!(u(o, "survived") + broken, n, "{name}: {o}");
+        // Broken by the RST of a backend without the socket: no timeouts, no other backend answering.
+        assert_eq!((u(o, "reset"), u(o, "timed_out"), u(o, "wrong_backend"), u(o, "failed")), (broken, 0, 0, 0), "{name}: {o}");
+        assert!(u(o, "backend_rsts") >= broken && u(o, "backend_rsts") <= 2 * broken, "{name}: the backends sent the RSTs: {o}");
+        assert_eq!((u(o, "model_before"), u(o, "model_agrees")), (n, n), "{name}: the control plane's model names every backend and fate: {o}");
+        // Both sides count: what the clients saw is what the backends accepted and answered.
+        let per_backend = v(o, "per_backend");
+        assert_eq!((per_backend.len(), per_backend[0]), (4, removed), "{name}: the removed backend is the first: {o}");
+        assert_eq!(v(o, "accepted"), per_backend, "{name}: {o}");
+        assert_eq!(v(o, "answered_before"), per_backend, "{name}: {o}");
+        let after = v(o, "answered_after");
+        assert_eq!((after.iter().sum::<u64>(), after[0]), (u(o, "survived"), 0), "{name}: answers after the change, none from the removed backend: {o}");
+        assert_eq!(v(o, "decapsulated_after")[0], 0, "{name}: nothing reached the removed backend after the change: {o}");
+        assert!(v(o, "decapsulated_after").iter().sum::<u64>() >= n, "{name}: every request went through a backend's decap: {o}");
+        // The lb sent every client segment and none of the replies; dut's kernel forwarded those.
+        assert_eq!(u(o, "lb_to_kernel"), 0, "{name}: {o}");
+        assert!(u(o, "lb_redirected") >= 4 * n && u(o, "replies_forwarded") >= 3 * n, "{name}: {o}");
+    }
+    let (with, without) = (&t["with_table"], &t["without_table"]);
+    assert_eq!(u(with, "collateral"), 0, "the connection table keeps every other connection: {with}");
+    assert_eq!(u(with, "ct_stale"), u(with, "removed_connections"), "{with}");
+    assert_eq!(u(without, "flushed"), 400, "{without}");
+    assert!(u(without, "collateral") > 0, "without the table some connections move: {without}");
+    assert!(near_plan(u(without, "collateral"), u(without, "kept_connections")), "without the table the collateral is the plan's {plan}: {without}");
+    // The test runs of the same change, beside them.
+    let (w, wo) = (&d["with_table"], &d["without_table"]);
+    assert_eq!(u(w, "collateral"), 0, "{w}");
+    assert!(near_plan(u(wo, "collateral"), u(wo, "kept_flows")), "test runs: {wo}");
+    let stdout_note = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .any(|n| n.starts_with("disruption, real TCP connections: 200 per variant and run, 2 run(s); "));
+    assert!(stdout_note, "{}", r["notes"]);
+}
+
 /// The inode of a named network namespace: its pins live under /sys/fs/bpf/xnf/net-<inode>.
 fn inode(ns: &str) -> Option<u64> {
     std::fs::metadata(format!("/run/netns/{ns}")).ok().map(|m| m.ino())
@@ -213,6 +289,35 @@ fn has_xdp(ns: &str, dev: &str) -> bool {
     let out = std::process::Command::new("ip").args(["-n", ns, "-j", "link", "show"]).output().expect("running ip");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     v.as_array().into_iter().flatten().any(|l| l["ifname"].as_str().is_some_and(|n| n.ends_with(dev)) && !l["xdp"].is_null())
+}
+
+/// TCP connections established in namespace `ns` now (`Tcp CurrEstab`).
+fn established(ns: &str) -> u64 {
+    let out = std::process::Command::new("ip").args(["netns", "exec", ns, "cat", "/proc/net/snmp"]).output().expect("running ip netns exec");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(head), Some(values)) = (tcp.next(), tcp.next()) else { return 0 };
+    head.split_whitespace().zip(values.split_whitespace()).find(|(k, _)| *k == "CurrEstab").and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
+}
+
+/// Interrupted while the real connections are being opened (the lb attached to dut's backend ports, decap in the
+/// backends): both go with the namespaces.
+#[test]
+fn ctrl_c_during_the_real_connections_removes_the_lb_and_decap() {
+    let inodes = RefCell::new(None);
+    let args = ["lb", "--part", "disruption", "--runs", "1", "--established", "1000", "--disruption-backends", "4", "--tcp-connections", "9000"];
+    interrupt_lab_when(&args, "the real connections opening through the lb", |names| {
+        let (Some(gen), Some(dut), Some(be)) = (lab_namespace(names, "gen"), lab_namespace(names, "dut"), lab_namespace(names, "be4")) else { return false };
+        let ready = has_xdp(dut, "bk4") && has_xdp(be, "be") && established(gen) > 100;
+        if ready {
+            *inodes.borrow_mut() = Some([inode(dut), inode(be)]);
+        }
+        ready
+    });
+    for ino in inodes.take().expect("the namespaces' inodes") {
+        let ino = ino.expect("an inode");
+        assert!(!std::path::Path::new(&format!("/sys/fs/bpf/xnf/net-{ino}")).exists(), "xnf's pins of net-{ino} were left behind");
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! `xnf lab lb`'s throughput part: gen → dut → the backends, dut balancing one VIP over them several ways,
 //! alternated within each run by the lab's driver — `xnf lb` in each of its modes (ipip, gue, dsr), Katran's data
 //! plane (`katran`, built by scripts/peers.sh --katran DIR; [`super::katran`]) and the kernel with nftables DNAT
-//! (`jhash` of the client's address and port, or `numgen` round robin) and forwarding.
+//! (`jhash` of the client's address and port, or `numgen` round robin) and forwarding. `xdp-floor` balances nothing:
+//! the lab's actions program sends every frame on the way the path does (MACs swapped and XDP_TX, or a devmap
+//! redirect to the first backend's port), the most any XDP variant can reach on this path and CPU.
 //!
 //! **Topology, `--path redirect`** (the default). The built-in line (gen → dut → sink, whose sink stays idle) plus
 //! one namespace per backend, each on its own veth pair from dut (`dut:bkI` ↔ `beI:be`, 198.18.(10+I).0/24 or
@@ -57,6 +59,7 @@ use crate::engine::testrun::{self, Verdict, XdpContext};
 use crate::engine::topology::{BuiltTopology, FunctionKind, FunctionSpec, LinkSpec, NamespaceSpec, NeighbourSpec, TopologySpec};
 use crate::engine::{nft, LabAttachment};
 use crate::experiments::router::{parse_item, parse_size};
+use crate::programs::actions::ActionKind;
 use crate::programs::gen::GenConfig;
 
 /// Most source ports per client address (1024 … 65534).
@@ -77,6 +80,10 @@ pub enum Variant {
     NftNumgen,
     /// Katran's data plane (scripts/peers.sh --katran DIR), IP in IP with XDP_TX: `--path tx` only.
     Katran,
+    /// No balancing: the least an XDP program that sends every frame on costs on this path (the lab's actions
+    /// program: MACs swapped and XDP_TX on `--path tx`, a devmap redirect to the first backend's port on
+    /// `--path redirect`). The ceiling of every XDP variant's rate here.
+    XdpFloor,
 }
 
 /// Where the backends are from dut: the two paths of the XDP paper's load balancer (§5.3).
@@ -98,6 +105,11 @@ impl Variant {
             Variant::XnfDsr => Some(Mode::Dsr),
             _ => None,
         }
+    }
+
+    /// Whether the variant is the kernel's (nftables DNAT, then forwarding).
+    fn nft(self) -> bool {
+        matches!(self, Variant::NftJhash | Variant::NftNumgen)
     }
 }
 
@@ -125,7 +137,7 @@ pub struct Throughput {
     /// Entries of the lb's Maglev table (prime; here and in the disruption part).
     #[arg(long, default_value_t = xnf_lb::DEFAULT_TABLE_SIZE)]
     pub table_size: u32,
-    /// Variants to compare (`katran` needs scripts/peers.sh --katran DIR and --path tx).
+    /// Variants to compare (`katran` needs scripts/peers.sh --katran DIR and --path tx; `xdp-floor` balances nothing: the path's ceiling).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "xnf-ipip,xnf-gue,xnf-dsr,nft-jhash,nft-numgen")]
     pub variants: Vec<Variant>,
     /// Where the backends are: behind ports of their own (redirect) or behind dut's ingress (tx).
@@ -244,7 +256,7 @@ impl Experiment for Throughput {
     }
 
     fn ratios(&self) -> Vec<(&'static str, &'static str)> {
-        let mut r = vec![("xnf-ipip", "katran")];
+        let mut r = vec![("xnf-ipip", "katran"), ("xnf-ipip", "xdp-floor"), ("katran", "xdp-floor")];
         for n in ["xnf-ipip", "xnf-gue", "xnf-dsr", "katran"] {
             for d in ["nft-jhash", "nft-numgen"] {
                 r.push((n, d));
@@ -289,7 +301,7 @@ impl Experiment for Throughput {
             bail!("xnf-dsr: with --path tx the backends are behind a router on gen's side, and DSR needs them on dut's segment: leave it out or use --path redirect");
         }
         ensure!(self.port != 0, "--port 0: give the service's port, 1..=65535");
-        if self.variants.iter().any(|v| v.xnf_mode().is_none()) {
+        if self.variants.iter().any(|v| v.nft()) {
             nft::require("the nft-jhash and nft-numgen variants")?;
             let most = self.flows.iter().copied().max().unwrap_or(0);
             let max: u64 = std::fs::read_to_string("/proc/sys/net/netfilter/nf_conntrack_max").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(u64::MAX);
@@ -370,8 +382,15 @@ impl Experiment for Throughput {
             Path::Redirect => (1..=n).map(|i| t.attachment(&format!("be{i}:be"))).collect::<Result<Vec<_>>>()?,
             Path::Tx => vec![t.attachment(&roles.gen)?],
         };
-        let (mut lb, mut kernel, mut katran) = (None, None, None);
+        let (mut lb, mut kernel, mut katran, mut floor) = (None, None, None, None);
         match v.xnf_mode() {
+            None if v == Variant::XdpFloor => {
+                let (kind, to) = match self.path {
+                    Path::Tx => (ActionKind::Tx, String::new()),
+                    Path::Redirect => (ActionKind::Redirect, crate::engine::topology::ifname("bk1")),
+                };
+                floor = Some(LabAttachment::action(dut, &din, kind, &to, 0)?);
+            }
             None if v == Variant::Katran => {
                 let gateway = t.mac(&roles.gen)?;
                 let svc = super::katran::Service { vip: self.family.vip(), port: self.port, proto: self.proto.number(), reals: backends.clone(), gateway };
@@ -407,7 +426,22 @@ impl Experiment for Throughput {
         let per_real = katran.as_ref().map(|k| k.per_real()).transpose()?.unwrap_or_default();
         let sent = lb.as_ref().map(|g| g.counters().map(|c| lb_sent(&c))).transpose()?;
         let start = Start { delivered, per_real, sent };
-        Ok(Box::new(LbRun { exp: self, v, point: p.clone(), dut, din, sinks, queues, gen_cpus, start, readings: RefCell::new(Vec::new()), lb, kernel, katran }))
+        Ok(Box::new(LbRun {
+            exp: self,
+            v,
+            point: p.clone(),
+            dut,
+            din,
+            sinks,
+            queues,
+            gen_cpus,
+            start,
+            readings: RefCell::new(Vec::new()),
+            lb,
+            kernel,
+            katran,
+            floor,
+        }))
     }
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
@@ -505,6 +539,7 @@ struct LbRun<'a> {
     lb: Option<LbGuard>,
     kernel: Option<(NftGuard<'a>, LabAttachment)>,
     katran: Option<super::katran::KatranGuard>,
+    floor: Option<LabAttachment>,
 }
 
 /// The counters of a run when its variant is set up: the sinks', Katran's per real, xnf lb's packets sent.
@@ -569,6 +604,10 @@ impl Running for LbRun<'_> {
             sent = Some(packets.iter().sum());
             ensure!(!packets.contains(&0), "katran sent nothing to a real ({packets:?}): its ring or reals are not as loaded");
         }
+        if self.floor.is_some() {
+            // Everything goes one way (to gen, or to the first backend): one share, not a balance.
+            packets = vec![packets.iter().sum()];
+        }
         let mean = packets.iter().sum::<u64>() as f64 / packets.len().max(1) as f64;
         let max_over_mean = packets.iter().copied().max().unwrap_or(0) as f64 / mean.max(1.0);
         let variant = variant_name(&self.v);
@@ -578,6 +617,7 @@ impl Running for LbRun<'_> {
         drop(self.lb.take());
         drop(self.kernel.take());
         drop(self.katran.take());
+        drop(self.floor.take());
         Ok(())
     }
 }
@@ -661,7 +701,7 @@ mod tests {
         let p = driver::points(&t);
         assert_eq!(p.len(), 2);
         assert_eq!(params::label(&t.params(), &p[1]), "64 B, 1024 flows, 4 backends");
-        assert_eq!(t.ratios().len(), 9);
+        assert_eq!(t.ratios().len(), 11);
         assert_eq!(driver::variant_name(&Variant::NftNumgen), "nft-numgen");
     }
 }
