@@ -23,7 +23,9 @@
  * idle slot and then points the record at it. Backends are records that
  * tables and connection-table entries name by id; an entry also holds the
  * record's generation, so an entry made for a removed backend no longer
- * matches once the control plane frees its record.
+ * matches once the control plane frees its record. Each CPU caches which
+ * service a VIP's frames are for (service.h), valid until the control
+ * plane's next write of a service or an interface's MAC.
  *
  * What the stage does not own goes on unchanged, counted:
  * - not a service's (another address, port or protocol, not IP, broken
@@ -59,6 +61,7 @@
 #include "xnf/neigh_use.h"
 #include "xnf/fib_cache.h"
 #include "lb.h"
+#include "service.h"
 #include "flowhash.h"
 #include "encap.h"
 
@@ -79,21 +82,6 @@ const volatile struct {
 	struct xnf_lb_addr addr;
 	struct xnf_lb_mac mac;
 } xnf_btf_anchor = {};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2 * XNF_LB_MAX_SERVICES);
-	__type(key, struct xnf_lb_service_key);
-	__type(value, struct xnf_lb_service);
-} services SEC(".maps");
-
-/* Every VIP, for the frames that show no port (fragments, ICMP). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XNF_LB_MAX_SERVICES);
-	__type(key, struct xnf_lb_addr);
-	__type(value, __u32);
-} vips SEC(".maps");
 
 /* A Maglev table: entry -> backend id. Sizes differ per service, hence
  * BPF_F_INNER_MAP; the template's size is never used. */
@@ -172,19 +160,6 @@ struct {
 	__type(value, __u32);
 } tx_ports SEC(".maps");
 
-/*
- * The own MAC of each interface with the lb stage, written by attach (and
- * rewritten by every attach, detach and apply): XDP has no helper that
- * reads the ingress device's address, and one lookup per frame to a VIP
- * costs less than the slow path it saves a promiscuous interface from.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XNF_LB_MAX_IFACES);
-	__type(key, __u32);
-	__type(value, struct xnf_lb_mac);
-} own_macs SEC(".maps");
-
 struct lctx {
 	struct xnf_pkt pkt;
 	struct xnf_lb_stats *stats;
@@ -214,43 +189,6 @@ static __always_inline int to_kernel(const struct lctx *c, __u32 why)
 	count(c, why);
 	count(c, XNF_LB_PASS);
 	return XDP_PASS;
-}
-
-/* Whether the frame was sent to the ingress interface's own MAC: an
- * interface without an entry (no lb attached) owns no frame. */
-static __always_inline int to_our_mac(struct xdp_md *ctx, const struct lctx *c)
-{
-	__u32 ifindex = ctx->ingress_ifindex;
-	const struct xnf_lb_mac *m = bpf_map_lookup_elem(&own_macs, &ifindex);
-	const __u8 *d = c->eth.h_dest;
-
-	if (!m)
-		return 0;
-	return !((d[0] ^ m->addr[0]) | (d[1] ^ m->addr[1]) | (d[2] ^ m->addr[2]) | (d[3] ^ m->addr[3]) |
-		 (d[4] ^ m->addr[4]) | (d[5] ^ m->addr[5]));
-}
-
-static __always_inline const struct xnf_lb_service *find_service(const __u32 *vip, __u8 family, __u8 proto,
-								   __u16 port)
-{
-	struct xnf_lb_service_key k = { .family = family, .proto = proto, .port = port };
-	const struct xnf_lb_service *s;
-
-	__builtin_memcpy(k.vip, vip, sizeof(k.vip));
-	s = bpf_map_lookup_elem(&services, &k);
-	if (s)
-		return s;
-	/* A port-specific service takes precedence over the all-ports one. */
-	k.port = 0;
-	return bpf_map_lookup_elem(&services, &k);
-}
-
-static __always_inline int is_vip(const struct xnf_pkt *p)
-{
-	struct xnf_lb_addr a = { .family = p->family };
-
-	__builtin_memcpy(a.addr, p->dst, sizeof(a.addr));
-	return bpf_map_lookup_elem(&vips, &a) != 0;
 }
 
 static __always_inline __u32 flow_hash(const struct xnf_lb_flow *f, __u8 hash3)
@@ -598,7 +536,7 @@ static __always_inline int special(struct xdp_md *ctx, struct lctx *c)
 
 	if (!is_vip(p))
 		return next(ctx, c, XNF_LB_NOT_SERVICE);
-	if (!to_our_mac(ctx, c))
+	if (!to_our_mac(ctx, c->eth.h_dest))
 		return next(ctx, c, XNF_LB_NOT_OUR_MAC);
 	if (p->tagged)
 		return to_kernel(c, XNF_LB_VLAN);
@@ -620,11 +558,11 @@ int xnf_lb(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	const struct xnf_lb_service *s;
 	const struct xnf_lb_backend *b;
+	struct xnf_lb_service svc;
 	struct lctx c = {};
 	enum xnf_parse_result res;
-	__u32 zero = 0, id = 0;
+	__u32 zero = 0, id = 0, why;
 
 	c.len = end - data;
 	c.stats = bpf_map_lookup_elem(&stats, &zero);
@@ -641,26 +579,25 @@ int xnf_lb(struct xdp_md *ctx)
 	__builtin_memcpy(&c.eth, data, sizeof(c.eth));
 	if (c.pkt.tagged || c.pkt.frag || c.pkt.ip_options || c.pkt.hbh || c.pkt.l4 != XNF_L4_PORTS)
 		return special(ctx, &c);
-	s = find_service(c.pkt.dst, c.pkt.family, c.pkt.proto, c.pkt.dport);
-	if (!s)
-		return next(ctx, &c, XNF_LB_NOT_SERVICE);
-	/* Checked once the frame is a service's: other traffic pays no lookup. */
-	if (!to_our_mac(ctx, &c))
-		return next(ctx, &c, XNF_LB_NOT_OUR_MAC);
+	/* The MAC is checked once the frame is a service's: other traffic
+	 * pays no lookup. */
+	why = service_of(ctx, &c.pkt, c.eth.h_dest, &svc);
+	if (why)
+		return next(ctx, &c, why);
 	__builtin_memcpy(c.flow.src, c.pkt.src, sizeof(c.flow.src));
 	__builtin_memcpy(c.flow.dst, c.pkt.dst, sizeof(c.flow.dst));
 	c.flow.sport = c.pkt.sport;
 	c.flow.dport = c.pkt.dport;
 	c.flow.family = c.pkt.family;
 	c.flow.proto = c.pkt.proto;
-	b = choose(&c, s, is_syn(ctx, &c.pkt), &id);
+	b = choose(&c, &svc, is_syn(ctx, &c.pkt), &id);
 	if (!b) {
 		count(&c, XNF_LB_NO_BACKEND);
 		count(&c, XNF_LB_DROP);
 		return XDP_DROP;
 	}
 	count_backend(id, c.len);
-	return send(ctx, &c, s, b, 0);
+	return send(ctx, &c, &svc, b, 0);
 }
 
 XNF_FIB_CACHE_PROGRAMS(xnf_lb_lease, xnf_lb_notify)

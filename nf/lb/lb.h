@@ -13,6 +13,8 @@ enum xnf_lb_limits {
 	XNF_LB_MAX_BACKENDS = 65536,  /* backend records over all services (config.rs) */
 	XNF_LB_CT_ENTRIES = 262144,   /* connection table entries (LRU, per-CPU lists) */
 	XNF_LB_MAX_IFACES = 256,      /* interfaces the stage may redirect to */
+	XNF_LB_SVC_CACHE_BITS = 8,    /* a CPU's service cache: 256 slots of 64 bytes */
+	XNF_LB_SVC_CACHE_SLOTS = 1 << XNF_LB_SVC_CACHE_BITS,
 	XNF_LB_QUOTE4 = 64,           /* bytes of the too-big IPv4 packet an ICMP error quotes */
 	XNF_LB_QUOTE6 = 128,          /* and of an IPv6 packet (ICMPv6) */
 	XNF_LB_OUTER_TTL = 64,        /* TTL / hop limit of the outer header */
@@ -84,6 +86,23 @@ struct xnf_lb_service {
 	__be16 gue_port;   /* GUE's outer destination port */
 	__u8 mode;         /* enum xnf_lb_mode */
 	__u8 hash3;        /* hash source, destination and protocol only */
+};
+
+/*
+ * One slot of a CPU's service cache (lb.bpf.c): what find_service() and
+ * own_macs answered for a frame's ingress, VIP, protocol and port, valid
+ * while the control plane's generation (lb_gen) is the one it was filled
+ * under. 64 bytes: one cache line.
+ */
+struct xnf_lb_svc_slot {
+	__u32 seq;         /* 0: never filled; odd: being written */
+	__u32 ifindex;     /* the ingress it was filled for */
+	__u64 gen;         /* lb_gen then */
+	struct xnf_lb_service_key key;
+	struct xnf_lb_service svc;
+	__u8 mac[6];       /* the ingress interface's own MAC */
+	__u16 pad;
+	__u32 pad2;
 };
 
 /* A backend, by the id table entries and connection-table entries hold.

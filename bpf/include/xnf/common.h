@@ -68,5 +68,9 @@ static __always_inline int trim_trailer(struct xdp_md *ctx, __u32 trailer)
 	return bpf_xdp_adjust_tail(ctx, -(int)trailer);
 }
 
+/* Keeps the compiler from moving loads and stores across it (the seq
+ * words of the per-CPU caches: fib_cache.h, the lb's service cache). */
+#define xnf_barrier() asm volatile("" ::: "memory")
+
 /* One more than the largest XDP action (XDP_REDIRECT = 4): size of per-verdict arrays. */
 #define XNF_VERDICTS 5

@@ -152,8 +152,6 @@ struct {
 	__type(value, struct xnf_fib_cache_slot);
 } fib_cache SEC(".maps");
 
-#define xnf_barrier() asm volatile("" ::: "memory")
-
 /*
  * A key's slot in a CPU's region: a multilinear hash (fixed odd 64-bit
  * multipliers, the top bits of the sum), cheap and spreading every word of

@@ -188,6 +188,11 @@ xnf_core::pinned_maps! {
         tx_ports,
         /// Each lb interface's own MAC: frames to another are not balanced.
         own_macs,
+        /// The control plane's generation and each CPU's cache of the
+        /// answers of `services` and `own_macs` it validates (lb.bpf.c;
+        /// tests put the generation back).
+        pub lb_gen,
+        svc_cache,
         /// Neighbours the program sends to, and the epoch it stamps with
         /// (neigh_use.h; the daemon keeps them confirmed).
         pub neigh_use,
@@ -258,11 +263,22 @@ impl LbMaps {
     }
 
     pub fn set_service(&self, key: &RawServiceKey, s: &RawService) -> Result<()> {
-        self.services.update(as_bytes(key), as_bytes(s), MapFlags::ANY).context("writing a service")
+        self.services.update(as_bytes(key), as_bytes(s), MapFlags::ANY).context("writing a service")?;
+        self.move_on()
     }
 
     pub fn delete_service(&self, key: &RawServiceKey) -> Result<()> {
-        delete_if_present(&self.services, as_bytes(key))
+        delete_if_present(&self.services, as_bytes(key))?;
+        self.move_on()
+    }
+
+    /// Moves the generation on after a write of `services` or `own_macs`:
+    /// every CPU's service cache slot filled before it stops matching
+    /// (lb.bpf.c). After the write, so that a frame that sees the new
+    /// generation finds the new record. One writer: the lb's lock.
+    fn move_on(&self) -> Result<()> {
+        let gen = self.lb_gen.lookup(&0u32.to_ne_bytes(), MapFlags::ANY)?.and_then(|v| v.try_into().ok()).map(u64::from_ne_bytes).unwrap_or(0);
+        self.lb_gen.update(&0u32.to_ne_bytes(), &(gen + 1).to_ne_bytes(), MapFlags::ANY).context("moving the lb's generation on")
     }
 
     pub fn service(&self, key: &RawServiceKey) -> Result<Option<RawService>> {
@@ -333,11 +349,13 @@ impl LbMaps {
     /// Makes `mac` the MAC whose frames the lb balances on `ifindex`.
     pub fn set_own_mac(&self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
         let v = types::xnf_lb_mac { addr: mac, pad: 0 };
-        self.own_macs.update(&ifindex.to_ne_bytes(), as_bytes(&v), MapFlags::ANY).context("writing an lb interface's MAC")
+        self.own_macs.update(&ifindex.to_ne_bytes(), as_bytes(&v), MapFlags::ANY).context("writing an lb interface's MAC")?;
+        self.move_on()
     }
 
     pub fn remove_own_mac(&self, ifindex: u32) -> Result<()> {
-        delete_if_present(&self.own_macs, &ifindex.to_ne_bytes())
+        delete_if_present(&self.own_macs, &ifindex.to_ne_bytes())?;
+        self.move_on()
     }
 
     /// The interfaces and MACs the data plane takes frames for.
