@@ -366,32 +366,28 @@ static __always_inline int send(struct xdp_md *ctx, const struct lctx *c, const 
 	__u32 extra = xnf_lb_overhead(s->mode, b->family);
 	struct xnf_fib_cache_key key __attribute__((aligned(8))) = { .ifindex = ctx->ingress_ifindex, .family = b->family };
 	__u32 outcome = XNF_FC_MAX, neigh = XNF_NEIGH_SLOT_UNKNOWN, gw = 0;
-	struct bpf_fib_lookup fib = {};
+	__u32 len = c->pkt.ip_end - c->pkt.l3_off + extra;
+	/* Filled by the lookup: what a hit gives (fib_cache.h), everything on
+	 * a miss; nothing is read that the lookup did not write. */
+	struct bpf_fib_lookup fib;
 	__u32 src[4] = {};
 	__u32 ifindex;
 	long rc;
 
 	if (s->mode != XNF_LB_DSR && outer_source(b->family, c->hash, src))
 		return to_kernel(c, XNF_LB_NO_SOURCE);
-	fib.family = b->family;
-	fib.ifindex = ctx->ingress_ifindex;
-	fib.tot_len = c->pkt.ip_end - c->pkt.l3_off + extra;
 	if (b->family == AF_INET) {
-		fib.tos = inner_tos(&c->pkt);
-		fib.ipv4_src = src[0];
-		fib.ipv4_dst = b->addr[0];
-		key.tos = fib.tos & 0xfc;
+		/* The FIB matches DSCP, never ECN (IPTOS_RT_MASK). */
+		key.tos = inner_tos(&c->pkt) & 0xfc;
 		key.dst[0] = b->addr[0];
 	} else {
-		__builtin_memcpy(fib.ipv6_src, src, 16);
-		__builtin_memcpy(fib.ipv6_dst, b->addr, 16);
 		__builtin_memcpy(key.dst, b->addr, 16);
 	}
 	/* Through the route cache while the daemon keeps it (fib_cache.h):
 	 * the answer does not depend on the outer source the helper is
 	 * given, only on the backend, the ingress and the TOS (the cache
 	 * steps aside where it would: rules, multipath). */
-	rc = fib_lookup_cached_key(ctx, &key, fib.tot_len, 0, &fib, 0, &outcome, &neigh, &gw);
+	rc = fib_lookup_cached_key(ctx, &key, len, 0, src, &fib, 0, &outcome, &neigh, &gw);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		/* Never an ICMP error about an ICMP error (RFC 1122 3.2.2,
 		 * RFC 4443 2.4(e)): a routed one that does not fit is the

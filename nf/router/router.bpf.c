@@ -262,7 +262,8 @@ static __always_inline long lookup(struct xdp_md *ctx, const struct xnf_pkt *f, 
 {
 	if (fib_cached)
 		return fib_lookup_cached(ctx, f, iif, p, fib_flags, outcome, neigh);
-	return fib_cache_helper(ctx, f, iif, p, fib_flags);
+	fib_fill(f, iif, p);
+	return bpf_fib_lookup(ctx, p, sizeof(*p), fib_flags);
 }
 
 static __always_inline __u32 route(struct xdp_md *ctx, __u32 *reason, __u32 *outcome)

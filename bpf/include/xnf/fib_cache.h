@@ -193,13 +193,37 @@ static __always_inline void fib_neigh_used(const struct bpf_fib_lookup *p, __u32
 	xnf_neigh_stamp(slot, ctl ? ctl->neigh_epoch : 0);
 }
 
+/* The helper's parameters for @k alone: the destination, ingress and TOS
+ * the cache keys on, source @src and IP length @len (a caller that sends
+ * a packet of its own making, as the lb's outer header). */
+static __always_inline void fib_fill_key(const struct xnf_fib_cache_key *k, const __u32 *src, __u32 len,
+					 struct bpf_fib_lookup *p)
+{
+	__builtin_memset(p, 0, sizeof(*p));
+	p->family = k->family;
+	p->ifindex = k->ifindex;
+	p->tot_len = len;
+	if (k->family == AF_INET) {
+		p->tos = k->tos;
+		p->ipv4_src = src[0];
+		p->ipv4_dst = k->dst[0];
+	} else {
+		__builtin_memcpy(p->ipv6_src, src, sizeof(p->ipv6_src));
+		__builtin_memcpy(p->ipv6_dst, k->dst, sizeof(p->ipv6_dst));
+	}
+}
+
 /* The helper itself, for a miss or a bypass; @p filled from @f first, or
- * by the caller when @f is NULL. */
-static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xnf_pkt *f, __u32 iif,
+ * with @f NULL from the key, @src and @len (fib_fill_key): a hit never
+ * pays for filling it. */
+static __always_inline long fib_cache_helper(struct xdp_md *ctx, const struct xnf_pkt *f,
+					     const struct xnf_fib_cache_key *k, const __u32 *src, __u32 len,
 					     struct bpf_fib_lookup *p, __u32 flags)
 {
 	if (f)
-		fib_fill(f, iif, p);
+		fib_fill(f, k->ifindex, p);
+	else
+		fib_fill_key(k, src, len, p);
 	return bpf_fib_lookup(ctx, p, sizeof(*p), flags);
 }
 
@@ -219,12 +243,13 @@ static __always_inline int fib_via_gateway(const struct bpf_fib_lookup *p, const
  * filled a slot), the next hop's slot in neigh_use in @neigh (kept in the
  * entry, so a hit hashes nothing) and whether the next hop is a gateway in
  * @gw; both are left alone otherwise. On a miss or a bypass the helper
- * gets @p, filled from @f (fib_fill) or, with @f NULL, as the caller
- * filled it; a hit never pays for filling it. @len is the IP length a hit
+ * gets @p, filled from @f (fib_fill) or, with @f NULL, from @key, @src
+ * and @len (fib_fill_key); a hit never pays for filling it. @len is the IP length a hit
  * checks against the route's MTU. @outcome says how it was answered.
  */
 static __always_inline long fib_lookup_cached_key(struct xdp_md *ctx, struct xnf_fib_cache_key *key, __u32 len,
-						  const struct xnf_pkt *f, struct bpf_fib_lookup *p, __u32 flags,
+						  const struct xnf_pkt *f, const __u32 *src, struct bpf_fib_lookup *p,
+						  __u32 flags,
 						  __u32 *outcome, __u32 *neigh, __u32 *gw)
 {
 	struct xnf_fib_cache_slot *sl;
@@ -238,7 +263,7 @@ static __always_inline long fib_lookup_cached_key(struct xdp_md *ctx, struct xnf
 	aside = key->family == AF_INET ? XNF_FIB_ASIDE_V4 : XNF_FIB_ASIDE_V6;
 	if (!ctl || (ctl->aside & aside) || bpf_jiffies64() > ctl->lease_until) {
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, key->ifindex, p, flags);
+		return fib_cache_helper(ctx, f, key, src, len, p, flags);
 	}
 	/* Both before the helper: see the top of this file. */
 	gen = ctl->gen;
@@ -249,7 +274,7 @@ static __always_inline long fib_lookup_cached_key(struct xdp_md *ctx, struct xnf
 	if (!sl) {
 		/* A CPU beyond the ones possible at load: no region. */
 		*outcome = XNF_FC_BYPASS;
-		return fib_cache_helper(ctx, f, key->ifindex, p, flags);
+		return fib_cache_helper(ctx, f, key, src, len, p, flags);
 	}
 	seq = sl->seq;
 	xnf_barrier();
@@ -276,7 +301,7 @@ static __always_inline long fib_lookup_cached_key(struct xdp_md *ctx, struct xnf
 		}
 	}
 	*outcome = XNF_FC_MISS;
-	rc = fib_cache_helper(ctx, f, key->ifindex, p, flags);
+	rc = fib_cache_helper(ctx, f, key, src, len, p, flags);
 	/* On success the helper leaves the route's MTU in mtu_result (the
 	 * union with tot_len). A kernel that did not would leave tot_len
 	 * there: larger packets would then go to the kernel, never out
@@ -321,7 +346,7 @@ static __always_inline long fib_lookup_cached(struct xdp_md *ctx, const struct x
 	} else {
 		__builtin_memcpy(key.dst, f->dst, sizeof(key.dst));
 	}
-	return fib_lookup_cached_key(ctx, &key, f->ip_end - f->l3_off, f, p, flags, outcome, neigh, &gw);
+	return fib_lookup_cached_key(ctx, &key, f->ip_end - f->l3_off, f, 0, p, flags, outcome, neigh, &gw);
 }
 
 /* One more change seen by the kernel (see fib_kgen). */
