@@ -77,8 +77,10 @@ impl StageNf for Lb {
     }
 
     /// Made afresh from the interfaces by every upgrade, so that an upgrade
-    /// from a build without the map never runs a program on an empty one.
-    const REBUILT: &'static [&'static str] = &["own_macs"];
+    /// from a build without the map never runs a program on an empty one;
+    /// and each CPU's service cache, empty: nothing an older build's
+    /// programs filled it with is taken for the new build's records.
+    const REBUILT: &'static [&'static str] = &["own_macs", "svc_cache"];
 
     fn rebuild(maps: &LbMaps) -> Result<()> {
         write_own_macs(maps)
