@@ -157,6 +157,25 @@ impl XdpLink {
         Ok(())
     }
 
+    /// The XDP link that holds program `prog_id` on `ifindex`, whoever
+    /// holds the link (a process's fd, a pin): the program id is unique,
+    /// so an ifindex of another namespace cannot be mistaken for this one.
+    pub fn holding(prog_id: u32, ifindex: u32) -> Result<Option<XdpLink>> {
+        let mut id = 0u32;
+        // SAFETY: plain syscalls on ids; every fd returned is owned below.
+        while unsafe { libbpf_sys::bpf_link_get_next_id(id, &mut id) } == 0 {
+            let fd = unsafe { libbpf_sys::bpf_link_get_fd_by_id(id) };
+            if fd < 0 {
+                continue; // gone meanwhile
+            }
+            let link = XdpLink { fd: unsafe { OwnedFd::from_raw_fd(fd) } };
+            if link.info().is_ok_and(|(i, p)| i == ifindex && p == prog_id) {
+                return Ok(Some(link));
+            }
+        }
+        Ok(None)
+    }
+
     /// `(ifindex, program id)`; ifindex 0 once the device is gone.
     pub fn info(&self) -> Result<(u32, u32)> {
         let info = libbpf_rs::query::LinkInfo::from_fd(self.fd.as_fd()).context("reading link info")?;

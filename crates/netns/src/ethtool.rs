@@ -61,7 +61,7 @@ struct EthtoolValue {
 }
 
 /// A socket to send ioctls on (any socket of the namespace will do).
-fn ioctl_socket() -> Result<OwnedFd> {
+pub(crate) fn ioctl_socket() -> Result<OwnedFd> {
     // SAFETY: plain socket(2); the fd is owned below.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -91,7 +91,7 @@ fn ethtool(sock: &OwnedFd, ifname: &str, cmd: u32, data: u32) -> std::io::Result
 
 /// Runs the ethtool command whose struct (fixed part and variable array)
 /// fills `buf` on `ifname`; the kernel writes its answer into `buf`.
-fn ethtool_buf(sock: &OwnedFd, ifname: &str, buf: &mut [u64]) -> std::io::Result<()> {
+pub(crate) fn ethtool_buf(sock: &OwnedFd, ifname: &str, buf: &mut [u64]) -> std::io::Result<()> {
     // SAFETY: all-zero is a valid ifreq (a name of NULs, a null pointer).
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(ifname.bytes()) {
@@ -108,17 +108,33 @@ fn ethtool_buf(sock: &OwnedFd, ifname: &str, buf: &mut [u64]) -> std::io::Result
 }
 
 /// `buf` as bytes, to read and write the ethtool structs' fields in.
-fn bytes_of(buf: &mut [u64]) -> &mut [u8] {
+pub(crate) fn bytes_of(buf: &mut [u64]) -> &mut [u8] {
     // SAFETY: any bytes are valid u64s and u8s; the slice covers exactly `buf`.
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) }
 }
 
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_ne_bytes());
 }
 
-fn get_u32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// How many strings string set `set` of `ifname` has (None: the driver
+/// has no such set).
+pub(crate) fn string_count(sock: &OwnedFd, ifname: &str, set: u32) -> Result<Option<usize>> {
+    // struct ethtool_sset_info: cmd, reserved, sset_mask (u64), a count per set asked.
+    let mut info = [0u64; 3];
+    let b = bytes_of(&mut info);
+    put_u32(b, 0, ETHTOOL_GSSET_INFO);
+    b[8..16].copy_from_slice(&(1u64 << set).to_ne_bytes());
+    ethtool_buf(sock, ifname, &mut info).map_err(|e| explain(e, ifname, "reading the driver's string sets"))?;
+    let b = bytes_of(&mut info);
+    if u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes")) & (1 << set) == 0 {
+        return Ok(None);
+    }
+    Ok(Some(get_u32(b, 16) as usize))
 }
 
 /// The driver's statistics of `ifname` by name, in the driver's order
@@ -128,17 +144,7 @@ pub fn stats(ifname: &str) -> Result<Vec<(String, u64)>> {
     check_ifname(ifname)?;
     let sock = ioctl_socket()?;
     let err = |e| explain(e, ifname, "reading the driver's statistics");
-    // struct ethtool_sset_info: cmd, reserved, sset_mask (u64), a count per set asked.
-    let mut info = [0u64; 3];
-    let b = bytes_of(&mut info);
-    put_u32(b, 0, ETHTOOL_GSSET_INFO);
-    b[8..16].copy_from_slice(&(1u64 << ETH_SS_STATS).to_ne_bytes());
-    ethtool_buf(&sock, ifname, &mut info).map_err(err)?;
-    let b = bytes_of(&mut info);
-    if u64::from_ne_bytes(b[8..16].try_into().expect("8 bytes")) & (1 << ETH_SS_STATS) == 0 {
-        return Ok(Vec::new());
-    }
-    let n = get_u32(b, 16) as usize;
+    let Some(n) = string_count(&sock, ifname, ETH_SS_STATS)? else { return Ok(Vec::new()) };
     // struct ethtool_gstrings: cmd, string_set, len, then len names of 32 bytes.
     let mut names = vec![0u64; (12 + n * ETH_GSTRING_LEN).div_ceil(8)];
     let b = bytes_of(&mut names);
@@ -164,7 +170,7 @@ pub fn stats(ifname: &str) -> Result<Vec<(String, u64)>> {
 }
 
 /// The error of an ethtool command on `ifname`, saying what to check.
-fn explain(e: std::io::Error, ifname: &str, what: &str) -> anyhow::Error {
+pub(crate) fn explain(e: std::io::Error, ifname: &str, what: &str) -> anyhow::Error {
     let why = match e.raw_os_error() {
         Some(libc::ENODEV) => "no such interface in this network namespace (see `ip link`)".to_owned(),
         Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => format!("its driver cannot change this ({e})"),

@@ -37,6 +37,7 @@
 mod addr;
 mod cmd;
 mod config;
+pub mod devsettings;
 pub mod ethtool;
 pub mod netlink;
 mod netns;

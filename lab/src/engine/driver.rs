@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use super::measure::{self, Counters, Labels, Probe, Timing};
 use super::params::{self, Param, Point, Value};
+use super::placement::{DutCpu, Placed, Placement};
 use super::profiling::ProfileArgs;
 pub use super::profiling::ProfileLevel;
 use super::progress::Progress;
@@ -51,6 +52,13 @@ pub struct Common {
     /// CPU the generator runs on with one queue (default: the last one).
     #[arg(long)]
     pub cpu: Option<usize>,
+    /// CPUs serving dut's ingress (threaded NAPI, pinned), one per queue:
+    /// auto (the CPUs the generators leave, if any), shared (wherever the
+    /// kernel runs it: on veth, the sending CPU), or CPU numbers. With a
+    /// CPU of its own, dut's CPU per packet is measured apart and frames
+    /// are lost in front of dut when it falls behind, as on a NIC.
+    #[arg(long, default_value = "auto", value_parser = DutCpu::parse, value_name = "auto|shared|CPU[,CPU...]")]
+    pub dut_cpu: DutCpu,
     /// Also search each variant's highest rate with at most PCT % loss
     /// (RFC 2544 style: step halved on each change of direction, the first
     /// interval after a rate change discarded).
@@ -117,13 +125,14 @@ impl Common {
         self.profiling.check()?;
         let gen = self.cpu.unwrap_or(ncpu.saturating_sub(1));
         ensure!(gen < ncpu, "--cpu {gen} does not exist (this machine has {ncpu})");
+        self.dut_cpu.place(&[gen], ncpu)?;
         Ok(Cpus { gen, count: ncpu })
     }
 
     /// The options as the results record them: these and the experiment's own.
     fn record(&self, cpus: Cpus, own: &impl Serialize) -> serde_json::Value {
         let mut o = serde_json::json!({
-            "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen,
+            "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen, "dut_cpu": self.dut_cpu,
             "zero_loss": self.zero_loss, "load_steps": self.load_curve, "load_rates": self.load_rates, "profile": self.profiling.profile,
         });
         if let (Some(o), Ok(serde_json::Value::Object(own))) = (o.as_object_mut(), serde_json::to_value(own)) {
@@ -182,6 +191,8 @@ pub struct Measuring<'m> {
     pub timing: &'m Timing,
     pub plan: &'m measure::Plan,
     pub pg: &'m mut Progress,
+    /// Where dut's ingress is served at this point ([`super::placement`]).
+    pub placed: &'m Placed,
 }
 
 /// A variant set up at a point for one run.
@@ -200,7 +211,7 @@ pub trait Running {
     /// rest for [`Experiment::finish`].
     fn measure(&self, m: Measuring) -> Result<measure::Measured> {
         let gens = m.gens.context("the point has no traffic to measure this variant's counters with")?;
-        let probe = Probe { gens, counters: self.counters()? };
+        let probe = Probe { gens, counters: self.counters()?, placed: m.placed };
         measure::variant(&probe, m.labels, m.timing, m.plan, m.pg)
     }
 
@@ -253,6 +264,17 @@ pub trait Experiment: Serialize {
     /// for the progress bar.
     fn planned_seconds(&self, t: &Timing, plan: &measure::Plan) -> f64 {
         measure::planned_seconds(t, plan)
+    }
+
+    /// Whether the driver serves dut's ingress where `--dut-cpu` says at
+    /// points with the driver's generator: the rate experiments (router,
+    /// actions, chain, lb) say yes. The others keep the kernel's
+    /// placement: they place their own threads (the filter's victim, the
+    /// stack's co-runner, a latency probe's CPU) or count every frame lost
+    /// as the disruption they measure, which a generator outrunning dut
+    /// would swamp.
+    fn places_dut(&self) -> bool {
+        false
     }
 
     /// Changes the topology before it is built.
@@ -358,13 +380,24 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
         res.notes.extend(at.notes.iter().map(|n| format!("{label}: {n}")));
         let (gen_ns, gen_if) = t.endpoint(&t.roles()?.gen)?;
         let gen_cpus = measure::gen_cpus(cpus.gen, queues);
+        let placement = match at.traffic.is_some() && e.places_dut() {
+            true => c.dut_cpu.place(&gen_cpus, cpus.count)?,
+            false => Placement::Shared { gen: gen_cpus.clone() },
+        };
+        if at.traffic.is_some() {
+            res.notes.push(format!("{label}: {}", placement.describe()));
+        }
         for run in 0..c.runs {
             for v in alternated(&variants, run) {
                 let l = Labels { variant: v.name(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({label}), run {}/{}, {}", pi + 1, points.len(), run + 1, c.runs, l.variant));
                 let running = e.set_up(t, point, v, cpus, &pg)?;
+                let placed = placement.apply(t).with_context(|| format!("{}: serving dut's ingress on its own CPU (--dut-cpu shared does not)", l.variant))?;
+                if placed.gro_for_napi && run == 0 {
+                    res.notes.push(format!("{label}: {}: GRO turned on at dut's ingress to give the veth NAPI (no XDP program there)", l.variant));
+                }
                 let gens = at.traffic.as_ref().map(|tr| measure::start_generators(gen_ns, &gen_if, tr, &gen_cpus, 0)).transpose()?;
-                let measured = running.measure(Measuring { gens: gens.as_ref(), labels: &l, timing: &timing, plan: &plan, pg: &mut pg })?;
+                let measured = running.measure(Measuring { gens: gens.as_ref(), labels: &l, timing: &timing, plan: &plan, pg: &mut pg, placed: &placed })?;
                 if let Some(gens) = gens {
                     // Paused before stopping: a live-frame call sized while
                     // paused (cheap tries) would otherwise run its many

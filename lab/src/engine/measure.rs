@@ -12,6 +12,7 @@ use xnf_netns::Netns;
 use xnf_packet::PacketBuilder;
 
 use super::cpu::{self, CpuTimes};
+use super::placement::Placed;
 use super::progress::Progress;
 pub use super::results::Labels;
 use super::results::{Loss, Point, Results, Sample, SampleKind};
@@ -61,6 +62,9 @@ pub type During<'a> = Box<dyn Fn(SampleKind, f64) -> Result<()> + 'a>;
 pub struct Probe<'a> {
     pub gens: &'a Generator,
     pub counters: Counters<'a>,
+    /// dut's NAPI threads when it has CPUs of its own: their run time is
+    /// read with the counters.
+    pub placed: &'a Placed,
 }
 
 /// Counters at one instant.
@@ -71,6 +75,7 @@ pub struct Counts {
     dut_tx: Option<u64>,
     received: u64,
     corunner: Option<u64>,
+    dut_ns: Option<u64>,
     cpus: Vec<CpuTimes>,
 }
 
@@ -86,6 +91,7 @@ impl Probe<'_> {
             },
             received: (p.received)().context("reading the receive counter")?,
             corunner: p.corunner.as_ref().map(|c| c()).transpose()?,
+            dut_ns: self.placed.dut_runtime_ns()?,
             cpus: cpu::sample()?,
         });
         if let Some(hook) = &p.on_read {
@@ -190,6 +196,9 @@ pub fn sample(l: &Labels, kind: SampleKind, a: &Counts, b: &Counts, secs: f64) -
     let mut s = Sample::of(l, kind, secs, (sent, received), loss, &cpu::delta(&b.cpus, &a.cpus));
     if let (Some(x), Some(y)) = (a.corunner, b.corunner) {
         s.corunner_per_s = Some(y.saturating_sub(x) as f64 / secs);
+    }
+    if let (Some(x), Some(y), true) = (a.dut_ns, b.dut_ns, dut_rx > 0) {
+        s.dut_ns_per_packet = Some(y.saturating_sub(x) as f64 / dut_rx as f64);
     }
     s
 }

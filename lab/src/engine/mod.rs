@@ -4,6 +4,7 @@
 
 pub mod attach;
 pub mod bird;
+pub mod borrowed;
 pub mod cpu;
 pub mod driver;
 pub mod eventargs;
@@ -13,6 +14,7 @@ pub mod mrt;
 pub mod nft;
 pub mod params;
 pub mod peers;
+pub mod placement;
 pub mod profiling;
 pub mod progress;
 pub mod results;
@@ -40,6 +42,8 @@ pub fn remove_everything_on_interrupt() -> Result<()> {
         // Before the namespaces go: the commands run inside them.
         peers::detach_pending();
         bird::kill_all();
+        // Before the namespaces go: a borrowed veth would go with them.
+        borrowed::restore_pending();
         xnf_chain::podman::remove_live();
         if let Err(e) = xnf_netns::cleanup_all() {
             eprintln!("xnf lab: {e:#}");
@@ -67,6 +71,8 @@ pub fn unless_interrupted(r: Result<()>) -> Result<()> {
 /// Removes what lab and test runs that were killed left behind, saying so
 /// through `lines`.
 pub fn remove_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
+    // Before the namespaces go: a borrowed veth would go with them.
+    borrowed::restore_stale(lines)?;
     for stale in xnf_netns::cleanup_stale()? {
         lines(&format!("removed {stale}, left by a lab or test run that was killed"));
     }

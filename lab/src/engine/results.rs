@@ -121,6 +121,12 @@ pub struct Sample {
     /// receive side's cost (dut + sink), without the generator (system time).
     #[serde(default, deserialize_with = "nan_if_null")]
     pub softirq_ns_per_packet: f64,
+    /// dut's own CPU time divided by the frames dut received, when its
+    /// ingress is served on CPUs of its own ([`super::placement`]): the
+    /// run time of its NAPI threads, apart from the generator's and the
+    /// sink's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dut_ns_per_packet: Option<f64>,
     /// Request/response transactions per second of an application running
     /// beside the traffic during the interval (`xnf lab filter`'s victim);
     /// absent in the other experiments.
@@ -166,6 +172,7 @@ impl Sample {
             cpus: cpu::shares(cpus),
             ns_per_packet: per_packet(cpu::busy_ns(cpus)),
             softirq_ns_per_packet: per_packet(cpu::softirq_ns(cpus)),
+            dut_ns_per_packet: None,
             transactions_per_s: None,
             corunner_per_s: None,
         }
@@ -188,6 +195,9 @@ pub struct Summary {
     pub median_ns_per_packet: f64,
     #[serde(default)]
     pub median_softirq_ns_per_packet: f64,
+    /// Median of the samples' dut CPU per packet, when dut had CPUs of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_dut_ns_per_packet: Option<f64>,
     /// Median of the zero-loss searches' answers, when searched.
     pub zero_loss_mpps: Option<f64>,
 }
@@ -312,6 +322,7 @@ impl Results {
                 let mut mpps: Vec<f64> = of.iter().map(|s| s.mpps).collect();
                 let mut ns: Vec<f64> = of.iter().map(|s| s.ns_per_packet).collect();
                 let mut si: Vec<f64> = of.iter().map(|s| s.softirq_ns_per_packet).collect();
+                let mut dut: Vec<f64> = of.iter().filter_map(|s| s.dut_ns_per_packet).collect();
                 let mut zl: Vec<f64> = zero_loss.iter().filter(|(v, p, _)| *v == variant && *p == point).map(|z| z.2 / 1e6).collect();
                 Summary {
                     runs: of.len(),
@@ -320,6 +331,7 @@ impl Results {
                     median_mpps: median(&mut mpps),
                     median_ns_per_packet: median(&mut ns),
                     median_softirq_ns_per_packet: median(&mut si),
+                    median_dut_ns_per_packet: (!dut.is_empty()).then(|| median(&mut dut)),
                     zero_loss_mpps: (!zl.is_empty()).then(|| median(&mut zl)),
                     variant,
                     point,
@@ -395,6 +407,7 @@ impl Results {
                 "ns_per_packet",
                 "softirq_ns_per_packet",
                 "transactions_per_s",
+                "dut_ns_per_packet",
             ]
             .map(String::from),
         );
@@ -437,6 +450,7 @@ impl Results {
                 format!("{:.1}", s.ns_per_packet),
                 format!("{:.1}", s.softirq_ns_per_packet),
                 s.transactions_per_s.map_or(String::new(), |t| format!("{t:.0}")),
+                s.dut_ns_per_packet.map_or(String::new(), |d| format!("{d:.1}")),
             ]);
             for c in 0..ncpu {
                 let share = s.cpus.get(c).copied().unwrap_or_default();
@@ -494,6 +508,7 @@ mod tests {
             cpus: vec![CpuShare { cpu: 0, user_pct: 1.0, system_pct: 2.0, softirq_pct: 50.0, busy_pct: 53.0 }],
             ns_per_packet: 100.0,
             softirq_ns_per_packet: 90.0,
+            dut_ns_per_packet: None,
             transactions_per_s: None,
             corunner_per_s: None,
         }

@@ -47,11 +47,16 @@ pub fn print(r: &Results) {
 /// The summary and ratio tables (shared by the experiments).
 pub fn print_summary(r: &Results) {
     let (w, v) = (point_width(r), variant_width(r, 13));
-    println!("\n{:<v$} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>8} {:>15}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq", "zero-loss Mpps");
+    // dut's own CPU per packet: a column when dut had CPUs of its own.
+    let placed = r.summary.iter().any(|s| s.median_dut_ns_per_packet.is_some());
+    let dut_col = |d: &str| if placed { format!(" {d:>10}") } else { String::new() };
+    let head = format!("{:<v$} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>8}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq");
+    println!("\n{head}{} {:>15}", dut_col("dut ns/pkt"), "zero-loss Mpps");
     for s in &r.summary {
         let zl = s.zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
+        let dut = s.median_dut_ns_per_packet.map(|d| format!("{d:.0}")).unwrap_or("-".into());
         println!(
-            "{:<v$} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0} {:>15}",
+            "{:<v$} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0}{} {:>15}",
             s.variant,
             r.label(&s.point),
             s.median_mpps,
@@ -59,13 +64,22 @@ pub fn print_summary(r: &Results) {
             s.max_mpps,
             s.median_ns_per_packet,
             s.median_softirq_ns_per_packet,
+            dut_col(&dut),
             zl
         );
+    }
+    if placed {
+        println!("(dut ns/pkt = the run time of dut's NAPI threads, on CPUs of their own, per frame dut received: dut's CPU alone)");
     }
     for ratio in &r.ratios {
         let ns = |v: &str| r.summary_of(v, &ratio.point).map(|s| 1e3 / s.median_mpps);
         print!("\n{} / {} = {:.2}x at {}", ratio.numerator, ratio.denominator, ratio.ratio, r.label(&ratio.point));
-        if let (Some(k), Some(x), Some(d)) = (ns(&ratio.denominator), ns(&ratio.numerator), ns("dut-drop")) {
+        let dut = |v: &str| r.summary_of(v, &ratio.point).and_then(|s| s.median_dut_ns_per_packet);
+        if let (Some(n), Some(d)) = (dut(&ratio.numerator), dut(&ratio.denominator)) {
+            print!("\n  dut's CPU per packet: {} {d:.0} ns, {} {n:.0} ns = {:.2}x less", ratio.denominator, ratio.numerator, d / n);
+        }
+        let placed = dut(&ratio.numerator).is_some();
+        if let (Some(k), Some(x), Some(d), false) = (ns(&ratio.denominator), ns(&ratio.numerator), ns("dut-drop"), placed) {
             print!(
                 "\n  time per packet: {} {k:.0} ns, {} {x:.0} ns, generating + receiving {d:.0} ns; forwarding + sink receive: {:.0} vs {:.0} ns = {:.2}x",
                 ratio.denominator,

@@ -70,6 +70,12 @@ pub struct LinkSpec {
     pub a_addr: Vec<String>,
     #[serde(default)]
     pub b_addr: Vec<String>,
+    /// Ends that exist already instead of a veth pair: `DEV` (in the
+    /// host's namespace) or `NETNS:DEV`, for `a` and `b`. Both or none.
+    /// The lab borrows them and gives them back as it found them
+    /// ([`super::borrowed`]).
+    pub a_existing: Option<String>,
+    pub b_existing: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -218,6 +224,10 @@ impl TopologySpec {
             if let Some(mtu) = l.mtu {
                 ensure!((68..=65535).contains(&mtu), "{what}: mtu must be 68..=65535");
             }
+            ensure!(
+                l.a_existing.is_some() == l.b_existing.is_some(),
+                "{what}: give both a_existing and b_existing (a link joins two existing interfaces, or the lab makes a veth pair)"
+            );
             for a in l.a_addr.iter().chain(&l.b_addr) {
                 ensure!(a.contains('/'), "{what}: address `{a}` needs a prefix length, e.g. {a}/24");
                 check_test_addr(a).with_context(|| what.clone())?;
@@ -305,6 +315,8 @@ pub struct BuiltTopology {
     // Attachments are dropped (detached) before the namespaces.
     attachments: Vec<(String, String, LabAttachment)>,
     routers: Vec<super::NfGuard>,
+    // Given back after the functions are detached, before the namespaces go.
+    borrowed: Vec<super::borrowed::BorrowGuard>,
     names: HashMap<String, usize>,
     topo: Topology,
 }
@@ -327,13 +339,17 @@ impl BuiltTopology {
     /// Creates everything in order: namespaces and sysctls, links, addresses,
     /// routes, neighbours, functions. On failure all of it is removed.
     pub fn build(spec: &TopologySpec, progress: &mut dyn FnMut(&str)) -> Result<BuiltTopology> {
+        // Every existing interface can be borrowed, or nothing is built.
+        for e in spec.links.iter().flat_map(|l| [&l.a_existing, &l.b_existing]).flatten() {
+            super::borrowed::check(&super::borrowed::Existing::parse(e)?)?;
+        }
         let mut topo = Topology::new();
         let mut names = HashMap::new();
         for n in &spec.namespaces {
             topo.add(&n.name)?;
             names.insert(n.name.clone(), topo.nodes().len() - 1);
         }
-        let mut built = BuiltTopology { spec: spec.clone(), attachments: Vec::new(), routers: Vec::new(), names, topo };
+        let mut built = BuiltTopology { spec: spec.clone(), attachments: Vec::new(), routers: Vec::new(), borrowed: Vec::new(), names, topo };
         for n in &spec.namespaces {
             let ns = built.ns(&n.name)?;
             if n.forwarding {
@@ -343,12 +359,28 @@ impl BuiltTopology {
                 ns.sysctl_set(k, v).with_context(|| format!("namespace {}: sysctl {k}", n.name))?;
             }
         }
+        // Given back if the build fails, as the namespaces are removed.
+        let mut borrowed = Vec::new();
         for l in &spec.links {
             let (an, ad) = split_endpoint(&l.a)?;
             let (bn, bd) = split_endpoint(&l.b)?;
             let (a, b) = (built.ns(an)?, built.ns(bn)?);
-            xnf_netns::veth(a, &ifname(ad), b, &ifname(bd), l.queues)?;
+            let existing = match (&l.a_existing, &l.b_existing) {
+                (Some(ea), Some(eb)) => {
+                    let (ea, eb) = (super::borrowed::Existing::parse(ea)?, super::borrowed::Existing::parse(eb)?);
+                    borrowed.push(super::borrowed::borrow(&ea, a, &ifname(ad))?);
+                    borrowed.push(super::borrowed::borrow(&eb, b, &ifname(bd))?);
+                    true
+                }
+                _ => {
+                    xnf_netns::veth(a, &ifname(ad), b, &ifname(bd), l.queues)?;
+                    false
+                }
+            };
             for (ns, dev, addrs) in [(a, ifname(ad), &l.a_addr), (b, ifname(bd), &l.b_addr)] {
+                if let (true, Some(q)) = (existing, l.queues) {
+                    ns.run(|| xnf_netns::devsettings::DevSettings::set_queues(&dev, q)).with_context(|| format!("{dev} in {}", ns.role()))??;
+                }
                 let mut batch = ns.batch();
                 if let Some(mtu) = l.mtu {
                     batch.set_mtu(&dev, mtu)?;
@@ -358,11 +390,13 @@ impl BuiltTopology {
                     batch.addr_add(&dev, addr)?;
                 }
                 batch.apply().with_context(|| format!("configuring {} in {}", dev, ns.role()))?;
-                if let Some(q) = l.queues.filter(|&q| q > 1) {
+                // Not on a borrowed interface: its XPS masks are not recorded.
+                if let (false, Some(q)) = (existing, l.queues.filter(|&q| q > 1)) {
                     steer_tx_by_cpu(ns, &dev, q)?;
                 }
             }
         }
+        built.borrowed = borrowed;
         for r in &spec.routes {
             let ns = built.ns(&r.ns)?;
             let dev = r.dev.as_deref().map(ifname);

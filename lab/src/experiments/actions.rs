@@ -70,6 +70,10 @@ impl Experiment for Actions {
     type Variant = Variant;
     const NAME: &'static str = "actions";
 
+    fn places_dut(&self) -> bool {
+        true
+    }
+
     fn params(&self) -> Vec<Param> {
         vec![params::size(), params::flows(), params::ipv6()]
     }
@@ -135,7 +139,7 @@ impl Experiment for Actions {
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
         res.notes.push(format!(
-            "veth: the generator, dut's XDP program and the action's receiver share CPU {} (softirq on the sending CPU); xdp-cpumap hands frames to CPU {}.",
+            "veth, at points where dut shares the generator's CPU (--dut-cpu shared, or no CPU left for it): the generator, dut's XDP program and the action's receiver share CPU {} (softirq on the sending CPU). xdp-cpumap hands frames to CPU {}, which is dut's own where it has one.",
             cpus.gen,
             (cpus.gen + 1) % cpus.count
         ));

@@ -236,6 +236,10 @@ impl Experiment for Router {
     type Variant = Variant;
     const NAME: &'static str = "router";
 
+    fn places_dut(&self) -> bool {
+        true
+    }
+
     fn params(&self) -> Vec<Param> {
         let mut p = params::legacy();
         // Described only when swept: untagged results read as they did.
@@ -360,7 +364,7 @@ impl Experiment for Router {
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
         res.notes.push(format!(
-            "veth: every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone.",
+            "veth, at points where dut shares the generators' CPUs (--dut-cpu shared, or no CPU left for it): every stage (generator, dut, sink) runs in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole chain, and dut-drop is the cost of generating and receiving alone. Where dut has a CPU of its own, the rate is dut's (or the generator's, if slower) and `dut ns/pkt` its CPU alone.",
             cpus.gen
         ));
         if self.tagged() {

@@ -226,6 +226,7 @@ mod tests {
             cpus: vec![CpuShare { cpu: 0, user_pct: 1.0, system_pct: 2.0, softirq_pct: softirq, busy_pct: softirq + 3.0 }],
             ns_per_packet: 100.0,
             softirq_ns_per_packet: 90.0,
+            dut_ns_per_packet: None,
             transactions_per_s: None,
             corunner_per_s: None,
         }

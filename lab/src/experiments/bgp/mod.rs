@@ -253,6 +253,8 @@ impl Experiment for Bgp {
             mtu: None,
             a_addr: vec!["198.18.2.1/24".into(), "2001:db8:2::1/64".into()],
             b_addr: vec!["198.18.2.2/24".into(), "2001:db8:2::2/64".into()],
+            a_existing: None,
+            b_existing: None,
         });
         for (to, via) in [("198.18.0.0/15", "198.18.2.1"), ("2001:db8::/32", "2001:db8:2::1")] {
             spec.routes.push(RouteSpec { ns: "peer".into(), to: to.into(), via: Some(via.into()), dev: None, count: None });

@@ -136,6 +136,10 @@ impl Experiment for Chain {
     type Variant = Variant;
     const NAME: &'static str = "chain";
 
+    fn places_dut(&self) -> bool {
+        true
+    }
+
     fn params(&self) -> Vec<Param> {
         vec![params::size(), params::flows(), params::queues(), params::nfs()]
     }
@@ -246,7 +250,7 @@ impl Experiment for Chain {
         // xnf's run files of dut, which is gone now.
         xnf_core::state::gc_dead_namespaces();
         res.notes.push(format!(
-            "veth: the generator, dut, every NF and the sink run in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole path.",
+            "veth, at points where dut shares the generators' CPUs (--dut-cpu shared, or no CPU left for it): the generator, dut, every NF and the sink run in softirq on the generating CPU (CPU {}; with N queues CPUs 0..N-1, one generator each); rates are of the whole path.",
             cpus.gen
         ));
         let hops = self.hops.take();

@@ -52,6 +52,7 @@ impl Call {
             ns_per_packet: ns,
             // Not softirq: a test run runs in the calling thread's syscall.
             softirq_ns_per_packet: 0.0,
+            dut_ns_per_packet: None,
             transactions_per_s: None,
             corunner_per_s: None,
         }

@@ -28,10 +28,11 @@ use super::blocklist::BlocklistKind;
 use super::flood::Flood;
 use super::summary::{self, Interval};
 use super::variants::{Setup, Variant};
-use super::{napi, probe, rr, Cores, Filter, FloodKind, Rate, SERVICE_PORT};
+use super::{probe, rr, Cores, Filter, FloodKind, Rate, SERVICE_PORT};
 use crate::engine::driver::{variant_name, AtPoint, Cpus, Experiment, Measuring, Running, VariantName};
 use crate::engine::measure::{self, Plan, Timing};
 use crate::engine::params::{self, Param, Point, Value};
+use crate::engine::placement;
 use crate::engine::progress::Progress;
 use crate::engine::results::Results;
 use crate::engine::topology::{ifname, BuiltTopology, RouteSpec, TopologySpec};
@@ -156,8 +157,11 @@ impl Experiment for Filter {
         let setup = Setup::new(v, dut, &din, &at.flood, self.xdp_filter.as_deref()).with_context(|| v.name())?;
         // Threaded NAPI needs the NAPI an XDP program brings, and every
         // XDP change makes its thread again.
-        napi::threaded(dut, &din)?;
-        napi::pin(&din, cores.rx)?;
+        placement::serve_threaded(dut, &din)?;
+        for pid in placement::threads_of(&din)? {
+            // Real-time, as a softirq would be: the victim shares the CPU.
+            placement::pin(pid, cores.rx, Some(placement::PRIORITY)).with_context(|| format!("{din}'s NAPI thread {pid}"))?;
+        }
         Ok(Box::new(Run { setup, exp: self, t, at, cores }))
     }
 

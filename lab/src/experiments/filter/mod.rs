@@ -25,7 +25,7 @@
 //! (`--cpu`, default the last one) — the attacking machine. The victim's
 //! side is the other CPU (`--app-cpu`, default the first): dut's ingress
 //! is served there by its NAPI loop, threaded and pinned at real-time
-//! priority (`--rx-cpu`, see [`napi`]: the receive queue whose interrupt
+//! priority (`--rx-cpu`, see [`crate::engine::placement`]: the receive queue whose interrupt
 //! is on that core), and the server and its client run there too, blocking
 //! in `read`; whatever dut forwards to the victim is received on that CPU
 //! as well. So the flood and the victim's requests share one receive ring
@@ -61,7 +61,6 @@
 pub mod blocklist;
 pub mod experiment;
 pub mod flood;
-pub mod napi;
 pub mod probe;
 pub mod rr;
 pub mod summary;

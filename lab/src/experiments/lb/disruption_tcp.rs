@@ -226,6 +226,8 @@ impl TcpPart {
                 mtu: Some(1600),
                 a_addr: vec![Family::Ipv4.gateway_cidr(i)],
                 b_addr: vec![format!("{}/24", setup::backend(i))],
+                a_existing: None,
+                b_existing: None,
             });
             spec.neighbours.push(NeighbourSpec { ns: dut.clone(), ip: setup::backend(i).to_string(), dev: format!("bk{i}"), mac: format!("{be}:be") });
             let via = Some(setup::backend_gateway(i).to_string());

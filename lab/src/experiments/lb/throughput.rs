@@ -237,6 +237,10 @@ impl Experiment for Throughput {
     type Variant = Variant;
     const NAME: &'static str = "lb";
 
+    fn places_dut(&self) -> bool {
+        true
+    }
+
     fn params(&self) -> Vec<Param> {
         vec![params::size(), params::flows(), backends_param(), params::queues()]
     }
@@ -338,6 +342,8 @@ impl Experiment for Throughput {
                 mtu: Some(1600),
                 a_addr: vec![f.gateway_cidr(i)],
                 b_addr: vec![format!("{}/{len}", f.backend(i))],
+                a_existing: None,
+                b_existing: None,
             });
             spec.neighbours.push(NeighbourSpec { ns: dut.clone(), ip: f.backend(i).to_string(), dev: format!("bk{i}"), mac: format!("{be}:be") });
             spec.functions.push(FunctionSpec { ns: be, kind: FunctionKind::Sink, interfaces: vec!["be".into()] });
