@@ -179,6 +179,19 @@ fn router_experiment_measures_every_variant_and_kind() {
     let head = csv.lines().next().unwrap();
     assert!(head.contains(",variant,size,flows,ipv6,routes,queues,netfilter,run,kind,step,"), "{head}");
     assert!(v["summary"].as_array().unwrap().iter().all(|s| s["zero_loss_mpps"].is_number()));
+    // dut's ingress on a CPU of its own (--dut-cpu auto) where there is
+    // one: its CPU per packet measured apart, the placement said.
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    if v["machine"]["cores"].as_u64().unwrap() >= 2 {
+        assert!(notes.iter().any(|n| n.contains("dut's ingress served on CPU 0 (threaded NAPI, pinned); the sink's on CPU 1")), "{notes:?}");
+        for s in samples.iter().filter(|s| s["kind"] == "max") {
+            let dut = s["dut_ns_per_packet"].as_f64().unwrap_or_else(|| panic!("no dut CPU per packet: {s}"));
+            assert!(dut > 1.0 && dut < s["ns_per_packet"].as_f64().unwrap(), "dut's CPU per packet is a part of the whole: {s}");
+        }
+        assert!(csv.lines().next().unwrap().contains(",dut_ns_per_packet"));
+    } else {
+        println!("skipped: dut on a CPU of its own needs 2 CPUs, this machine has 1");
+    }
 }
 
 /// `--profile counts --prog-stats`: the twin interval times each BPF
@@ -213,4 +226,20 @@ fn actions_experiment_counts_every_verdict_where_it_lands() {
         let s = v["samples"].as_array().unwrap().iter().find(|s| s["variant"] == variant).unwrap_or_else(|| panic!("no {variant} sample"));
         assert!(s["received"].as_u64().unwrap() > 0, "{variant}: nothing arrived where it is counted: {s}");
     }
+}
+
+/// `--nic`: a knob veth has (offloads) is a sweep dimension; one it lacks
+/// (ring sizes, coalescing) is said once and its points skipped.
+#[test]
+fn nic_knobs_sweep_and_those_veth_lacks_are_said_and_skipped() {
+    let (v, csv) = run_experiment(&["router", "--variants", "kernel", "--nic", "gro=off,on"]);
+    check_accounting(&v, &csv);
+    let gro: Vec<&serde_json::Value> = v["samples"].as_array().unwrap().iter().map(|s| &s["point"]["gro"]).collect();
+    assert_eq!(gro, [&serde_json::json!(false), &serde_json::json!(true)], "one point per value");
+    assert_eq!(v["options"]["nic"][0]["name"], "gro");
+    let (v, _) = run_experiment(&["router", "--variants", "kernel", "--nic", "rx-ring=256,1024", "--nic", "rx-usecs=0"]);
+    assert!(v["samples"].as_array().unwrap().is_empty(), "veth has no rings: nothing measured");
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).filter(|n| n.contains("every point with it skipped")).collect();
+    assert_eq!(notes.len(), 1, "said once: {notes:?}");
+    assert!(notes[0].starts_with("rx-ring: xnfin's driver does not have it (`ethtool -G DEV rx N`:"), "{notes:?}");
 }

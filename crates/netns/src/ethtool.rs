@@ -26,6 +26,10 @@ const ETHTOOL_GSTATS: u32 = 0x1d;
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
 /// The string set of the driver's statistics (`ETH_SS_STATS`).
 const ETH_SS_STATS: u32 = 1;
+/// The string set of offload feature names (`ETH_SS_FEATURES`).
+const ETH_SS_FEATURES: u32 = 4;
+const ETHTOOL_GFEATURES: u32 = 0x3a;
+const ETHTOOL_SFEATURES: u32 = 0x3b;
 const ETH_GSTRING_LEN: usize = 32;
 
 /// An offload feature, by what it does; [`Offload::name`] is ethtool's name.
@@ -213,6 +217,49 @@ pub fn set_offload(ifname: &str, offload: Offload, on: bool) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Turns the offload feature ethtool calls `name` (`ethtool -k` lists
+/// them: `rx-vlan-offload`, `generic-receive-offload`, ...) on or off.
+/// Returns false, changing nothing, when the driver cannot change it
+/// (`[fixed]` in `ethtool -k`).
+pub fn set_feature(ifname: &str, name: &str, on: bool) -> Result<bool> {
+    check_ifname(ifname)?;
+    let sock = ioctl_socket()?;
+    let n = string_count(&sock, ifname, ETH_SS_FEATURES)?.ok_or_else(|| anyhow!("{ifname}: its driver lists no features"))?;
+    let mut names = vec![0u64; (12 + n * ETH_GSTRING_LEN).div_ceil(8)];
+    let b = bytes_of(&mut names);
+    put_u32(b, 0, ETHTOOL_GSTRINGS);
+    put_u32(b, 4, ETH_SS_FEATURES);
+    put_u32(b, 8, n as u32);
+    ethtool_buf(&sock, ifname, &mut names).map_err(|e| explain(e, ifname, "reading feature names"))?;
+    let text = &bytes_of(&mut names)[12..];
+    let bit = (0..n)
+        .find(|i| {
+            let raw = &text[i * ETH_GSTRING_LEN..(i + 1) * ETH_GSTRING_LEN];
+            &raw[..raw.iter().position(|&c| c == 0).unwrap_or(raw.len())] == name.as_bytes()
+        })
+        .ok_or_else(|| anyhow!("{ifname} has no feature `{name}` (ethtool -k {ifname} lists them)"))?;
+    let blocks = n.div_ceil(32);
+    // struct ethtool_gfeatures: cmd, size, then per block {available, requested, active, never_changed}.
+    let mut get = vec![0u64; (2 + 4 * blocks).div_ceil(2)];
+    let b = bytes_of(&mut get);
+    put_u32(b, 0, ETHTOOL_GFEATURES);
+    put_u32(b, 4, blocks as u32);
+    ethtool_buf(&sock, ifname, &mut get).map_err(|e| explain(e, ifname, "reading features"))?;
+    let (block, mask) = (bit / 32, 1u32 << (bit % 32));
+    if get_u32(bytes_of(&mut get), 8 + 16 * block) & mask == 0 {
+        return Ok(false);
+    }
+    // struct ethtool_sfeatures: cmd, size, then per block {valid, requested}.
+    let mut set = vec![0u64; (2 + 2 * blocks).div_ceil(2)];
+    let b = bytes_of(&mut set);
+    put_u32(b, 0, ETHTOOL_SFEATURES);
+    put_u32(b, 4, blocks as u32);
+    put_u32(b, 8 + 8 * block, mask);
+    put_u32(b, 12 + 8 * block, if on { mask } else { 0 });
+    ethtool_buf(&sock, ifname, &mut set).map_err(|e| explain(e, ifname, &format!("turning {name} {}", if on { "on" } else { "off" })))?;
+    Ok(true)
 }
 
 /// Turns off TX checksum offload and TX VLAN offload on `ifname`: what a

@@ -38,6 +38,7 @@ mod addr;
 mod cmd;
 mod config;
 pub mod devsettings;
+pub mod ethnl;
 pub mod ethtool;
 pub mod netlink;
 mod netns;

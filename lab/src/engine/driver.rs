@@ -24,6 +24,7 @@ use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use super::knobs::{self, Knob};
 use super::measure::{self, Counters, Labels, Probe, Timing};
 use super::params::{self, Param, Point, Value};
 use super::placement::{DutCpu, Placed, Placement};
@@ -59,6 +60,15 @@ pub struct Common {
     /// are lost in front of dut when it falls behind, as on a NIC.
     #[arg(long, default_value = "auto", value_parser = DutCpu::parse, value_name = "auto|shared|CPU[,CPU...]")]
     pub dut_cpu: DutCpu,
+    /// A NIC or host knob swept at every point, set on both of dut's
+    /// interfaces (repeatable): rx-ring, tx-ring (ethtool -G), rx-channels,
+    /// tx-channels, combined-channels (-L), rx-usecs, rx-frames, tx-usecs,
+    /// adaptive-rx (-C), gro, lro, rxvlan, txvlan, tso, gso (-K: on/off),
+    /// defer-hard-irqs, gro-flush-timeout (busy polling, sysfs),
+    /// cpu-dma-latency (µs: the C-state limit). A knob the driver lacks is
+    /// said in one line and its points skipped.
+    #[arg(long = "nic", value_parser = Knob::parse, value_name = "KNOB=V[,V...]")]
+    pub nic: Vec<Knob>,
     /// Also search each variant's highest rate with at most PCT % loss
     /// (RFC 2544 style: step halved on each change of direction, the first
     /// interval after a rate change discarded).
@@ -126,13 +136,14 @@ impl Common {
         let gen = self.cpu.unwrap_or(ncpu.saturating_sub(1));
         ensure!(gen < ncpu, "--cpu {gen} does not exist (this machine has {ncpu})");
         self.dut_cpu.place(&[gen], ncpu)?;
+        knobs::check(&self.nic)?;
         Ok(Cpus { gen, count: ncpu })
     }
 
     /// The options as the results record them: these and the experiment's own.
     fn record(&self, cpus: Cpus, own: &impl Serialize) -> serde_json::Value {
         let mut o = serde_json::json!({
-            "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen, "dut_cpu": self.dut_cpu,
+            "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen, "dut_cpu": self.dut_cpu, "nic": self.nic,
             "zero_loss": self.zero_loss, "load_steps": self.load_curve, "load_rates": self.load_rates, "profile": self.profiling.profile,
         });
         if let (Some(o), Ok(serde_json::Value::Object(own))) = (o.as_object_mut(), serde_json::to_value(own)) {
@@ -355,12 +366,12 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     ensure!(!variants.is_empty(), "--variants: name at least one");
     let mut spec = topology(&c.topology, lines)?;
     e.adapt(&mut spec)?;
-    let points = points(e);
+    let points = knobs::sweep(points(e), &c.nic);
     let timing = c.timing();
     let plan = e.plan(c.plan())?;
     let per_variant = e.planned_seconds(&timing, &plan);
     let mut pg = Progress::new(per_variant * (points.len() * variants.len() * c.runs as usize) as f64);
-    let mut res = Results::new(E::NAME, &c.record(cpus, e), e.params());
+    let mut res = Results::new(E::NAME, &c.record(cpus, e), e.params().into_iter().chain(c.nic.iter().map(Knob::param)).collect());
     let mut zl = Vec::new();
     let mut built: Option<(u32, BuiltTopology)> = None;
     for (pi, point) in points.iter().enumerate() {
@@ -376,6 +387,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
         }
         let t = &built.as_ref().expect("built above").1;
         let label = res.label(point);
+        let Some(_knobs) = set_knobs(&c.nic, t, point, &label, &mut res, &mut pg)? else { continue };
         let at = e.at_point(t, point, &pg)?;
         res.notes.extend(at.notes.iter().map(|n| format!("{label}: {n}")));
         let (gen_ns, gen_if) = t.endpoint(&t.roles()?.gen)?;
@@ -421,6 +433,33 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     }
     e.finish(cpus, &mut res)?;
     Ok(res)
+}
+
+/// The point's knobs set on dut's interfaces; None, said in one line and
+/// noted, when one is missing on this driver or machine (the point is skipped).
+fn set_knobs(knobs: &[Knob], t: &BuiltTopology, p: &Point, label: &str, res: &mut Results, pg: &mut Progress) -> Result<Option<knobs::Applied>> {
+    if knobs.is_empty() {
+        return Ok(Some(knobs::Applied::default()));
+    }
+    let roles = t.roles()?;
+    let (ns, din) = t.endpoint(&roles.dut_in)?;
+    let (_, dout) = t.endpoint(&roles.dut_out)?;
+    let devs = if din == dout { vec![din] } else { vec![din, dout] };
+    match knobs::apply(knobs, p, ns, &devs) {
+        Ok(a) => Ok(Some(a)),
+        Err(e) => match e.downcast_ref::<knobs::Skip>() {
+            Some(skip) => {
+                // Once per knob the driver lacks, not once per point.
+                let line = format!("{skip}: every point with it skipped (first: {label})");
+                if !res.notes.iter().any(|n| n.starts_with(&format!("{skip}: "))) {
+                    pg.message(&line);
+                    res.notes.push(line);
+                }
+                Ok(None)
+            }
+            None => Err(e.context(format!("setting --nic knobs at {label}"))),
+        },
+    }
 }
 
 /// Options of type `T` parsed from `args` as the command line would parse

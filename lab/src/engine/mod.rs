@@ -9,6 +9,7 @@ pub mod cpu;
 pub mod driver;
 pub mod eventargs;
 pub mod generator;
+pub mod knobs;
 pub mod measure;
 pub mod mrt;
 pub mod nft;

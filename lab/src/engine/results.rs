@@ -195,6 +195,13 @@ pub struct Summary {
     pub median_ns_per_packet: f64,
     #[serde(default)]
     pub median_softirq_ns_per_packet: f64,
+    /// Sample standard deviation of the runs' rates (None with one run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stddev_mpps: Option<f64>,
+    /// The median rate in Gbit/s on the wire (frame, FCS, preamble and
+    /// inter-frame gap: 20 bytes more than the size), at points with a size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_gbps: Option<f64>,
     /// Median of the samples' dut CPU per packet, when dut had CPUs of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub median_dut_ns_per_packet: Option<f64>,
@@ -241,6 +248,25 @@ pub struct Results {
 /// Seconds since the Unix epoch.
 pub fn now_unix() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The sample standard deviation (n - 1), None below two values.
+pub fn stddev(v: &[f64]) -> Option<f64> {
+    let n = v.len() as f64;
+    if v.len() < 2 {
+        return None;
+    }
+    let mean = v.iter().sum::<f64>() / n;
+    Some((v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt())
+}
+
+/// Bytes a frame of point `p` takes on an Ethernet wire: its size (FCS
+/// included) and 20 of preamble, start delimiter and inter-frame gap; IMIX
+/// (size 0) at its mean of 781 B (the xdp-forward thesis §5.3.7). None
+/// without a size.
+pub fn wire_bytes(p: &Point) -> Option<f64> {
+    let size = p.int("size").ok()?;
+    Some(if size == 0 { 781.0 } else { size as f64 } + 20.0)
 }
 
 pub fn median(v: &mut [f64]) -> f64 {
@@ -325,6 +351,8 @@ impl Results {
                 let mut dut: Vec<f64> = of.iter().filter_map(|s| s.dut_ns_per_packet).collect();
                 let mut zl: Vec<f64> = zero_loss.iter().filter(|(v, p, _)| *v == variant && *p == point).map(|z| z.2 / 1e6).collect();
                 Summary {
+                    stddev_mpps: stddev(&mpps),
+                    median_gbps: wire_bytes(&point).map(|b| median(&mut mpps.clone()) * b * 8.0 / 1e3),
                     runs: of.len(),
                     min_mpps: mpps.iter().cloned().fold(f64::INFINITY, f64::min),
                     max_mpps: mpps.iter().cloned().fold(0.0, f64::max),
@@ -532,6 +560,12 @@ mod tests {
         let k = &r.summary[0];
         assert_eq!((k.variant.as_str(), k.point.int("size").unwrap(), k.runs), ("kernel", 64, 3));
         assert_eq!((k.median_mpps, k.min_mpps, k.max_mpps), (1.0, 0.8, 1.2));
+        // Over the runs 0.8, 1.0, 1.2; on the wire 1 Mpps of 64 + 20 bytes.
+        assert!((k.stddev_mpps.unwrap() - 0.2).abs() < 1e-9, "{:?}", k.stddev_mpps);
+        assert!((k.median_gbps.unwrap() - 0.672).abs() < 1e-9, "{:?}", k.median_gbps);
+        assert_eq!(r.summary[2].stddev_mpps, None, "one run: no deviation");
+        assert_eq!(wire_bytes(&Point::default().with("size", 0u32)), Some(801.0), "IMIX at its mean");
+        assert_eq!(wire_bytes(&Point::default()), None);
         assert_eq!(r.summary[1].zero_loss_mpps, Some(2.0));
         assert_eq!(r.summary[0].zero_loss_mpps, None);
         r.add_ratios("xnf", "kernel");

@@ -50,18 +50,24 @@ pub fn print_summary(r: &Results) {
     // dut's own CPU per packet: a column when dut had CPUs of its own.
     let placed = r.summary.iter().any(|s| s.median_dut_ns_per_packet.is_some());
     let dut_col = |d: &str| if placed { format!(" {d:>10}") } else { String::new() };
-    let head = format!("{:<v$} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>8}", "variant", "point", "median Mpps", "min", "max", "ns/pkt", "softirq");
+    let head = format!(
+        "{:<v$} {:<w$} {:>11} {:>8} {:>8} {:>7} {:>7} {:>7} {:>8}",
+        "variant", "point", "median Mpps", "min", "max", "sd", "Gbit/s", "ns/pkt", "softirq"
+    );
     println!("\n{head}{} {:>15}", dut_col("dut ns/pkt"), "zero-loss Mpps");
     for s in &r.summary {
         let zl = s.zero_loss_mpps.map(|z| format!("{z:.3}")).unwrap_or("-".into());
         let dut = s.median_dut_ns_per_packet.map(|d| format!("{d:.0}")).unwrap_or("-".into());
+        let opt = |v: Option<f64>, digits: usize| v.map_or("-".into(), |x| format!("{x:.digits$}"));
         println!(
-            "{:<v$} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7.0} {:>8.0}{} {:>15}",
+            "{:<v$} {:<w$} {:>11.3} {:>8.3} {:>8.3} {:>7} {:>7} {:>7.0} {:>8.0}{} {:>15}",
             s.variant,
             r.label(&s.point),
             s.median_mpps,
             s.min_mpps,
             s.max_mpps,
+            opt(s.stddev_mpps, 3),
+            opt(s.median_gbps, 2),
             s.median_ns_per_packet,
             s.median_softirq_ns_per_packet,
             dut_col(&dut),

@@ -136,7 +136,8 @@ fn ratio_table(r: &Results) -> Markup {
 
 fn summary_table(r: &Results) -> Markup {
     let palette = Palette::of(r);
-    let heads = ["runs", "median Mpps", "min Mpps", "max Mpps", "ns/packet", "zero-loss Mpps"];
+    let heads = ["runs", "median Mpps", "min Mpps", "max Mpps", "sd Mpps", "Gbit/s", "ns/packet", "dut ns/packet", "zero-loss Mpps"];
+    let opt = |v: Option<f64>, digits: usize| v.map_or_else(|| "—".into(), |x| fmt_num(x, digits));
     html! {
         @if !r.summary.is_empty() {
             section {
@@ -152,7 +153,10 @@ fn summary_table(r: &Results) -> Markup {
                                 td class="num" { (fmt_num(s.median_mpps, 3)) }
                                 td class="num" { (fmt_num(s.min_mpps, 3)) }
                                 td class="num" { (fmt_num(s.max_mpps, 3)) }
+                                td class="num" { (opt(s.stddev_mpps, 3)) }
+                                td class="num" { (opt(s.median_gbps, 2)) }
                                 td class="num" { (fmt_num(s.median_ns_per_packet, 1)) }
+                                td class="num" { (opt(s.median_dut_ns_per_packet, 1)) }
                                 td class="num" { (s.zero_loss_mpps.map_or_else(|| "—".into(), |z| fmt_num(z, 3))) }
                             }
                         }
