@@ -188,7 +188,14 @@ fn router_experiment_measures_every_variant_and_kind() {
             let dut = s["dut_ns_per_packet"].as_f64().unwrap_or_else(|| panic!("no dut CPU per packet: {s}"));
             assert!(dut > 1.0 && dut < s["ns_per_packet"].as_f64().unwrap(), "dut's CPU per packet is a part of the whole: {s}");
         }
-        assert!(csv.lines().next().unwrap().contains(",dut_ns_per_packet"));
+        assert!(csv.lines().next().unwrap().contains(",dut_ns_per_packet,nic_drops"));
+        // Loss in front of dut is where the drivers saw it: gen's veth
+        // could not hand frames to dut's full ring.
+        for s in samples.iter().filter(|s| s["kind"] == "max" && s["loss"]["gen_to_dut"].as_i64().unwrap() > 0) {
+            let seen = s["nic_drops"]["gen:xnfgen:tx_queue_0_xdp_xmit_errors"].as_i64().unwrap_or(0);
+            let lost = s["loss"]["gen_to_dut"].as_i64().unwrap();
+            assert!((seen - lost).abs() <= 1 + s["sent"].as_i64().unwrap() / 1000, "gen's full-ring drops {seen} vs {lost} lost in front of dut: {s}");
+        }
     } else {
         println!("skipped: dut on a CPU of its own needs 2 CPUs, this machine has 1");
     }

@@ -204,6 +204,8 @@ pub struct Measuring<'m> {
     pub pg: &'m mut Progress,
     /// Where dut's ingress is served at this point ([`super::placement`]).
     pub placed: &'m Placed,
+    /// The path's interfaces whose driver counters are read ([`Probe::nics`]).
+    pub nics: &'m [(&'m xnf_netns::Netns, String)],
 }
 
 /// A variant set up at a point for one run.
@@ -222,7 +224,7 @@ pub trait Running {
     /// rest for [`Experiment::finish`].
     fn measure(&self, m: Measuring) -> Result<measure::Measured> {
         let gens = m.gens.context("the point has no traffic to measure this variant's counters with")?;
-        let probe = Probe { gens, counters: self.counters()?, placed: m.placed };
+        let probe = Probe { gens, counters: self.counters()?, placed: m.placed, nics: m.nics };
         measure::variant(&probe, m.labels, m.timing, m.plan, m.pg)
     }
 
@@ -391,6 +393,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
         let at = e.at_point(t, point, &pg)?;
         res.notes.extend(at.notes.iter().map(|n| format!("{label}: {n}")));
         let (gen_ns, gen_if) = t.endpoint(&t.roles()?.gen)?;
+        let nics = path_nics(t)?;
         let gen_cpus = measure::gen_cpus(cpus.gen, queues);
         let placement = match at.traffic.is_some() && e.places_dut() {
             true => c.dut_cpu.place(&gen_cpus, cpus.count)?,
@@ -409,7 +412,8 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                     res.notes.push(format!("{label}: {}: GRO turned on at dut's ingress to give the veth NAPI (no XDP program there)", l.variant));
                 }
                 let gens = at.traffic.as_ref().map(|tr| measure::start_generators(gen_ns, &gen_if, tr, &gen_cpus, 0)).transpose()?;
-                let measured = running.measure(Measuring { gens: gens.as_ref(), labels: &l, timing: &timing, plan: &plan, pg: &mut pg, placed: &placed })?;
+                let measured =
+                    running.measure(Measuring { gens: gens.as_ref(), labels: &l, timing: &timing, plan: &plan, pg: &mut pg, placed: &placed, nics: &nics })?;
                 if let Some(gens) = gens {
                     // Paused before stopping: a live-frame call sized while
                     // paused (cheap tries) would otherwise run its many
@@ -433,6 +437,19 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     }
     e.finish(cpus, &mut res)?;
     Ok(res)
+}
+
+/// The path's interfaces, each once: gen's, dut's two, the sink's.
+fn path_nics(t: &BuiltTopology) -> Result<Vec<(&xnf_netns::Netns, String)>> {
+    let r = t.roles()?;
+    let mut out: Vec<(&xnf_netns::Netns, String)> = Vec::new();
+    for ep in [&r.gen, &r.dut_in, &r.dut_out, &r.sink] {
+        let (ns, dev) = t.endpoint(ep)?;
+        if !out.iter().any(|(n, d)| n.name() == ns.name() && *d == dev) {
+            out.push((ns, dev));
+        }
+    }
+    Ok(out)
 }
 
 /// The point's knobs set on dut's interfaces; None, said in one line and

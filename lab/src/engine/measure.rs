@@ -65,6 +65,9 @@ pub struct Probe<'a> {
     /// dut's NAPI threads when it has CPUs of its own: their run time is
     /// read with the counters.
     pub placed: &'a Placed,
+    /// Interfaces along the path whose driver counters (`ethtool -S`) are
+    /// read with the others: their drops and errors go into each sample.
+    pub nics: &'a [(&'a Netns, String)],
 }
 
 /// Counters at one instant.
@@ -76,6 +79,8 @@ pub struct Counts {
     received: u64,
     corunner: Option<u64>,
     dut_ns: Option<u64>,
+    /// `ns-role:dev:counter` of the path's NIC counters that count loss.
+    nic: Vec<(String, u64)>,
     cpus: Vec<CpuTimes>,
 }
 
@@ -92,6 +97,7 @@ impl Probe<'_> {
             received: (p.received)().context("reading the receive counter")?,
             corunner: p.corunner.as_ref().map(|c| c()).transpose()?,
             dut_ns: self.placed.dut_runtime_ns()?,
+            nic: nic_losses(self.nics)?,
             cpus: cpu::sample()?,
         });
         if let Some(hook) = &p.on_read {
@@ -157,6 +163,22 @@ impl Probe<'_> {
     }
 }
 
+/// The driver counters of `nics` that count frames lost or refused
+/// (names with drop, miss, err, no_buf, discard or fifo: a NIC's
+/// `rx_missed_errors` and `rx_no_buffer_count`, XDP drops, a veth's
+/// `tx_queue_N_xdp_xmit_errors` — its peer's ring was full), keyed
+/// `role:dev:name`. An interface whose driver keeps none adds nothing.
+fn nic_losses(nics: &[(&Netns, String)]) -> Result<Vec<(String, u64)>> {
+    let lossy = |n: &str| ["drop", "miss", "err", "no_buf", "discard", "fifo"].iter().any(|w| n.contains(w));
+    let mut out = Vec::new();
+    for (ns, dev) in nics {
+        for (name, v) in ns.ethtool_stats(dev)?.into_iter().filter(|(n, _)| lossy(n)) {
+            out.push((format!("{}:{dev}:{name}", ns.role()), v));
+        }
+    }
+    Ok(out)
+}
+
 /// Waits 50 ms, then until `count` reads the same three times 20 ms apart
 /// (at most `max` longer): what was in flight has arrived. One unchanged
 /// read is not enough on a busy 2-CPU machine: a user-space receiver
@@ -197,6 +219,7 @@ pub fn sample(l: &Labels, kind: SampleKind, a: &Counts, b: &Counts, secs: f64) -
     if let (Some(x), Some(y)) = (a.corunner, b.corunner) {
         s.corunner_per_s = Some(y.saturating_sub(x) as f64 / secs);
     }
+    s.nic_drops = b.nic.iter().filter_map(|(k, v)| Some((k.clone(), v.checked_sub(a.nic.iter().find(|(j, _)| j == k)?.1)?))).filter(|(_, d)| *d > 0).collect();
     if let (Some(x), Some(y), true) = (a.dut_ns, b.dut_ns, dut_rx > 0) {
         s.dut_ns_per_packet = Some(y.saturating_sub(x) as f64 / dut_rx as f64);
     }

@@ -127,6 +127,11 @@ pub struct Sample {
     /// sink's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dut_ns_per_packet: Option<f64>,
+    /// The interval's rise of the path's NIC counters that count loss
+    /// (`ethtool -S`: drops, misses, errors), by `role:dev:counter`; only
+    /// those that rose.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub nic_drops: std::collections::BTreeMap<String, u64>,
     /// Request/response transactions per second of an application running
     /// beside the traffic during the interval (`xnf lab filter`'s victim);
     /// absent in the other experiments.
@@ -173,6 +178,7 @@ impl Sample {
             ns_per_packet: per_packet(cpu::busy_ns(cpus)),
             softirq_ns_per_packet: per_packet(cpu::softirq_ns(cpus)),
             dut_ns_per_packet: None,
+            nic_drops: Default::default(),
             transactions_per_s: None,
             corunner_per_s: None,
         }
@@ -436,6 +442,7 @@ impl Results {
                 "softirq_ns_per_packet",
                 "transactions_per_s",
                 "dut_ns_per_packet",
+                "nic_drops",
             ]
             .map(String::from),
         );
@@ -479,6 +486,7 @@ impl Results {
                 format!("{:.1}", s.softirq_ns_per_packet),
                 s.transactions_per_s.map_or(String::new(), |t| format!("{t:.0}")),
                 s.dut_ns_per_packet.map_or(String::new(), |d| format!("{d:.1}")),
+                csv_field(&s.nic_drops.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")),
             ]);
             for c in 0..ncpu {
                 let share = s.cpus.get(c).copied().unwrap_or_default();
@@ -537,6 +545,7 @@ mod tests {
             ns_per_packet: 100.0,
             softirq_ns_per_packet: 90.0,
             dut_ns_per_packet: None,
+            nic_drops: Default::default(),
             transactions_per_s: None,
             corunner_per_s: None,
         }

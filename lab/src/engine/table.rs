@@ -41,6 +41,15 @@ pub fn print(r: &Results) {
         );
     }
     println!("(lost where = before dut / inside dut / after dut; ns/pkt = all CPU time per received packet, softirq = the receive side's share: dut + sink)");
+    // Where the drivers saw the loss: a NIC's misses, a veth's full rings.
+    let with_drops: Vec<_> = r.samples.iter().filter(|s| !s.nic_drops.is_empty() && matches!(s.kind, SampleKind::Max)).collect();
+    if !with_drops.is_empty() {
+        println!("\nNIC counters of loss that rose in the full-speed intervals (ethtool -S, role:interface:counter):");
+        for s in with_drops {
+            let c: Vec<String> = s.nic_drops.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!("  {} run {}: {}", s.variant, s.run + 1, c.join(", "));
+        }
+    }
     print_summary(r);
 }
 

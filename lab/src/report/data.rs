@@ -227,6 +227,7 @@ mod tests {
             ns_per_packet: 100.0,
             softirq_ns_per_packet: 90.0,
             dut_ns_per_packet: None,
+            nic_drops: Default::default(),
             transactions_per_s: None,
             corunner_per_s: None,
         }

@@ -53,6 +53,7 @@ impl Call {
             // Not softirq: a test run runs in the calling thread's syscall.
             softirq_ns_per_packet: 0.0,
             dut_ns_per_packet: None,
+            nic_drops: Default::default(),
             transactions_per_s: None,
             corunner_per_s: None,
         }
