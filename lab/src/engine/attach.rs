@@ -23,22 +23,32 @@ pub struct LabAttachment {
 impl LabAttachment {
     /// Attaches the counting, dropping sink program to `dev` in `ns`.
     pub fn sink(ns: &Netns, dev: &str) -> Result<Self> {
-        Self::attach(ns, dev, Some(SinkOptions::default()))
+        Self::attach(ns, dev, Some(SinkOptions::default()), XdpMode::Native)
+    }
+
+    /// The sink in XDP `mode` (skb: generic XDP, after the kernel made an skb).
+    pub fn sink_in(ns: &Netns, dev: &str, mode: XdpMode) -> Result<Self> {
+        Self::attach(ns, dev, Some(SinkOptions::default()), mode)
     }
 
     /// The sink with options: counts per frame length, a capture of every
     /// frame (read through [`sink_counter`](Self::sink_counter)).
     pub fn sink_with(ns: &Netns, dev: &str, opts: SinkOptions) -> Result<Self> {
-        Self::attach(ns, dev, Some(opts))
+        Self::attach(ns, dev, Some(opts), XdpMode::Native)
     }
 
     /// Attaches the XDP_PASS program to `dev` in `ns` (a veth end that must
     /// receive XDP_TX/redirected frames but otherwise use the kernel path).
     pub fn pass(ns: &Netns, dev: &str) -> Result<Self> {
-        Self::attach(ns, dev, None)
+        Self::attach(ns, dev, None, XdpMode::Native)
     }
 
-    fn attach(ns: &Netns, dev: &str, sink: Option<SinkOptions>) -> Result<Self> {
+    /// XDP_PASS in XDP `mode`.
+    pub fn pass_in(ns: &Netns, dev: &str, mode: XdpMode) -> Result<Self> {
+        Self::attach(ns, dev, None, mode)
+    }
+
+    fn attach(ns: &Netns, dev: &str, sink: Option<SinkOptions>, mode: XdpMode) -> Result<Self> {
         let dev = dev.to_string();
         // Programs cannot leave the thread that loaded them; the link and
         // the counter handle (plain fds) can.
@@ -46,11 +56,11 @@ impl LabAttachment {
             let ifindex = link_by_name(&dev)?.ifindex;
             if let Some(opts) = sink {
                 let prog = SinkProgram::load_with(opts)?;
-                let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+                let link = XdpLink::create(prog.prog(), ifindex, &dev, mode)?;
                 Ok(LabAttachment { _link: link, counter: Some(prog.counter()?), actions: None })
             } else {
                 let prog = xnf_pass::PassProgram::load()?;
-                let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+                let link = XdpLink::create(prog.prog(), ifindex, &dev, mode)?;
                 Ok(LabAttachment { _link: link, counter: None, actions: None })
             }
         })?
@@ -59,6 +69,11 @@ impl LabAttachment {
     /// Attaches the raw-verdict program to `dev` in `ns`; a redirect goes
     /// to `to_dev` (in `ns`), a CPU redirect to `cpu`.
     pub fn action(ns: &Netns, dev: &str, action: ActionKind, to_dev: &str, cpu: u32) -> Result<Self> {
+        Self::action_in(ns, dev, action, to_dev, cpu, XdpMode::Native)
+    }
+
+    /// [`action`](Self::action) in XDP `mode`.
+    pub fn action_in(ns: &Netns, dev: &str, action: ActionKind, to_dev: &str, cpu: u32, mode: XdpMode) -> Result<Self> {
         let (dev, to_dev) = (dev.to_string(), to_dev.to_string());
         ns.run(move || -> Result<Self> {
             let ifindex = link_by_name(&dev)?.ifindex;
@@ -70,7 +85,7 @@ impl LabAttachment {
                 ActionKind::Cpumap => Action::Cpumap { cpu },
             };
             let prog = ActionsProgram::load(action)?;
-            let link = XdpLink::create(prog.prog(), ifindex, &dev, XdpMode::Native)?;
+            let link = XdpLink::create(prog.prog(), ifindex, &dev, mode)?;
             Ok(LabAttachment { _link: link, counter: None, actions: Some(prog.counters()?) })
         })?
     }

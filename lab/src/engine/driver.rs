@@ -409,7 +409,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                 let running = e.set_up(t, point, v, cpus, &pg)?;
                 let placed = placement.apply(t).with_context(|| format!("{}: serving dut's ingress on its own CPU (--dut-cpu shared does not)", l.variant))?;
                 if placed.gro_for_napi && run == 0 {
-                    res.notes.push(format!("{label}: {}: GRO turned on at dut's ingress to give the veth NAPI (no XDP program there)", l.variant));
+                    res.notes.push(format!("{label}: {}: GRO turned on at dut's ingress to give the veth NAPI (no native XDP program there)", l.variant));
                 }
                 let gens = at.traffic.as_ref().map(|tr| measure::start_generators(gen_ns, &gen_if, tr, &gen_cpus, 0)).transpose()?;
                 let measured =

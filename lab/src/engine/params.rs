@@ -347,6 +347,12 @@ pub fn vlan() -> Param {
         .quiet("none")
 }
 
+/// The XDP mode of dut's programs (the container-NF thesis Fig. 7: native
+/// in the driver, or generic after the kernel made an skb).
+pub fn xdp_mode() -> Param {
+    Param::new("xdp-mode", "XDP mode", "XDP mode of dut's programs", Axis::Categories).named("native", "native XDP").named("skb", "generic XDP").quiet("native")
+}
+
 /// NFs in a chain.
 pub fn nfs() -> Param {
     Param::new("nfs", "chain length", "NFs in the chain", Axis::Linear).unit("NF", "NFs")

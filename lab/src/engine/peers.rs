@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
+use xnf_core::xdp::XdpMode;
 use xnf_netns::Netns;
 
 /// Runs `program args` in the network namespace at `ns` (a /run/netns
@@ -35,7 +36,7 @@ pub fn last_line(stderr: &[u8]) -> String {
 }
 
 /// The placeholders a peer's commands may use.
-pub const PLACEHOLDERS: [&str; 3] = ["ns", "in", "out"];
+pub const PLACEHOLDERS: [&str; 4] = ["ns", "in", "out", "mode"];
 
 /// The built-in peers: xdp-tools' xdp-forward in its two FIB modes. The
 /// binary comes from scripts/peers.sh (or `--xdp-forward PATH`).
@@ -120,17 +121,18 @@ impl Peer {
         let ifaces: String = ["{in}".to_string(), "{out}".to_string()].into_iter().chain(more.iter().map(|m| literal(m))).collect::<Vec<_>>().join(" ");
         Some(Peer {
             name: name.to_string(),
-            attach: format!("{bin} load --fwd-mode fib --fib-mode {fib} --xdp-mode native {ifaces}"),
+            attach: format!("{bin} load --fwd-mode fib --fib-mode {fib} --xdp-mode {{mode}} {ifaces}"),
             detach: format!("{bin} unload {ifaces}"),
         })
     }
 
     /// Its commands for dut `ns` with ingress `din` and egress `dout`.
-    fn commands(&self, ns: &str, din: &str, dout: &str) -> Result<(String, String)> {
+    fn commands(&self, ns: &str, din: &str, dout: &str, mode: XdpMode) -> Result<(String, String)> {
         let value = |p: &str| {
             quote(match p {
                 "ns" => ns,
                 "in" => din,
+                "mode" => mode.name(),
                 _ => dout,
             })
         };
@@ -163,7 +165,7 @@ fn fill(template: &str, value: &dyn Fn(&str) -> String) -> Result<String, String
         let end = tail.find('}').ok_or("a `{` without its `}` (write `{{` for a brace)")?;
         let name = &tail[1..end];
         if !PLACEHOLDERS.contains(&name) {
-            return Err(format!("unknown placeholder {{{name}}} (there are {{ns}}, {{in}} and {{out}}; write {{{{ and }}}} for braces)"));
+            return Err(format!("unknown placeholder {{{name}}} (there are {{ns}}, {{in}}, {{out}} and {{mode}}; write {{{{ and }}}} for braces)"));
         }
         out.push_str(&value(name));
         rest = &tail[end + 1..];
@@ -218,7 +220,13 @@ impl PeerGuard {
     /// did half-way is undone; its own failure is expected then and not
     /// reported) and the error quotes the attach command.
     pub fn attach(peer: &Peer, ns: &Netns, din: &str, dout: &str) -> Result<PeerGuard> {
-        let (attach, detach) = peer.commands(ns.name(), din, dout)?;
+        Self::attach_in(peer, ns, din, dout, XdpMode::Native)
+    }
+
+    /// [`attach`](Self::attach) with `{mode}` standing for `mode`'s name
+    /// (`native`, `skb`: xdp-forward's and ip's words for them).
+    pub fn attach_in(peer: &Peer, ns: &Netns, din: &str, dout: &str, mode: XdpMode) -> Result<PeerGuard> {
+        let (attach, detach) = peer.commands(ns.name(), din, dout, mode)?;
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Registered first: an interrupt during the attach detaches too.
         pending().push(Pending { id, peer: peer.name.clone(), ns: ns.path(), command: detach });
@@ -276,10 +284,10 @@ mod tests {
     fn definitions_parse_into_a_name_and_two_commands() {
         let p = Peer::parse("my-fwd = fwd load {in} {out} && echo ${{HOME}} ; fwd unload {in} {out}").unwrap();
         assert_eq!((p.name.as_str(), p.attach.as_str(), p.detach.as_str()), ("my-fwd", "fwd load {in} {out} && echo ${{HOME}}", "fwd unload {in} {out}"));
-        let (a, d) = p.commands("xnf-1-0-dut", "xnfin", "xnf out").unwrap();
+        let (a, d) = p.commands("xnf-1-0-dut", "xnfin", "xnf out", XdpMode::Native).unwrap();
         assert_eq!(a, "fwd load xnfin 'xnf out' && echo ${HOME}");
         assert_eq!(d, "fwd unload xnfin 'xnf out'");
-        let (a, _) = Peer::parse("n=echo {ns};true").unwrap().commands("xnf-1-0-dut", "i", "o").unwrap();
+        let (a, _) = Peer::parse("n=echo {ns};true").unwrap().commands("xnf-1-0-dut", "i", "o", XdpMode::Native).unwrap();
         assert_eq!(a, "echo xnf-1-0-dut");
     }
 
@@ -309,7 +317,8 @@ mod tests {
     #[test]
     fn built_in_peers_are_xdp_forward_in_both_fib_modes() {
         let p = Peer::built_in("xdp-forward-direct", Path::new("/opt/x {y}/xdp-forward")).unwrap();
-        let (a, d) = p.commands("ns", "xnfin", "xnfout").unwrap();
+        let (a, d) = p.commands("ns", "xnfin", "xnfout", XdpMode::Native).unwrap();
+        assert!(p.commands("ns", "xnfin", "xnfout", XdpMode::Skb).unwrap().0.contains("--xdp-mode skb "));
         assert_eq!(a, "'/opt/x {y}/xdp-forward' load --fwd-mode fib --fib-mode direct --xdp-mode native xnfin xnfout");
         assert_eq!(d, "'/opt/x {y}/xdp-forward' unload xnfin xnfout");
         assert!(Peer::built_in("xdp-forward", Path::new("/x")).unwrap().attach.contains("--fib-mode full"));

@@ -91,7 +91,14 @@ pub fn print_summary(r: &Results) {
         print!("\n{} / {} = {:.2}x at {}", ratio.numerator, ratio.denominator, ratio.ratio, r.label(&ratio.point));
         let dut = |v: &str| r.summary_of(v, &ratio.point).and_then(|s| s.median_dut_ns_per_packet);
         if let (Some(n), Some(d)) = (dut(&ratio.numerator), dut(&ratio.denominator)) {
-            print!("\n  dut's CPU per packet: {} {d:.0} ns, {} {n:.0} ns = {:.2}x less", ratio.denominator, ratio.numerator, d / n);
+            print!(
+                "\n  dut's CPU per packet: {} {d:.0} ns, {} {n:.0} ns ({} / {} = {:.2})",
+                ratio.denominator,
+                ratio.numerator,
+                ratio.denominator,
+                ratio.numerator,
+                d / n
+            );
         }
         let placed = dut(&ratio.numerator).is_some();
         if let (Some(k), Some(x), Some(d), false) = (ns(&ratio.denominator), ns(&ratio.numerator), ns("dut-drop"), placed) {

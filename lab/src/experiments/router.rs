@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::Serialize;
+use xnf_core::xdp::XdpMode;
 use xnf_router::program::FibMode;
 use xnf_router::AttachOptions;
 
@@ -147,6 +148,13 @@ pub struct Router {
     #[arg(long = "vlan", default_value = "none", value_delimiter = ',', value_parser = Pattern::parse, value_name = "none|in|out|both[,...]")]
     #[serde(skip_serializing_if = "untagged_only")]
     pub vlan: Vec<Pattern>,
+    /// XDP mode of every program on dut (the routers, xdp-forward, the
+    /// lab's pass, drop and redirect programs); a list sweeps: native (in
+    /// the driver), skb (generic XDP, after the kernel made an skb; the
+    /// container-NF thesis Fig. 7). A --peer gets it as {mode}.
+    #[arg(long = "xdp-mode", default_value = "native", value_delimiter = ',', value_parser = parse_mode, value_name = "native|skb[,...]")]
+    #[serde(skip_serializing_if = "native_only")]
+    pub xdp_mode: Vec<String>,
     /// Variants to compare: kernel, xnf (what `xnf router attach` attaches:
     /// the route cache, with its follower), xnf-full (--fib full),
     /// xnf-direct (--fib direct), xnf-lean (xnf with --no-byte-counters),
@@ -246,6 +254,9 @@ impl Experiment for Router {
         if self.tagged() {
             p.push(params::vlan());
         }
+        if !native_only(&self.xdp_mode) {
+            p.push(params::xdp_mode());
+        }
         p
     }
 
@@ -254,6 +265,9 @@ impl Experiment for Router {
         let mut s = vec![("queues", params::values(&self.queues)), ("routes", params::values(&self.routes)), ("netfilter", params::values(&self.netfilter.0))];
         if self.tagged() {
             s.push(("vlan", params::values(&self.vlan)));
+        }
+        if !native_only(&self.xdp_mode) {
+            s.push(("xdp-mode", self.xdp_mode.iter().map(|m| Value::from(m.as_str())).collect()));
         }
         s.extend([("size", params::values(&self.sizes())), ("flows", params::values(&self.flows)), ("ipv6", params::values(&[self.ipv6]))]);
         s
@@ -295,6 +309,9 @@ impl Experiment for Router {
         }
         if self.netfilter.0.contains(&true) {
             nft::require("--netfilter")?;
+        }
+        for (i, m) in self.xdp_mode.iter().enumerate() {
+            ensure!(!self.xdp_mode[..i].contains(m), "--xdp-mode: {m} named twice");
         }
         self.check_vlan()
     }
@@ -352,12 +369,13 @@ impl Experiment for Router {
         let tags = if self.tagged() && forwards { Some(vlan::TagCheck::start(Pattern::of(p)?, &v.name(), sink.sink_counter()?)?) } else { None };
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let (_, dout) = t.endpoint(&roles.dut_out)?;
+        let mode = mode_of(p);
         let setup = match v {
-            Variant::Kernel => Setup::Ingress(LabAttachment::pass(dut, &din)?),
-            Variant::DutDrop => Setup::Drop(LabAttachment::sink(dut, &din)?),
-            Variant::DutRedirect => Setup::Ingress(LabAttachment::action(dut, &din, ActionKind::Redirect, &dout, 0)?),
-            Variant::Xnf(_, opts) => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], opts)?),
-            Variant::Peer(p) => Setup::Peer(PeerGuard::attach(&p, dut, &din, &dout)?),
+            Variant::Kernel => Setup::Ingress(LabAttachment::pass_in(dut, &din, mode)?),
+            Variant::DutDrop => Setup::Drop(LabAttachment::sink_in(dut, &din, mode)?),
+            Variant::DutRedirect => Setup::Ingress(LabAttachment::action_in(dut, &din, ActionKind::Redirect, &dout, 0, mode)?),
+            Variant::Xnf(_, opts) => Setup::Router(NfGuard::router(dut, &[din.clone(), dout.clone()], AttachOptions { mode, ..opts })?),
+            Variant::Peer(p) => Setup::Peer(PeerGuard::attach_in(&p, dut, &din, &dout, mode)?),
         };
         Ok(Box::new(Set { setup, dut, din, dout, sink, tags }))
     }
@@ -399,6 +417,27 @@ impl Router {
             }
         }
         vlan::require_8021q(&self.vlan)
+    }
+}
+
+/// The XDP mode of point `p` (native unless swept).
+fn mode_of(p: &Point) -> XdpMode {
+    match p.get("xdp-mode") {
+        Some(Value::Text(m)) if m == "skb" => XdpMode::Skb,
+        _ => XdpMode::Native,
+    }
+}
+
+/// `--xdp-mode native` alone: points read as they always did.
+fn native_only(m: &[String]) -> bool {
+    m.iter().all(|m| m == "native")
+}
+
+/// A `--xdp-mode` value.
+fn parse_mode(s: &str) -> Result<String, String> {
+    match s.trim() {
+        m @ ("native" | "skb") => Ok(m.into()),
+        m => Err(format!("`{m}`: give native or skb")),
     }
 }
 
@@ -598,6 +637,19 @@ mod tests {
                 assert!(e.starts_with("--vlan out: this kernel has no 802.1Q support") && e.contains("only --vlan none runs here") && !e.contains('\n'), "{e}");
             }
         }
+    }
+
+    #[test]
+    fn xdp_modes_sweep_and_are_left_out_when_native() {
+        let p = driver::points(&opts(&["--xdp-mode", "native,skb"]));
+        assert_eq!(p.len(), 2);
+        assert_eq!((mode_of(&p[0]), mode_of(&p[1])), (XdpMode::Native, XdpMode::Skb));
+        assert_eq!(params::label(&opts(&["--xdp-mode", "native,skb"]).params(), &p[1]), "64 B, 4 flows, IPv4, generic XDP");
+        assert!(driver::points(&opts(&[])).iter().all(|p| p.get("xdp-mode").is_none()), "native alone: points as they were");
+        assert!(serde_json::to_value(opts(&[])).unwrap().get("xdp_mode").is_none());
+        let e = format!("{:#}", opts(&["--xdp-mode", "skb,skb"]).check(Cpus { gen: 1, count: 2 }).unwrap_err());
+        assert!(e.contains("--xdp-mode: skb named twice"), "{e}");
+        assert!(driver::parse_options::<Router>(&["--xdp-mode", "hw"]).is_err());
     }
 
     #[test]
