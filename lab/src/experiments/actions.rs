@@ -52,6 +52,11 @@ pub struct Actions {
     /// IPv6 instead of IPv4.
     #[arg(long)]
     pub ipv6: bool,
+    /// RX/TX queues per veth = generator CPUs (CPUs 0..N), each queue's
+    /// NAPI on a CPU of dut's own where the machine has them (the XDP
+    /// paper's Fig. 3: the actions over cores); a list sweeps.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = crate::experiments::router::parse_item::<u32>, value_name = "N[,N...]")]
+    pub queues: Vec<u32>,
     /// Variants to compare.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "xdp-drop,xdp-pass,xdp-tx,xdp-redirect,xdp-cpumap,linux-drop")]
     pub variants: Vec<Variant>,
@@ -75,11 +80,17 @@ impl Experiment for Actions {
     }
 
     fn params(&self) -> Vec<Param> {
-        vec![params::size(), params::flows(), params::ipv6()]
+        vec![params::size(), params::flows(), params::ipv6(), params::queues()]
     }
 
+    /// Queues change slowest: the topology is rebuilt once per count.
     fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
-        vec![("size", params::values(&self.sizes)), ("flows", params::values(&[self.flows])), ("ipv6", params::values(&[self.ipv6]))]
+        vec![
+            ("queues", params::values(&self.queues)),
+            ("size", params::values(&self.sizes)),
+            ("flows", params::values(&[self.flows])),
+            ("ipv6", params::values(&[self.ipv6])),
+        ]
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -92,7 +103,7 @@ impl Experiment for Actions {
 
     fn check(&self, cpus: Cpus) -> Result<()> {
         measure::check_sizes(&self.sizes, self.ipv6)?;
-        measure::check_generator(&[self.flows], &[], cpus.count)?;
+        measure::check_generator(&[self.flows], &self.queues, cpus.count)?;
         ensure!(!self.variants.contains(&Variant::XdpCpumap) || cpus.count >= 2, "xdp-cpumap needs a second CPU");
         if self.variants.contains(&Variant::LinuxDrop) {
             nft::require("linux-drop")?;
