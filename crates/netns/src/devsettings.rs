@@ -16,12 +16,9 @@ const ETHTOOL_GCOALESCE: u32 = 0x0e;
 const ETHTOOL_SCOALESCE: u32 = 0x0f;
 const ETHTOOL_GRINGPARAM: u32 = 0x10;
 const ETHTOOL_SRINGPARAM: u32 = 0x11;
-const ETHTOOL_GFEATURES: u32 = 0x3a;
 const ETHTOOL_SFEATURES: u32 = 0x3b;
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 const ETHTOOL_SCHANNELS: u32 = 0x3d;
-/// The string set of feature names (`ETH_SS_FEATURES`).
-const ETH_SS_FEATURES: u32 = 4;
 
 /// u32 words after `cmd` in `struct ethtool_channels`, `ethtool_ringparam`
 /// and `ethtool_coalesce`.
@@ -64,20 +61,6 @@ fn write_words(sock: &std::os::fd::OwnedFd, ifname: &str, cmd: u32, words: &[u32
     ethtool_buf(sock, ifname, &mut buf).map_err(|e| ethtool::explain(e, ifname, what))
 }
 
-/// Feature blocks of `ifname`: (available, requested) per 32 features.
-fn read_features(sock: &std::os::fd::OwnedFd, ifname: &str) -> Result<Option<Vec<(u32, u32)>>> {
-    let Some(n) = ethtool::string_count(sock, ifname, ETH_SS_FEATURES)? else { return Ok(None) };
-    let blocks = n.div_ceil(32);
-    // struct ethtool_gfeatures: cmd, size, then size × {available, requested, active, never_changed}.
-    let mut buf = vec![0u64; (2 + 4 * blocks).div_ceil(2)];
-    let b = bytes_of(&mut buf);
-    put_u32(b, 0, ETHTOOL_GFEATURES);
-    put_u32(b, 4, blocks as u32);
-    ethtool_buf(sock, ifname, &mut buf).map_err(|e| ethtool::explain(e, ifname, "reading offload features"))?;
-    let b = bytes_of(&mut buf);
-    Ok(Some((0..blocks).map(|i| (get_u32(b, 8 + 16 * i), get_u32(b, 8 + 16 * i + 4))).collect()))
-}
-
 /// Requests `features` (the changeable ones: those available).
 fn write_features(sock: &std::os::fd::OwnedFd, ifname: &str, features: &[(u32, u32)]) -> Result<()> {
     // struct ethtool_sfeatures: cmd, size, then size × {valid, requested}.
@@ -101,7 +84,7 @@ impl DevSettings {
             channels: read_words(&sock, ifname, ETHTOOL_GCHANNELS, CHANNELS)?,
             rings: read_words(&sock, ifname, ETHTOOL_GRINGPARAM, RINGS)?,
             coalesce: read_words(&sock, ifname, ETHTOOL_GCOALESCE, COALESCE)?,
-            features: read_features(&sock, ifname)?,
+            features: ethtool::feature_blocks(&sock, ifname)?,
         })
     }
 

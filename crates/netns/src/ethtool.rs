@@ -240,17 +240,12 @@ pub fn set_feature(ifname: &str, name: &str, on: bool) -> Result<bool> {
             &raw[..raw.iter().position(|&c| c == 0).unwrap_or(raw.len())] == name.as_bytes()
         })
         .ok_or_else(|| anyhow!("{ifname} has no feature `{name}` (ethtool -k {ifname} lists them)"))?;
-    let blocks = n.div_ceil(32);
-    // struct ethtool_gfeatures: cmd, size, then per block {available, requested, active, never_changed}.
-    let mut get = vec![0u64; (2 + 4 * blocks).div_ceil(2)];
-    let b = bytes_of(&mut get);
-    put_u32(b, 0, ETHTOOL_GFEATURES);
-    put_u32(b, 4, blocks as u32);
-    ethtool_buf(&sock, ifname, &mut get).map_err(|e| explain(e, ifname, "reading features"))?;
+    let blocks = feature_blocks(&sock, ifname)?.unwrap_or_default();
     let (block, mask) = (bit / 32, 1u32 << (bit % 32));
-    if get_u32(bytes_of(&mut get), 8 + 16 * block) & mask == 0 {
+    if blocks.get(block).is_none_or(|(available, _)| available & mask == 0) {
         return Ok(false);
     }
+    let blocks = blocks.len();
     // struct ethtool_sfeatures: cmd, size, then per block {valid, requested}.
     let mut set = vec![0u64; (2 + 2 * blocks).div_ceil(2)];
     let b = bytes_of(&mut set);
@@ -260,6 +255,21 @@ pub fn set_feature(ifname: &str, name: &str, on: bool) -> Result<bool> {
     put_u32(b, 12 + 8 * block, if on { mask } else { 0 });
     ethtool_buf(&sock, ifname, &mut set).map_err(|e| explain(e, ifname, &format!("turning {name} {}", if on { "on" } else { "off" })))?;
     Ok(true)
+}
+
+/// `ifname`'s offload features, (available, requested) per 32 (None:
+/// the driver lists none).
+pub(crate) fn feature_blocks(sock: &OwnedFd, ifname: &str) -> Result<Option<Vec<(u32, u32)>>> {
+    let Some(n) = string_count(sock, ifname, ETH_SS_FEATURES)? else { return Ok(None) };
+    let blocks = n.div_ceil(32);
+    // struct ethtool_gfeatures: cmd, size, then per block {available, requested, active, never_changed}.
+    let mut buf = vec![0u64; (2 + 4 * blocks).div_ceil(2)];
+    let b = bytes_of(&mut buf);
+    put_u32(b, 0, ETHTOOL_GFEATURES);
+    put_u32(b, 4, blocks as u32);
+    ethtool_buf(sock, ifname, &mut buf).map_err(|e| explain(e, ifname, "reading offload features"))?;
+    let b = bytes_of(&mut buf);
+    Ok(Some((0..blocks).map(|i| (get_u32(b, 8 + 16 * i), get_u32(b, 8 + 16 * i + 4))).collect()))
 }
 
 /// Turns off TX checksum offload and TX VLAN offload on `ifname`: what a
