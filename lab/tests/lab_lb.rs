@@ -122,8 +122,11 @@ fn on_the_tx_path_the_lb_and_the_kernel_send_back_out_of_the_ingress() {
     let samples = r["samples"].as_array().unwrap();
     for v in ["xnf-ipip", "nft-jhash", "xdp-floor"] {
         let s = samples.iter().find(|s| s["variant"] == v && s["kind"] == "max").unwrap_or_else(|| panic!("no full-speed sample of {v}"));
+        // With dut on a CPU of its own the generator outruns it: what is
+        // lost in front of dut (its ring full) never reached it.
         let (sent, received) = (s["sent"].as_i64().unwrap(), s["received"].as_i64().unwrap());
-        assert!(received * 2 > sent, "{v}: less than half of what gen sent came back to it: {s}");
+        let reached = sent - s["loss"]["gen_to_dut"].as_i64().unwrap();
+        assert!(received > 0 && received * 2 > reached, "{v}: less than half of what reached dut came back to gen: {s}");
         let b = r["details"]["backends"].as_array().unwrap().iter().find(|b| b["variant"] == v).unwrap();
         let forwarded = b["forwarded"].as_u64().unwrap();
         if v != "nft-jhash" {
