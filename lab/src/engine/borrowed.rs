@@ -226,7 +226,9 @@ fn give_back(b: &Borrowed) -> Result<()> {
     let lab_path = Path::new(xnf_netns::NETNS_DIR).join(&b.lab_ns);
     let in_lab = Existing { netns: Some(b.lab_ns.clone()), dev: b.lab_name.clone() };
     let back = Existing { netns: e.netns.clone(), dev: b.lab_name.clone() };
-    if lab_path.exists() && in_lab.ip(&["link", "show", "dev", &b.lab_name]).is_ok() {
+    if e.ip(&["link", "show", "dev", &e.dev]).is_ok() {
+        // Never moved (borrowing failed half way): only settings to restore.
+    } else if lab_path.exists() && in_lab.ip(&["link", "show", "dev", &b.lab_name]).is_ok() {
         in_lab.ip(&["link", "set", "dev", &b.lab_name, "down"])?;
         in_lab.ip(&["link", "set", "dev", &b.lab_name, "netns", &e.netns_arg()])?;
     } else {
@@ -235,7 +237,9 @@ fn give_back(b: &Borrowed) -> Result<()> {
         back.ip(&["link", "show", "dev", &b.lab_name]).with_context(|| format!("{e} is gone: a veth is destroyed with the namespace it was in"))?;
         back.ip(&["link", "set", "dev", &b.lab_name, "down"])?;
     }
-    back.ip(&["link", "set", "dev", &b.lab_name, "name", &e.dev])?;
+    if back.ip(&["link", "show", "dev", &b.lab_name]).is_ok() {
+        back.ip(&["link", "set", "dev", &b.lab_name, "name", &e.dev])?;
+    }
     restore(b)?;
     PENDING.lock().expect("pending records").retain(|p| p.lab_name != b.lab_name || p.lab_ns != b.lab_ns);
     let _ = std::fs::remove_file(record_file(b));
@@ -259,7 +263,11 @@ fn restore(b: &Borrowed) -> Result<()> {
     if b.up {
         e.ip(&["link", "set", "dev", &e.dev, "up"])?;
     }
-    let ip = |args: Vec<String>| e.ip(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    // One already there (an interface never moved) is as recorded.
+    let ip = |args: Vec<String>| match e.ip(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
+        Err(err) if format!("{err}").contains("File exists") => Ok(String::new()),
+        r => r,
+    };
     for a in &b.addrs {
         ip(addr_args(a, &e.dev)).with_context(|| format!("restoring address {a} on {e}"))?;
     }

@@ -7,10 +7,11 @@
 //! ```text
 //! options checked (common + the experiment's)
 //! topology loaded, adapted, built (again when the point's queues change)
-//! for each point (the product of the sweeps):
+//! for each point (the product of the sweeps and the --nic knobs):
+//!     knobs set on dut's interfaces (skipped, said once, if missing)
 //!     point set-up (routes, a ruleset), the generator's frames (if any)
 //!     for each run, variants alternated:
-//!         variant set-up -> generator -> probe: full speed, load steps,
+//!         variant set-up -> dut's NAPI placed -> generator -> probe: full speed, load steps,
 //!         zero-loss search (intervals, each read after a drain) -> samples
 //!           (or the variant's own measurement: a latency distribution,
 //!           the window of a route change, the flows a change moved)
