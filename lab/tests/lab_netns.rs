@@ -179,6 +179,10 @@ fn router_experiment_measures_every_variant_and_kind() {
     let head = csv.lines().next().unwrap();
     assert!(head.contains(",variant,size,flows,ipv6,routes,queues,netfilter,run,kind,step,"), "{head}");
     assert!(v["summary"].as_array().unwrap().iter().all(|s| s["zero_loss_mpps"].is_number()));
+    // The path's interfaces as their drivers describe them.
+    let nics: Vec<(&str, &str)> =
+        v["machine"]["nics"].as_array().unwrap().iter().map(|n| (n["role"].as_str().unwrap(), n["driver"].as_str().unwrap())).collect();
+    assert_eq!(nics, [("gen", "veth"), ("dut_in", "veth"), ("dut_out", "veth"), ("sink", "veth")]);
     // dut's ingress on a CPU of its own (--dut-cpu auto) where there is
     // one: its CPU per packet measured apart, the placement said.
     let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();

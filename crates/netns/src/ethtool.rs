@@ -14,6 +14,7 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::addr::check_ifname;
 
+const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GTXCSUM: u32 = 0x16;
 const ETHTOOL_STXCSUM: u32 = 0x17;
 const ETHTOOL_GFLAGS: u32 = 0x25;
@@ -123,6 +124,33 @@ pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
 
 pub(crate) fn get_u32(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// What `ethtool -i` says of a device: driver, its version, the
+/// firmware's and the bus address (empty where the driver says nothing).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DriverInfo {
+    pub driver: String,
+    pub version: String,
+    pub firmware: String,
+    pub bus: String,
+}
+
+/// `ifname`'s driver information (`ETHTOOL_GDRVINFO`).
+pub fn driver_info(ifname: &str) -> Result<DriverInfo> {
+    check_ifname(ifname)?;
+    let sock = ioctl_socket()?;
+    // struct ethtool_drvinfo: cmd, then driver, version, fw_version and
+    // bus_info of 32 bytes each, then more than this reads.
+    let mut buf = [0u64; 25];
+    put_u32(bytes_of(&mut buf), 0, ETHTOOL_GDRVINFO);
+    ethtool_buf(&sock, ifname, &mut buf).map_err(|e| explain(e, ifname, "reading driver information"))?;
+    let b = bytes_of(&mut buf);
+    let text = |i: usize| {
+        let raw = &b[4 + 32 * i..4 + 32 * (i + 1)];
+        String::from_utf8_lossy(&raw[..raw.iter().position(|&c| c == 0).unwrap_or(32)]).into_owned()
+    };
+    Ok(DriverInfo { driver: text(0), version: text(1), firmware: text(2), bus: text(3) })
 }
 
 /// How many strings string set `set` of `ifname` has (None: the driver
@@ -307,6 +335,15 @@ mod tests {
             assert!(!err.contains('\n'), "{err}");
         })
         .unwrap();
+    }
+
+    #[test]
+    fn a_veths_driver_is_named() {
+        let ns = Netns::new("drvinfo").unwrap();
+        let (a, b) = (ifname("a"), ifname("b"));
+        veth(&ns, &a, &ns, &b, None).unwrap();
+        let info = ns.run(move || driver_info(&a).unwrap()).unwrap();
+        assert_eq!((info.driver.as_str(), info.bus.as_str()), ("veth", ""), "{info:?}");
     }
 
     #[test]

@@ -386,6 +386,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
             pg.message(&format!("building topology `{}` with {queues} queue(s)", c.topology));
             let mut t = BuiltTopology::build(&s, &mut |m| pg.message(m))?;
             e.built(&mut t, &pg)?;
+            res.machine.nics = nics_of(&t)?;
             built = Some((queues, t));
         }
         let t = &built.as_ref().expect("built above").1;
@@ -449,6 +450,29 @@ fn path_nics(t: &BuiltTopology) -> Result<Vec<(&xnf_netns::Netns, String)>> {
         if !out.iter().any(|(n, d)| n.name() == ns.name() && *d == dev) {
             out.push((ns, dev));
         }
+    }
+    Ok(out)
+}
+
+/// What the path's interfaces are: driver, firmware, bus, NUMA node.
+fn nics_of(t: &BuiltTopology) -> Result<Vec<super::results::Nic>> {
+    let r = t.roles()?;
+    let mut out = Vec::new();
+    for (role, ep) in [("gen", &r.gen), ("dut_in", &r.dut_in), ("dut_out", &r.dut_out), ("sink", &r.sink)] {
+        let (ns, dev) = t.endpoint(ep)?;
+        let d = dev.clone();
+        let info = ns.run(move || xnf_netns::ethtool::driver_info(&d))??;
+        let numa =
+            ns.exec(&["cat", &format!("/sys/class/net/{dev}/device/numa_node")]).ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok());
+        out.push(super::results::Nic {
+            role: role.into(),
+            ifname: dev,
+            driver: info.driver,
+            version: info.version,
+            firmware: info.firmware,
+            bus: info.bus,
+            numa_node: numa,
+        });
     }
     Ok(out)
 }

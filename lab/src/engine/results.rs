@@ -26,6 +26,28 @@ pub struct Machine {
     pub cpu_model: String,
     pub cores: usize,
     pub xnf_version: String,
+    /// Whether SMT (hyper-threading) is on (None: the kernel does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smt: Option<bool>,
+    /// CPU 0's frequency governor (None: no cpufreq, as in most VMs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governor: Option<String>,
+    /// The path's interfaces as their drivers describe them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nics: Vec<Nic>,
+}
+
+/// One interface of the path: role, name, and what `ethtool -i` and sysfs say.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Nic {
+    pub role: String,
+    pub ifname: String,
+    pub driver: String,
+    pub version: String,
+    pub firmware: String,
+    pub bus: String,
+    /// The device's NUMA node (None: not on a bus, or one node).
+    pub numa_node: Option<i64>,
 }
 
 impl Machine {
@@ -40,6 +62,9 @@ impl Machine {
             cpu_model,
             cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
             xnf_version: env!("CARGO_PKG_VERSION").to_string(),
+            smt: std::fs::read_to_string("/sys/devices/system/cpu/smt/active").ok().map(|s| s.trim() == "1"),
+            governor: std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").ok().map(|s| s.trim().to_string()),
+            nics: Vec::new(),
         }
     }
 

@@ -8,6 +8,15 @@ pub fn print(r: &Results) {
     let m = &r.machine;
     let (w, v) = (point_width(r), variant_width(r, 12));
     println!("\nxnf lab {} — kernel {}, {} × {}, xnf {}", r.experiment, m.kernel, m.cores, m.cpu_model, m.xnf_version);
+    if !m.nics.is_empty() {
+        let nic = |n: &super::results::Nic| {
+            let extra: Vec<&str> = [n.bus.as_str(), n.firmware.as_str()].into_iter().filter(|s| !s.is_empty()).collect();
+            let numa = n.numa_node.filter(|&x| x >= 0).map(|x| format!(", NUMA node {x}")).unwrap_or_default();
+            format!("{} {} ({}{}{numa})", n.role, n.ifname, n.driver, if extra.is_empty() { String::new() } else { format!(" {}", extra.join(" ")) })
+        };
+        let smt = m.smt.map(|s| format!("; SMT {}", if s { "on" } else { "off" })).unwrap_or_default();
+        println!("{}; governor {}{smt}", m.nics.iter().map(nic).collect::<Vec<_>>().join(", "), m.governor.as_deref().unwrap_or("none (no cpufreq)"));
+    }
     println!(
         "\n{:<v$} {:<w$} {:>3} {:>12} {:>9} {:>9} {:>7} {:>12} {:>7} {:>7}  CPU busy% (softirq/sys/user) per CPU",
         "variant", "point", "run", "kind", "sent Mpps", "recv Mpps", "loss%", "lost where", "ns/pkt", "softirq"
