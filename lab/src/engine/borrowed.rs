@@ -2,7 +2,7 @@
 //! — as ends of a topology's links (`a_existing`, `b_existing`). The lab
 //! borrows one: it records everything about it that it may change
 //! (addresses, routes, MTU, MAC, up or down, its per-device sysctls,
-//! channels, rings, coalescing and offloads), writes that record to
+//! channels, rings, coalescing, offloads and its interrupts' CPUs), writes that record to
 //! `/run/xnf/lab-borrowed/` *before* changing anything, renames it to the
 //! link's logical name and moves it into the lab's namespace; afterwards
 //! it moves it back and restores every recorded setting.
@@ -108,6 +108,9 @@ pub struct Borrowed {
     routes: Vec<(bool, Value)>,
     sysctls: Vec<(String, String)>,
     settings: DevSettings,
+    /// The device's interrupts and the CPUs each may run on (a NIC's; a veth has none).
+    #[serde(default)]
+    irqs: Vec<(u32, String)>,
 }
 
 /// Records of interfaces this process has borrowed and not given back.
@@ -181,7 +184,23 @@ fn record(e: &Existing, lab: &Netns, lab_name: &str) -> Result<Borrowed> {
         routes,
         sysctls: e.run(|| sysctls_of(&e.dev))?,
         settings: e.run(|| DevSettings::read(&e.dev))?,
+        irqs: irq_affinity(e)?,
     })
+}
+
+/// The CPUs each of `e`'s interrupts may run on (`smp_affinity_list`).
+fn irq_affinity(e: &Existing) -> Result<Vec<(u32, String)>> {
+    let out = match &e.netns {
+        Some(n) => std::process::Command::new("ip").args(["netns", "exec", n, "ls", &format!("/sys/class/net/{}/device/msi_irqs", e.dev)]).output(),
+        None => std::process::Command::new("ls").arg(format!("/sys/class/net/{}/device/msi_irqs", e.dev)).output(),
+    }
+    .context("listing the interface's interrupts")?;
+    let mut irqs = Vec::new();
+    for irq in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|n| n.parse::<u32>().ok()) {
+        let cpus = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list")).with_context(|| format!("reading IRQ {irq}'s CPUs"))?;
+        irqs.push((irq, cpus.trim().to_string()));
+    }
+    Ok(irqs)
 }
 
 /// The interface's own sysctls (`net/ipv{4,6}/{conf,neigh}/DEV/*`) that
@@ -260,6 +279,9 @@ fn restore(b: &Borrowed) -> Result<()> {
         }
         Ok(())
     })?;
+    for (irq, cpus) in &b.irqs {
+        std::fs::write(format!("/proc/irq/{irq}/smp_affinity_list"), cpus).with_context(|| format!("restoring IRQ {irq}'s CPUs to {cpus}"))?;
+    }
     if b.up {
         e.ip(&["link", "set", "dev", &e.dev, "up"])?;
     }

@@ -3,8 +3,9 @@
 //! and interrupt coalescing through the kernel's ethtool netlink interface
 //! ([`xnf_netns::ethnl`]), offload features through the ethtool ioctl (by
 //! the names `ethtool -k` prints), the per-device busy-poll settings in
-//! sysfs, and the CPU's C-state limit (`/dev/cpu_dma_latency`, held open
-//! while the point is measured). Interface knobs are set on both of dut's
+//! sysfs, the interrupts' CPUs (`/proc/irq/N/smp_affinity_list`), and
+//! the CPU's C-state limit (`/dev/cpu_dma_latency`, held open while the
+//! point is measured). Interface knobs are set on both of dut's
 //! interfaces at every point. A knob the driver (or the machine) lacks is
 //! reported in one line and its points skipped; any other refusal fails
 //! the run.
@@ -35,6 +36,8 @@ enum Kind {
     Sysfs(&'static str),
     /// /dev/cpu_dma_latency, in µs.
     DmaLatency,
+    /// The device's interrupts, queue i's on CPU (N + i) mod CPUs.
+    IrqCpu,
 }
 
 /// Every knob: its name on the command line, what it is, whether its values are on/off.
@@ -57,6 +60,7 @@ const KNOBS: &[(&str, fn() -> Kind, bool)] = &[
     ("defer-hard-irqs", || Kind::Sysfs("napi_defer_hard_irqs"), false),
     ("gro-flush-timeout", || Kind::Sysfs("gro_flush_timeout"), false),
     ("cpu-dma-latency", || Kind::DmaLatency, false),
+    ("irq-cpu", || Kind::IrqCpu, false),
 ];
 
 fn lookup(name: &str) -> Option<(Kind, bool)> {
@@ -173,8 +177,29 @@ fn set_on(ns: &Netns, dev: &str, name: &str, kind: &Kind, v: i64) -> Result<()> 
             }
             Ok(())
         }
+        Kind::IrqCpu => set_irqs(ns, &dev, v),
         Kind::DmaLatency => unreachable!("a host knob"),
     }
+}
+
+/// A device's interrupts (MSI vectors, in the order of its queues).
+pub fn irqs_of(ns: &Netns, dev: &str) -> Result<Vec<u32>> {
+    let out = ns.exec(&["sh", "-c", &format!("ls /sys/class/net/{dev}/device/msi_irqs 2>/dev/null || true")])?;
+    let mut irqs: Vec<u32> = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
+    irqs.sort_unstable();
+    Ok(irqs)
+}
+
+/// Pins `dev`'s interrupt i to CPU (`first` + i) mod CPUs.
+fn set_irqs(ns: &Netns, dev: &str, first: i64) -> Result<()> {
+    let irqs = irqs_of(ns, dev)?;
+    ensure!(!irqs.is_empty(), Skip(format!("irq-cpu: {dev} has no interrupts of its own (a veth runs its NAPI where --dut-cpu puts it)")));
+    let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+    for (i, irq) in irqs.iter().enumerate() {
+        let cpu = (first + i as i64) % ncpu;
+        std::fs::write(format!("/proc/irq/{irq}/smp_affinity_list"), cpu.to_string()).with_context(|| format!("irq-cpu: IRQ {irq} of {dev} to CPU {cpu}"))?;
+    }
+    Ok(())
 }
 
 /// Limits C-states to exit latencies under `us` µs while the file is open
