@@ -68,6 +68,10 @@ fn a_short_run_covers_the_matrix_and_draws_its_report() {
         );
         assert_eq!(x["config"]["zero_copy"], false, "veth has copy mode only");
     }
+    // Zero-copy is an axis; veth has none: said once, its runs skipped.
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).filter(|n| n.contains("zero-copy run(s) skipped")).collect();
+    assert_eq!(notes.len(), 1, "{:?}", r["notes"]);
+    assert!(notes[0].starts_with("zero-copy: the driver of ") && notes[0].contains("its 16 zero-copy run(s) skipped"), "{notes:?}");
     // --profile: each method's best configuration once more, profiled.
     let profiles = d["profiles"].as_array().unwrap();
     assert_eq!(profiles.len(), 3, "afxdp, udp, af-packet: {profiles:?}");

@@ -29,7 +29,7 @@ pub mod umem;
 
 pub use nf::{Batch, Emit, NetworkFunction, Verdict};
 pub use runner::{Accounting, Binding, Counters, RunConfig, Snapshot, Wait, XskSet};
-pub use socket::{kernel_stats, BusyPoll, KernelStats, Mode, Socket, SocketConfig};
+pub use socket::{kernel_stats, BusyPoll, KernelStats, Mode, Socket, SocketConfig, ZeroCopyUnsupported};
 pub use umem::{Umem, UmemConfig};
 
 mod skel {

@@ -327,11 +327,27 @@ pub fn kernel_stats(fd: BorrowedFd<'_>) -> Result<KernelStats> {
 }
 
 /// What a failed bind means, in terms of the setting to change.
+/// A bind refused because the driver has no AF_XDP zero-copy: a caller
+/// that sweeps zero-copy skips its configurations on this error.
+#[derive(Debug)]
+pub struct ZeroCopyUnsupported(pub String);
+
+impl std::fmt::Display for ZeroCopyUnsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ZeroCopyUnsupported {}
+
 fn bind_error(e: &io::Error, mode: u16, ifname: &str, queue: u32, cfg: &SocketConfig) -> anyhow::Error {
     let zc = mode == libc::XDP_ZEROCOPY;
     let hint = match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) | Some(libc::EPROTONOSUPPORT) if zc => {
-            format!("zero-copy: the driver of {ifname} has no AF_XDP zero-copy support (veth and generic XDP have copy mode only); use --copy")
+            return ZeroCopyUnsupported(format!(
+                "zero-copy: the driver of {ifname} has no AF_XDP zero-copy support (veth and generic XDP have copy mode only); use --copy ({e})"
+            ))
+            .into();
         }
         Some(libc::EBUSY) => format!("queue {queue} of {ifname} already has an AF_XDP socket (or a zero-copy pool): one socket per queue"),
         Some(libc::EINVAL) => format!(

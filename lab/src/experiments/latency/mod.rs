@@ -415,7 +415,7 @@ mod tests {
     use super::*;
 
     fn matrix() -> Vec<Config> {
-        crate::engine::driver::parse_options::<Latency>(&["--batch", "1,64"]).unwrap().matrix()
+        crate::engine::driver::parse_options::<Latency>(&["--batch", "1,64", "--zero-copy", "off"]).unwrap().matrix()
     }
 
     fn fake(c: Config, base_us: f64, repeat: u32) -> Run {

@@ -294,10 +294,12 @@ impl Forwarder {
         });
         match rx.recv() {
             Ok(Ok(())) => Ok(Forwarder { stop, handle: Some(handle) }),
-            Ok(Err(e)) => {
-                let _ = handle.join();
-                bail!("the forwarder: {e}")
-            }
+            // The thread's own error, not its text: a caller tells a
+            // driver without zero-copy by its type.
+            Ok(Err(e)) => match handle.join() {
+                Ok(Err(err)) => Err(err.context("the forwarder")),
+                _ => bail!("the forwarder: {e}"),
+            },
             Err(_) => bail!("the forwarder ended before it was ready"),
         }
     }

@@ -95,6 +95,12 @@ pub struct Latency {
     /// CPU of the forwarder [default: the first one].
     #[arg(long, default_value_t = 0)]
     pub fwd_cpu: usize,
+    /// AF_XDP zero-copy as an axis of the matrix: auto (every AF_XDP
+    /// configuration in both modes where the driver has zero-copy; on a
+    /// driver without it, said once and its configurations skipped), off
+    /// (copy mode only).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "off"])]
+    pub zero_copy: String,
     /// Seed of the run order and of k-means.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -122,6 +128,8 @@ struct State {
     runs: Vec<Run>,
     saturation: Vec<Run>,
     profiles: Vec<LatencyProfile>,
+    /// Why zero-copy configurations were skipped, and how many runs.
+    zero_copy_skipped: Option<(String, usize)>,
 }
 
 /// The saturation rates, refusing what is not one.
@@ -155,20 +163,14 @@ impl VariantName for Config {
 }
 
 impl Latency {
-    /// The matrix: every AF_XDP combination (copy mode: veth has no
-    /// zero-copy), then the kernel baselines sleeping and spinning.
+    /// The matrix: every AF_XDP combination, in copy mode and (with
+    /// `--zero-copy auto`) zero-copy, then the kernel baselines sleeping
+    /// and spinning.
     pub fn matrix(&self) -> Vec<Config> {
         let mut v = Vec::new();
-        for busy_poll in [false, true] {
-            for need_wakeup in [false, true] {
-                for poll_fwd in [false, true] {
-                    for poll_recv in [false, true] {
-                        for &batch in &self.batches {
-                            v.push(Config { method: Method::Afxdp, zero_copy: false, busy_poll, need_wakeup, poll_fwd, poll_recv, batch });
-                        }
-                    }
-                }
-            }
+        let modes: &[bool] = if self.zero_copy == "off" { &[false] } else { &[false, true] };
+        for &zero_copy in modes {
+            self.afxdp_matrix(zero_copy, &mut v);
         }
         for method in [Method::Udp, Method::AfPacket] {
             for sleep in [true, false] {
@@ -176,6 +178,22 @@ impl Latency {
             }
         }
         v
+    }
+
+    /// Every AF_XDP combination of busy poll, need_wakeup, poll or spin on
+    /// either side and batch, in one mode.
+    fn afxdp_matrix(&self, zero_copy: bool, v: &mut Vec<Config>) {
+        for busy_poll in [false, true] {
+            for need_wakeup in [false, true] {
+                for poll_fwd in [false, true] {
+                    for poll_recv in [false, true] {
+                        for &batch in &self.batches {
+                            v.push(Config { method: Method::Afxdp, zero_copy, busy_poll, need_wakeup, poll_fwd, poll_recv, batch });
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn probes(&self, cpus: Cpus) -> Probes {
@@ -289,7 +307,10 @@ impl Experiment for Latency {
 
     /// The runs clustered; everything to `details`, with the notes.
     fn finish(&mut self, _: Cpus, res: &mut Results) -> Result<()> {
-        let State { overhead, mut runs, mut saturation, mut profiles } = std::mem::take(&mut *self.state()?);
+        let State { overhead, mut runs, mut saturation, mut profiles, zero_copy_skipped } = std::mem::take(&mut *self.state()?);
+        if let Some((why, n)) = zero_copy_skipped {
+            res.notes.push(format!("{why}: its {n} zero-copy run(s) skipped (--zero-copy off measures copy mode only)"));
+        }
         let clustering = cluster(&mut runs, self.max_k, self.seed);
         // Measured in the order the variants came; shown by method.
         let method = |c: &Config| [Method::Afxdp, Method::Udp, Method::AfPacket].iter().position(|m| *m == c.method);
@@ -298,7 +319,7 @@ impl Experiment for Latency {
         let lost: u64 = runs.iter().map(|r| r.lost).sum();
         res.notes.extend([
             format!(
-                "veth: copy mode only (no AF_XDP zero-copy), and busy polling does not engage on it: the busy-poll runs add the syscalls, not a driver poll loop. Pinger on CPU {}, forwarder on CPU {}; a frame sent into a veth is received in softirq on the sender's CPU.",
+                "veth: busy polling does not engage on it: the busy-poll runs add the syscalls, not a driver poll loop. Pinger on CPU {}, forwarder on CPU {}; a frame sent into a veth is received in softirq on the sender's CPU.",
                 self.ping_cpu.map_or("?".into(), |c| c.to_string()),
                 self.fwd_cpu
             ),
@@ -337,7 +358,18 @@ impl Running for Probing<'_> {
         let (e, p) = (self.exp, &self.probes);
         let measured = Measured { samples: Vec::new(), zero_loss: None, profiled: Vec::new() };
         if !self.best {
-            let r = one_run(&self.path, &self.config, p, p.rate, p.count, m.labels.run)?;
+            let r = match one_run(&self.path, &self.config, p, p.rate, p.count, m.labels.run) {
+                Err(err) if self.config.zero_copy && err.downcast_ref::<xnf_afxdp::ZeroCopyUnsupported>().is_some() => {
+                    // Said once at the end: the driver has no zero-copy.
+                    let mut st = e.state()?;
+                    let skipped = st
+                        .zero_copy_skipped
+                        .get_or_insert_with(|| (err.downcast_ref::<xnf_afxdp::ZeroCopyUnsupported>().map(|z| z.0.clone()).unwrap_or_default(), 0));
+                    skipped.1 += 1;
+                    return Ok(measured);
+                }
+                r => r?,
+            };
             e.state()?.runs.push(r);
             return Ok(measured);
         }
@@ -407,7 +439,9 @@ mod tests {
     fn the_matrix_has_every_combination_once() {
         let m = args(&[]).latency.matrix();
         let afxdp: Vec<_> = m.iter().filter(|c| c.method == Method::Afxdp).collect();
-        assert_eq!(afxdp.len(), 2 * 2 * 2 * 2 * 2);
+        assert_eq!(afxdp.len(), 2 * 2 * 2 * 2 * 2 * 2, "copy and zero-copy");
+        assert_eq!(afxdp.iter().filter(|c| c.zero_copy).count(), 32);
+        assert!(args(&["--zero-copy", "off"]).latency.matrix().iter().all(|c| !c.zero_copy));
         let mut labels: Vec<String> = m.iter().map(|c| c.label()).collect();
         labels.sort();
         labels.dedup();
