@@ -4,8 +4,13 @@ use std::process::{Command, Stdio};
 
 use xnf_testrun::cli::{interrupt_lab_when, lab_namespace, namespaces_of, rx_packets};
 
+/// `--prog-stats` times every BPF program that runs on the machine: a
+/// test reading them runs alone among those that run xnf's programs.
+static XNF_PROGRAMS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 #[test]
 fn ctrl_c_removes_the_lab_topology() {
+    let _running_xnf = XNF_PROGRAMS.read().unwrap_or_else(|e| e.into_inner());
     interrupt_lab_when(&["router", "--runs", "1", "--seconds", "30"], "traffic into dut", |names| {
         lab_namespace(names, "dut").and_then(|dut| rx_packets(dut, "xnfin")).is_some_and(|n| n > 1000)
     });
@@ -93,6 +98,7 @@ fn a_topology_failing_half_way_through_its_build_leaves_nothing() {
 
 #[test]
 fn synthetic_route_tables_are_installed_looked_up_and_removed() {
+    let _running_xnf = XNF_PROGRAMS.read().unwrap_or_else(|e| e.into_inner());
     // In a topology file (stay with the namespace) ...
     let (dir, file) = line_with("[[route]]\nns = \"dut\"\nto = \"synthetic-ipv4\"\ncount = 5000\nvia = \"198.18.1.2\"\ndev = \"out\"\n");
     let (v, csv) = run_experiment(&["router", "--topology", file.to_str().unwrap(), "--variants", "xnf", "--flows", "100"]);
@@ -159,6 +165,7 @@ fn check_accounting(v: &serde_json::Value, csv: &str) {
 
 #[test]
 fn router_experiment_measures_every_variant_and_kind() {
+    let _running_xnf = XNF_PROGRAMS.read().unwrap_or_else(|e| e.into_inner());
     let (v, csv) = run_experiment(&["router", "--load-curve", "2", "--zero-loss", "5"]);
     check_accounting(&v, &csv);
     let samples = v["samples"].as_array().unwrap();
@@ -209,6 +216,7 @@ fn router_experiment_measures_every_variant_and_kind() {
 /// program, and the path's XDP programs' own time comes per variant.
 #[test]
 fn prog_stats_time_each_variants_programs_in_the_profiled_twin() {
+    let _alone = XNF_PROGRAMS.write().unwrap_or_else(|e| e.into_inner());
     let (v, csv) = run_experiment(&["router", "--variants", "xnf,dut-drop", "--profile", "counts", "--prog-stats"]);
     check_accounting(&v, &csv);
     let profiles = v["profiles"].as_array().unwrap();
