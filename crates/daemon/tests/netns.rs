@@ -466,7 +466,7 @@ fn a_daemon_killed_or_restarted_under_traffic_loses_no_frame() {
     let mut d = Daemon::start(r.dut(), &f, &files);
     ready(&mut d);
     r.resolve_sink();
-    let (redir, forwarded) = (r.redirected(), r.forw_v4());
+    let (redir, forwarded, ring) = (r.redirected(), r.forw_v4(), r.ring_drops());
     // The package's upgrade: a restart into another build (one more field
     // in the lb's connection value), and back.
     let bumped = xnf_bin().with_file_name("xnf-layout-bump");
@@ -488,8 +488,15 @@ fn a_daemon_killed_or_restarted_under_traffic_loses_no_frame() {
         assert!(!traffic.is_finished(), "the traffic ended before the restarts did: the test saw nothing");
         (traffic.join().unwrap(), logs)
     });
-    assert_eq!(received, N, "frames lost");
-    assert_eq!(r.redirected() - redir, N as u64, "frames not forwarded in XDP");
+    // Every frame arrived, or was dropped at a full veth ring because a
+    // receiving CPU was starved on a busy machine (seen: 71 of 600,000
+    // during `make test`) — the kernel counts those; anything else is a
+    // frame the restarts lost.
+    let now = r.ring_drops();
+    let (front, after) = (now.0 - ring.0, now.1 - ring.1);
+    assert_eq!(received as u64 + front + after, N as u64, "frames lost ({front} and {after} at full veth rings before and after dut)");
+    assert!((front + after) * 1000 <= N as u64, "{front} + {after} frames dropped at full veth rings: more than 0.1 %");
+    assert_eq!(r.redirected() - redir, N as u64 - front, "frames that reached dut not forwarded in XDP");
     assert_eq!(r.forw_v4(), forwarded, "the kernel forwarded some");
     for (i, log) in logs.iter().enumerate() {
         assert!(log.contains("event=apply result=ok changes=0"), "a new daemon changed something:\n{log}");

@@ -152,6 +152,18 @@ impl RoutedLine {
         self.line.dut()
     }
 
+    /// Frames lost to a full veth ring on the path (a receiving CPU
+    /// starved for milliseconds on a busy machine: a ring holds 256), as
+    /// the kernel counts them: (in front of dut: gen's transmit drops,
+    /// after dut: dut's egress XDP transmit errors, the sink's ring full
+    /// after the router redirected the frame). Not the data plane's doing:
+    /// a test of "not a frame lost" sets them apart.
+    pub fn ring_drops(&self) -> (u64, u64) {
+        let front = self.line.gen().link_stats(&self.line.gen_if).expect("gen's link counters").tx_dropped;
+        let out = self.dut().ethtool_stats(&self.line.dut_sink_if).expect("dut's egress driver counters");
+        (front, out.iter().filter(|(n, _)| n.contains("xdp_xmit_err")).map(|(_, v)| v).sum::<u64>())
+    }
+
     /// Router counters of dut's gen-facing interface (its ingress).
     pub fn ingress_stats(&self) -> serde_json::Value {
         let out = xnf_ok(self.dut(), &["router", "stats", "--json"]);
