@@ -466,7 +466,7 @@ fn a_daemon_killed_or_restarted_under_traffic_loses_no_frame() {
     let mut d = Daemon::start(r.dut(), &f, &files);
     ready(&mut d);
     r.resolve_sink();
-    let (redir, forwarded, ring) = (r.redirected(), r.forw_v4(), r.ring_drops());
+    let (redir, forwarded, ring) = (r.redirected(), r.forw_v4(), (r.dropped_before_dut(), r.dropped_after_dut()));
     // The package's upgrade: a restart into another build (one more field
     // in the lb's connection value), and back.
     let bumped = xnf_bin().with_file_name("xnf-layout-bump");
@@ -492,8 +492,7 @@ fn a_daemon_killed_or_restarted_under_traffic_loses_no_frame() {
     // receiving CPU was starved on a busy machine (seen: 71 of 600,000
     // during `make test`) — the kernel counts those; anything else is a
     // frame the restarts lost.
-    let now = r.ring_drops();
-    let (front, after) = (now.0 - ring.0, now.1 - ring.1);
+    let (front, after) = (r.dropped_before_dut() - ring.0, r.dropped_after_dut() - ring.1);
     assert_eq!(received as u64 + front + after, N as u64, "frames lost ({front} and {after} at full veth rings before and after dut)");
     assert!((front + after) * 1000 <= N as u64, "{front} + {after} frames dropped at full veth rings: more than 0.1 %");
     assert_eq!(r.redirected() - redir, N as u64 - front, "frames that reached dut not forwarded in XDP");

@@ -152,18 +152,6 @@ impl RoutedLine {
         self.line.dut()
     }
 
-    /// Frames lost to a full veth ring on the path (a receiving CPU
-    /// starved for milliseconds on a busy machine: a ring holds 256), as
-    /// the kernel counts them: (in front of dut: gen's transmit drops,
-    /// after dut: dut's egress XDP transmit errors, the sink's ring full
-    /// after the router redirected the frame). Not the data plane's doing:
-    /// a test of "not a frame lost" sets them apart.
-    pub fn ring_drops(&self) -> (u64, u64) {
-        let front = self.line.gen().link_stats(&self.line.gen_if).expect("gen's link counters").tx_dropped;
-        let out = self.dut().ethtool_stats(&self.line.dut_sink_if).expect("dut's egress driver counters");
-        (front, out.iter().filter(|(n, _)| n.contains("xdp_xmit_err")).map(|(_, v)| v).sum::<u64>())
-    }
-
     /// Router counters of dut's gen-facing interface (its ingress).
     pub fn ingress_stats(&self) -> serde_json::Value {
         let out = xnf_ok(self.dut(), &["router", "stats", "--json"]);
@@ -176,6 +164,14 @@ impl RoutedLine {
     /// kernel counts them as sent.
     pub fn dropped_before_dut(&self) -> u64 {
         self.line.gen().link_stats(&self.line.gen_if).expect("gen's link counters").tx_dropped
+    }
+
+    /// Frames dut's egress could not hand to the sink: its ring was full
+    /// (a loaded machine) after the router had redirected them (veth's
+    /// `tx_queue_N_xdp_xmit_errors`).
+    pub fn dropped_after_dut(&self) -> u64 {
+        let out = self.dut().ethtool_stats(&self.line.dut_sink_if).expect("dut's egress driver counters");
+        out.iter().filter(|(n, _)| n.contains("xdp_xmit_err")).map(|(_, v)| v).sum()
     }
 
     pub fn redirected(&self) -> u64 {
