@@ -190,13 +190,8 @@ fn record(e: &Existing, lab: &Netns, lab_name: &str) -> Result<Borrowed> {
 
 /// The CPUs each of `e`'s interrupts may run on (`smp_affinity_list`).
 fn irq_affinity(e: &Existing) -> Result<Vec<(u32, String)>> {
-    let out = match &e.netns {
-        Some(n) => std::process::Command::new("ip").args(["netns", "exec", n, "ls", &format!("/sys/class/net/{}/device/msi_irqs", e.dev)]).output(),
-        None => std::process::Command::new("ls").arg(format!("/sys/class/net/{}/device/msi_irqs", e.dev)).output(),
-    }
-    .context("listing the interface's interrupts")?;
     let mut irqs = Vec::new();
-    for irq in String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|n| n.parse::<u32>().ok()) {
+    for irq in super::knobs::irqs_of(e.netns.as_deref(), &e.dev)? {
         let cpus = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list")).with_context(|| format!("reading IRQ {irq}'s CPUs"))?;
         irqs.push((irq, cpus.trim().to_string()));
     }

@@ -443,12 +443,18 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
 
 /// The path's interfaces, each once: gen's, dut's two, the sink's.
 fn path_nics(t: &BuiltTopology) -> Result<Vec<(&xnf_netns::Netns, String)>> {
+    Ok(path_ends(t)?.into_iter().map(|(_, ns, dev)| (ns, dev)).collect())
+}
+
+/// The path's interfaces by role, each once (a role sharing another's
+/// interface, as the lb's tx path's sink shares gen's, keeps the first).
+fn path_ends(t: &BuiltTopology) -> Result<Vec<(&'static str, &xnf_netns::Netns, String)>> {
     let r = t.roles()?;
-    let mut out: Vec<(&xnf_netns::Netns, String)> = Vec::new();
-    for ep in [&r.gen, &r.dut_in, &r.dut_out, &r.sink] {
+    let mut out: Vec<(&'static str, &xnf_netns::Netns, String)> = Vec::new();
+    for (role, ep) in [("gen", &r.gen), ("dut_in", &r.dut_in), ("dut_out", &r.dut_out), ("sink", &r.sink)] {
         let (ns, dev) = t.endpoint(ep)?;
-        if !out.iter().any(|(n, d)| n.name() == ns.name() && *d == dev) {
-            out.push((ns, dev));
+        if !out.iter().any(|(_, n, d)| n.name() == ns.name() && *d == dev) {
+            out.push((role, ns, dev));
         }
     }
     Ok(out)
@@ -456,10 +462,8 @@ fn path_nics(t: &BuiltTopology) -> Result<Vec<(&xnf_netns::Netns, String)>> {
 
 /// What the path's interfaces are: driver, firmware, bus, NUMA node.
 fn nics_of(t: &BuiltTopology) -> Result<Vec<super::results::Nic>> {
-    let r = t.roles()?;
     let mut out = Vec::new();
-    for (role, ep) in [("gen", &r.gen), ("dut_in", &r.dut_in), ("dut_out", &r.dut_out), ("sink", &r.sink)] {
-        let (ns, dev) = t.endpoint(ep)?;
+    for (role, ns, dev) in path_ends(t)? {
         let d = dev.clone();
         let info = ns.run(move || xnf_netns::ethtool::driver_info(&d))??;
         let numa =

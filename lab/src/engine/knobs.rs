@@ -183,8 +183,16 @@ fn set_on(ns: &Netns, dev: &str, name: &str, kind: &Kind, v: i64) -> Result<()> 
 }
 
 /// A device's interrupts (MSI vectors, in the order of its queues).
-pub fn irqs_of(ns: &Netns, dev: &str) -> Result<Vec<u32>> {
-    let out = ns.exec(&["sh", "-c", &format!("ls /sys/class/net/{dev}/device/msi_irqs 2>/dev/null || true")])?;
+/// `netns` is an `ip netns` name (None: this namespace): sysfs shows a
+/// namespace's devices only where it is mounted in it, as `ip netns exec` does.
+pub fn irqs_of(netns: Option<&str>, dev: &str) -> Result<Vec<u32>> {
+    let path = format!("/sys/class/net/{dev}/device/msi_irqs");
+    // No such folder (a veth): no interrupts, an empty listing.
+    let out = match netns {
+        Some(n) => std::process::Command::new("ip").args(["netns", "exec", n, "ls", &path]).output(),
+        None => std::process::Command::new("ls").arg(&path).output(),
+    }
+    .context("listing the interface's interrupts")?;
     let mut irqs: Vec<u32> = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|n| n.parse().ok()).collect();
     irqs.sort_unstable();
     Ok(irqs)
@@ -192,7 +200,7 @@ pub fn irqs_of(ns: &Netns, dev: &str) -> Result<Vec<u32>> {
 
 /// Pins `dev`'s interrupt i to CPU (`first` + i) mod CPUs.
 fn set_irqs(ns: &Netns, dev: &str, first: i64) -> Result<()> {
-    let irqs = irqs_of(ns, dev)?;
+    let irqs = irqs_of(Some(ns.name()), dev)?;
     ensure!(!irqs.is_empty(), Skip(format!("irq-cpu: {dev} has no interrupts of its own (a veth runs its NAPI where --dut-cpu puts it)")));
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     for (i, irq) in irqs.iter().enumerate() {
