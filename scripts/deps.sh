@@ -29,7 +29,10 @@ test=("${containers[@]}" nftables iperf3 bird2 chromium
 	# the Kubernetes API's models (python3-kubernetes, python3-yaml).
 	systemd man-db python3-kubernetes python3-yaml
 	# promtool, which judges xnf daemon's /metrics (in prometheus).
-	prometheus)
+	prometheus
+	# The lab across hosts: ssh, and sshd in the namespaces that stand in
+	# for the hosts (Debian also starts its own sshd where systemd runs).
+	openssh-client openssh-server)
 
 group=${1:-}
 case $group in

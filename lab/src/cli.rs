@@ -163,6 +163,12 @@ pub enum LabCmd {
     /// until Ctrl-C: namespaces, veths, addresses, routes, neighbours,
     /// sysctls and the functions it names.
     Up(UpArgs),
+    /// This host's steps for a lab run on another host (`--hosts`): started
+    /// there by `xnf lab` over ssh, it builds this host's part of the
+    /// topology, runs the generator and reads counters as asked on its
+    /// standard input, and removes everything it built when that input
+    /// ends (the lab done, killed, or the connection lost).
+    Host,
     /// Draws a results file (`--json`) as one self-contained HTML page.
     ///
     /// The page has the machine and options, the ratio and summary tables,
@@ -204,6 +210,7 @@ pub fn run(cmd: LabCmd) -> Result<()> {
         LabCmd::Disrupt(a) => crate::experiments::disrupt::run(*a),
         LabCmd::Bgp(a) => experiment(*a),
         LabCmd::Up(a) => up(a),
+        LabCmd::Host => crate::engine::hoststeps::serve(),
     })
 }
 

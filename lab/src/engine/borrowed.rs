@@ -76,8 +76,12 @@ impl Existing {
     }
 
     /// The `ip` argument naming this interface's namespace as a target.
+    /// `DEV` is in the lab's own namespace, which is not PID 1's under
+    /// `ip netns exec` or on a host the lab reaches over SSH into a
+    /// namespace (the lab's hosts test): named by this process, as `ip`
+    /// runs in the lab's namespace and cannot name its own.
     fn netns_arg(&self) -> String {
-        self.netns.as_ref().map_or_else(|| "/proc/1/ns/net".into(), |n| n.clone())
+        self.netns.as_ref().map_or_else(|| format!("/proc/{}/ns/net", std::process::id()), |n| n.clone())
     }
 }
 
@@ -340,7 +344,7 @@ fn route_args(r: &Value, dev: &str, v6: bool) -> Vec<String> {
 /// runs again after the move, and the interface is not as found until it ends.
 fn settle(e: &Existing) -> Result<()> {
     let t0 = Instant::now();
-    while e.ip(&["addr", "show", "dev", &e.dev, "tentative"])?.trim().len() > 0 && t0.elapsed() < Duration::from_secs(5) {
+    while !e.ip(&["addr", "show", "dev", &e.dev, "tentative"])?.trim().is_empty() && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())

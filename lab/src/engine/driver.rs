@@ -25,6 +25,8 @@ use anyhow::{ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use super::across::At;
+use super::hosts::{Hosts, HostsFile};
 use super::knobs::{self, Knob};
 use super::measure::{self, Counters, Labels, Probe, Timing};
 use super::params::{self, Param, Point, Value};
@@ -42,6 +44,11 @@ pub struct Common {
     /// Topology: a built-in scenario (line, pair) or a TOML file with [roles].
     #[arg(long, default_value = "line", value_name = "NAME|FILE")]
     pub topology: String,
+    /// Run some of the topology's namespaces on other hosts over SSH: a
+    /// TOML file of [[host]] tables (name, ssh destination, namespaces,
+    /// optional ssh_options and xnf path). The lab runs on dut's host.
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<PathBuf>,
     /// Repetitions; variants alternate within each.
     #[arg(long, default_value_t = 3)]
     pub runs: u32,
@@ -144,7 +151,7 @@ impl Common {
     /// The options as the results record them: these and the experiment's own.
     fn record(&self, cpus: Cpus, own: &impl Serialize) -> serde_json::Value {
         let mut o = serde_json::json!({
-            "topology": self.topology, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen, "dut_cpu": self.dut_cpu, "nic": self.nic,
+            "topology": self.topology, "hosts": self.hosts, "runs": self.runs, "timing": self.timing(), "cpu": cpus.gen, "dut_cpu": self.dut_cpu, "nic": self.nic,
             "zero_loss": self.zero_loss, "load_steps": self.load_curve, "load_rates": self.load_rates, "profile": self.profiling.profile,
         });
         if let (Some(o), Ok(serde_json::Value::Object(own))) = (o.as_object_mut(), serde_json::to_value(own)) {
@@ -206,7 +213,7 @@ pub struct Measuring<'m> {
     /// Where dut's ingress is served at this point ([`super::placement`]).
     pub placed: &'m Placed,
     /// The path's interfaces whose driver counters are read ([`Probe::nics`]).
-    pub nics: &'m [(&'m xnf_netns::Netns, String)],
+    pub nics: &'m [(At<'m>, String)],
 }
 
 /// A variant set up at a point for one run.
@@ -250,6 +257,12 @@ pub trait Experiment: Serialize {
 
     /// The results' `experiment`.
     const NAME: &'static str;
+
+    /// Whether it runs across hosts (`--hosts`): its steps on the
+    /// generator's and the sink's ends go through what the built topology
+    /// reads there ([`BuiltTopology::start_generators`],
+    /// [`BuiltTopology::received`]), not through their namespaces.
+    const ACROSS_HOSTS: bool = false;
 
     /// The parameters of its points, in the order of labels and JSON.
     fn params(&self) -> Vec<Param>;
@@ -349,13 +362,23 @@ pub fn points<E: Experiment>(e: &E) -> Vec<Point> {
 }
 
 /// An experiment's topology: loaded (built-in name or TOML file) and
-/// checked to have the roles experiments measure by, after removing what
-/// killed runs left behind.
-fn topology(name: &str, lines: &mut dyn FnMut(&str)) -> Result<TopologySpec> {
-    let spec = TopologySpec::load(name)?;
+/// checked to have the roles experiments measure by, with its hosts
+/// connected (`--hosts`; refused for an experiment that does not run
+/// across hosts), after removing what killed runs left behind.
+fn topology(c: &Common, across: (&str, bool), lines: &mut dyn FnMut(&str)) -> Result<(TopologySpec, Hosts)> {
+    let spec = TopologySpec::load(&c.topology)?;
     spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
+    let hosts = match &c.hosts {
+        Some(path) => {
+            ensure!(across.1, "--hosts: xnf lab {} does not run across hosts yet (xnf lab router does)", across.0);
+            let file = HostsFile::load(path)?;
+            file.check(&spec).with_context(|| format!("{}: does not fit topology `{}`", path.display(), c.topology))?;
+            Hosts::connect(&file, lines)?
+        }
+        None => Hosts::default(),
+    };
     super::remove_stale(lines)?;
-    Ok(spec)
+    Ok((spec, hosts))
 }
 
 /// Runs `e` with the common options `c`: points × runs × alternated
@@ -367,7 +390,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
     e.check(cpus)?;
     let variants = e.variants();
     ensure!(!variants.is_empty(), "--variants: name at least one");
-    let mut spec = topology(&c.topology, lines)?;
+    let (mut spec, hosts) = topology(c, (E::NAME, E::ACROSS_HOSTS), lines)?;
     e.adapt(&mut spec)?;
     let points = knobs::sweep(points(e), &c.nic);
     let timing = c.timing();
@@ -384,7 +407,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
             let mut s = spec.clone();
             s.set_queues(queues);
             pg.message(&format!("building topology `{}` with {queues} queue(s)", c.topology));
-            let mut t = BuiltTopology::build(&s, &mut |m| pg.message(m))?;
+            let mut t = BuiltTopology::build_across(&s, &hosts, &mut |m| pg.message(m))?;
             e.built(&mut t, &pg)?;
             res.machine.nics = nics_of(&t)?;
             built = Some((queues, t));
@@ -394,7 +417,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
         let Some(_knobs) = set_knobs(&c.nic, t, point, &label, &mut res, &mut pg)? else { continue };
         let at = e.at_point(t, point, &pg)?;
         res.notes.extend(at.notes.iter().map(|n| format!("{label}: {n}")));
-        let (gen_ns, gen_if) = t.endpoint(&t.roles()?.gen)?;
+        let gen_ep = &t.roles()?.gen;
         let nics = path_nics(t)?;
         let gen_cpus = measure::gen_cpus(cpus.gen, queues);
         let placement = match at.traffic.is_some() && e.places_dut() {
@@ -402,7 +425,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
             false => Placement::Shared { gen: gen_cpus.clone() },
         };
         if at.traffic.is_some() {
-            res.notes.push(format!("{label}: {}", placement.describe()));
+            res.notes.push(format!("{label}: {}", placement.describe(t.host_of(gen_ep)?.map(|h| h.name.as_str()))));
         }
         for run in 0..c.runs {
             for v in alternated(&variants, run) {
@@ -413,7 +436,7 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
                 if placed.gro_for_napi && run == 0 {
                     res.notes.push(format!("{label}: {}: GRO turned on at dut's ingress to give the veth NAPI (no native XDP program there)", l.variant));
                 }
-                let gens = at.traffic.as_ref().map(|tr| measure::start_generators(gen_ns, &gen_if, tr, &gen_cpus, 0)).transpose()?;
+                let gens = at.traffic.as_ref().map(|tr| t.start_generators(gen_ep, tr, &gen_cpus, 0)).transpose()?;
                 let measured =
                     running.measure(Measuring { gens: gens.as_ref(), labels: &l, timing: &timing, plan: &plan, pg: &mut pg, placed: &placed, nics: &nics })?;
                 if let Some(gens) = gens {
@@ -442,43 +465,28 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
 }
 
 /// The path's interfaces, each once: gen's, dut's two, the sink's.
-fn path_nics(t: &BuiltTopology) -> Result<Vec<(&xnf_netns::Netns, String)>> {
-    Ok(path_ends(t)?.into_iter().map(|(_, ns, dev)| (ns, dev)).collect())
+fn path_nics(t: &BuiltTopology) -> Result<Vec<(At<'_>, String)>> {
+    Ok(path_ends(t)?.into_iter().map(|(_, at, dev)| (at, dev)).collect())
 }
 
 /// The path's interfaces by role, each once (a role sharing another's
 /// interface, as the lb's tx path's sink shares gen's, keeps the first).
-fn path_ends(t: &BuiltTopology) -> Result<Vec<(&'static str, &xnf_netns::Netns, String)>> {
+fn path_ends(t: &BuiltTopology) -> Result<Vec<(&'static str, At<'_>, String)>> {
     let r = t.roles()?;
-    let mut out: Vec<(&'static str, &xnf_netns::Netns, String)> = Vec::new();
+    let mut out: Vec<(&'static str, &str, At, String)> = Vec::new();
     for (role, ep) in [("gen", &r.gen), ("dut_in", &r.dut_in), ("dut_out", &r.dut_out), ("sink", &r.sink)] {
-        let (ns, dev) = t.endpoint(ep)?;
-        if !out.iter().any(|(_, n, d)| n.name() == ns.name() && *d == dev) {
-            out.push((role, ns, dev));
+        let ns = ep.split(':').next().unwrap_or_default();
+        let (at, dev) = t.at(ep)?;
+        if !out.iter().any(|(_, n, _, d)| *n == ns && *d == dev) {
+            out.push((role, ns, at, dev));
         }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(role, _, at, dev)| (role, at, dev)).collect())
 }
 
 /// What the path's interfaces are: driver, firmware, bus, NUMA node.
 fn nics_of(t: &BuiltTopology) -> Result<Vec<super::results::Nic>> {
-    let mut out = Vec::new();
-    for (role, ns, dev) in path_ends(t)? {
-        let d = dev.clone();
-        let info = ns.run(move || xnf_netns::ethtool::driver_info(&d))??;
-        let numa =
-            ns.exec(&["cat", &format!("/sys/class/net/{dev}/device/numa_node")]).ok().and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok());
-        out.push(super::results::Nic {
-            role: role.into(),
-            ifname: dev,
-            driver: info.driver,
-            version: info.version,
-            firmware: info.firmware,
-            bus: info.bus,
-            numa_node: numa,
-        });
-    }
-    Ok(out)
+    path_ends(t)?.into_iter().map(|(role, at, dev)| at.nic(role, &dev)).collect()
 }
 
 /// The point's knobs set on dut's interfaces; None, said in one line and

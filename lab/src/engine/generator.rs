@@ -2,12 +2,15 @@
 //! one CPU with its own program, counters and BPF_PROG_TEST_RUN loop.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use xnf_netns::Netns;
 
+use super::hosts::RemoteHost;
+use super::hoststeps::Step;
 use crate::programs::gen::{GenConfig, GenControl, GenProgram};
 
 /// Seconds one BPF_PROG_TEST_RUN call should last. Every live-frame run
@@ -53,6 +56,13 @@ struct GenThread {
 pub struct Generator {
     stop: Arc<AtomicBool>,
     threads: Vec<GenThread>,
+    /// The host it runs on when not this one (its threads are there, and
+    /// every call goes there; [`super::hosts`]).
+    host: Option<Arc<RemoteHost>>,
+    /// When the rate last changed, in seconds on the generator's host's
+    /// own clock: what an interval's sending time is measured by.
+    changed: Mutex<f64>,
+    clock: Instant,
 }
 
 impl Generator {
@@ -65,7 +75,7 @@ impl Generator {
         anyhow::ensure!(o.count.is_none_or(|c| c >= n as u64), "a count of {} frames cannot be split over {n} CPUs", o.count.unwrap_or(0));
         let counts = o.count.map(|c| split(c, n));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut me = Generator { stop: stop.clone(), threads: Vec::new() };
+        let mut me = Generator::new(stop.clone(), None);
         for (i, (&cpu, rate)) in o.cpus.iter().zip(split(o.rate, n)).enumerate() {
             let limit = counts.as_ref().map(|c| c[i]).unwrap_or(0);
             let queue = if (i as u32) < o.queues { i as u32 } else { 0 };
@@ -74,36 +84,67 @@ impl Generator {
         Ok(me)
     }
 
+    fn new(stop: Arc<AtomicBool>, host: Option<Arc<RemoteHost>>) -> Generator {
+        Generator { stop, threads: Vec::new(), host, changed: Mutex::new(0.0), clock: Instant::now() }
+    }
+
+    /// Starts the generator on `host`, on endpoint `ep` of its part of the
+    /// topology, as [`super::measure::start_generators`] does here.
+    pub fn on_host(host: Arc<RemoteHost>, ep: &str, cfg: &GenConfig, cpus: &[usize], rate: u64) -> Result<Self> {
+        host.call::<()>(&Step::Generate { ep: ep.into(), cfg: cfg.clone(), cpus: cpus.to_vec(), rate })?;
+        Ok(Generator::new(Arc::new(AtomicBool::new(false)), Some(host)))
+    }
+
     /// Frames sent so far, all CPUs (exact: counted by the programs).
     pub fn sent(&self) -> Result<u64> {
-        self.threads.iter().map(|t| t.control.sent()).sum()
+        Ok(self.sent_per_cpu()?.iter().map(|c| c.1).sum())
     }
 
     /// Frames sent so far by each generator CPU: (cpu, frames).
     pub fn sent_per_cpu(&self) -> Result<Vec<(usize, u64)>> {
-        self.threads.iter().map(|t| Ok((t.cpu, t.control.sent()?))).collect()
+        match &self.host {
+            Some(h) => h.call(&Step::Sent),
+            None => self.threads.iter().map(|t| Ok((t.cpu, t.control.sent()?))).collect(),
+        }
     }
 
     /// Changes the rate (frames per second, all CPUs; 0: as fast as possible).
     pub fn set_rate(&self, pps: u64) -> Result<()> {
+        if let Some(h) = &self.host {
+            *self.changed.lock().expect("stamp") = h.call(&Step::Rate { pps })?;
+            return Ok(());
+        }
         for (t, r) in self.threads.iter().zip(split(pps, self.threads.len())) {
             // A share of 0 would mean "as fast as possible": hold back instead.
             let r = if pps > 0 { r.max(1) } else { 0 };
             t.rate.store(r, Ordering::Relaxed);
             t.control.set_rate(r)?;
         }
+        *self.changed.lock().expect("stamp") = self.clock.elapsed().as_secs_f64();
         Ok(())
+    }
+
+    /// When the rate last changed: seconds on the generator's host's clock
+    /// (since some instant of its own; only differences mean anything).
+    pub fn changed_at(&self) -> f64 {
+        *self.changed.lock().expect("stamp")
     }
 
     /// Sends paced frames in bursts of `frames` (1: evenly spaced); see
     /// [`GenControl::set_burst`].
     pub fn set_burst(&self, frames: u64) -> Result<()> {
-        self.threads.iter().try_for_each(|t| t.control.set_burst(frames))
+        match &self.host {
+            Some(h) => h.call(&Step::Burst { frames }),
+            None => self.threads.iter().try_for_each(|t| t.control.set_burst(frames)),
+        }
     }
 
     /// True when every thread has ended: its count sent, or failed.
     pub fn done(&self) -> bool {
-        self.threads.iter().all(|t| t.thread.as_ref().is_none_or(|h| h.is_finished()))
+        match &self.host {
+            Some(h) => h.call(&Step::Done).unwrap_or(true),
+            None => self.threads.iter().all(|t| t.thread.as_ref().is_none_or(|h| h.is_finished())),
+        }
     }
 
     /// Stops; reports whether a generator thread failed, else the frames sent.
@@ -114,6 +155,9 @@ impl Generator {
     /// Stops; reports whether a generator thread failed, else the frames
     /// each CPU sent: (cpu, frames).
     pub fn finish(mut self) -> Result<Vec<(usize, u64)>> {
+        if let Some(h) = self.host.take() {
+            return h.call(&Step::Stop);
+        }
         self.stop.store(true, Ordering::Relaxed);
         for t in &mut self.threads {
             t.thread.take().unwrap().join().map_err(|_| anyhow::anyhow!("generator thread panicked"))??;
@@ -205,6 +249,9 @@ impl GenThread {
 
 impl Drop for Generator {
     fn drop(&mut self) {
+        if let Some(h) = self.host.take() {
+            let _ = h.call::<Vec<(usize, u64)>>(&Step::Stop);
+        }
         self.stop.store(true, Ordering::Relaxed);
         for t in &mut self.threads {
             if let Some(h) = t.thread.take() {

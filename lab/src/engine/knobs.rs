@@ -40,8 +40,11 @@ enum Kind {
     IrqCpu,
 }
 
-/// Every knob: its name on the command line, what it is, whether its values are on/off.
-const KNOBS: &[(&str, fn() -> Kind, bool)] = &[
+/// A knob's name on the command line, what it is, whether its values are on/off.
+type KnobDef = (&'static str, fn() -> Kind, bool);
+
+/// Every knob.
+const KNOBS: &[KnobDef] = &[
     ("rx-ring", || Kind::Netlink(Setting::RxRing), false),
     ("tx-ring", || Kind::Netlink(Setting::TxRing), false),
     ("rx-channels", || Kind::Netlink(Setting::RxChannels), false),

@@ -11,6 +11,7 @@ use anyhow::{ensure, Context, Result};
 use xnf_netns::Netns;
 use xnf_packet::PacketBuilder;
 
+use super::across::At;
 use super::cpu::{self, CpuTimes};
 use super::placement::Placed;
 use super::progress::Progress;
@@ -67,7 +68,7 @@ pub struct Probe<'a> {
     pub placed: &'a Placed,
     /// Interfaces along the path whose driver counters (`ethtool -S`) are
     /// read with the others: their drops and errors go into each sample.
-    pub nics: &'a [(&'a Netns, String)],
+    pub nics: &'a [(At<'a>, String)],
 }
 
 /// Counters at one instant.
@@ -123,10 +124,11 @@ impl Probe<'_> {
         self.read()
     }
 
-    /// Resumes the generator at `rate` (0: full speed); returns when.
-    fn resume(&self, rate: u64) -> Result<Instant> {
+    /// Resumes the generator at `rate` (0: full speed); returns when, on
+    /// the generator's host's clock.
+    fn resume(&self, rate: u64) -> Result<f64> {
         self.gens.set_rate(rate)?;
-        Ok(Instant::now())
+        Ok(self.gens.changed_at())
     }
 
     /// One interval: pause and read, resume at `rate` for `secs`, pause and
@@ -154,7 +156,9 @@ impl Probe<'_> {
             _ => std::thread::sleep(Duration::from_secs_f64(secs)),
         }
         self.gens.set_rate(PAUSED)?;
-        let sending = t0.elapsed().as_secs_f64();
+        // On the generator's clock: across hosts, a step there takes a
+        // round trip this host's clock would add.
+        let sending = self.gens.changed_at() - t0;
         self.drain()?;
         let prof = session.map(xnf_profile::Session::stop).transpose()?;
         let b = self.read()?;
@@ -168,12 +172,12 @@ impl Probe<'_> {
 /// `rx_missed_errors` and `rx_no_buffer_count`, XDP drops, a veth's
 /// `tx_queue_N_xdp_xmit_errors` — its peer's ring was full), keyed
 /// `role:dev:name`. An interface whose driver keeps none adds nothing.
-fn nic_losses(nics: &[(&Netns, String)]) -> Result<Vec<(String, u64)>> {
+fn nic_losses(nics: &[(At, String)]) -> Result<Vec<(String, u64)>> {
     let lossy = |n: &str| ["drop", "miss", "err", "no_buf", "discard", "fifo"].iter().any(|w| n.contains(w));
     let mut out = Vec::new();
-    for (ns, dev) in nics {
-        for (name, v) in ns.ethtool_stats(dev)?.into_iter().filter(|(n, _)| lossy(n)) {
-            out.push((format!("{}:{dev}:{name}", ns.role()), v));
+    for (at, dev) in nics {
+        for (name, v) in at.ethtool_stats(dev)?.into_iter().filter(|(n, _)| lossy(n)) {
+            out.push((format!("{}:{dev}:{name}", at.role()), v));
         }
     }
     Ok(out)

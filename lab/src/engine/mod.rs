@@ -2,6 +2,7 @@
 //! namespaces, the generator, programs the lab attaches, measuring, the
 //! zero-loss search, results, and the one experiment driver.
 
+pub mod across;
 pub mod attach;
 pub mod bird;
 pub mod borrowed;
@@ -9,6 +10,8 @@ pub mod cpu;
 pub mod driver;
 pub mod eventargs;
 pub mod generator;
+pub mod hosts;
+pub mod hoststeps;
 pub mod knobs;
 pub mod measure;
 pub mod mrt;

@@ -85,13 +85,20 @@ impl DutCpu {
 }
 
 impl Placement {
-    /// In words, for the results' notes.
-    pub fn describe(&self) -> String {
-        match self {
-            Placement::Shared { gen } => format!("generator on CPU {}; dut and the sink receive on the sending CPU (shared)", list(gen)),
-            Placement::Own { gen, dut, sink } => {
+    /// In words, for the results' notes; `tester` names the host of the
+    /// generator and the sink when it is not this one.
+    pub fn describe(&self, tester: Option<&str>) -> String {
+        match (self, tester) {
+            (Placement::Shared { gen }, None) => format!("generator on CPU {}; dut and the sink receive on the sending CPU (shared)", list(gen)),
+            (Placement::Own { gen, dut, sink }, None) => {
                 format!("generator on CPU {}; dut's ingress served on CPU {} (threaded NAPI, pinned); the sink's on CPU {sink}", list(gen), list(dut))
             }
+            (Placement::Shared { gen }, Some(h)) => format!("generator on CPU {} of host `{h}`; dut receives where this host's kernel says", list(gen)),
+            (Placement::Own { gen, dut, .. }, Some(h)) => format!(
+                "generator on CPU {} of host `{h}`, the sink's receive where its kernel says; dut's ingress served on CPU {} of this host (threaded NAPI, pinned); CPU figures are this host's",
+                list(gen),
+                list(dut)
+            ),
         }
     }
 
@@ -109,6 +116,9 @@ impl Placement {
             pin(*pid, dut[i % dut.len()], None).with_context(|| format!("dut's NAPI thread of {din}"))?;
         }
         placed.dut_threads = threads;
+        if t.host_of(&roles.sink)?.is_some() {
+            return Ok(placed); // its own host's kernel places the sink's receive
+        }
         let (sns, sdev) = t.endpoint(&roles.sink)?;
         if sdev != din {
             serve_threaded(sns, &sdev)?;

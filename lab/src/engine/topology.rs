@@ -140,7 +140,7 @@ pub fn ifname(logical: &str) -> String {
     }
 }
 
-fn split_endpoint(ep: &str) -> Result<(&str, &str)> {
+pub(crate) fn split_endpoint(ep: &str) -> Result<(&str, &str)> {
     ep.split_once(':')
         .filter(|(ns, dev)| !ns.is_empty() && !dev.is_empty())
         .with_context(|| format!("`{ep}` is not an endpoint: write `namespace:interface`, e.g. `dut:in`"))
@@ -319,6 +319,10 @@ pub struct BuiltTopology {
     borrowed: Vec<super::borrowed::BorrowGuard>,
     names: HashMap<String, usize>,
     topo: Topology,
+    /// The hosts running the namespaces that are not here ([`super::across`]).
+    pub(super) hosts: super::hosts::Hosts,
+    // Their parts, torn down there after this host's.
+    pub(super) remote_parts: Vec<super::across::RemotePart>,
 }
 
 /// Maps CPU i to TX queue i of a multi-queue veth (XPS), as NIC drivers do
@@ -338,18 +342,29 @@ fn steer_tx_by_cpu(ns: &Netns, dev: &str, queues: u32) -> Result<()> {
 impl BuiltTopology {
     /// Creates everything in order: namespaces and sysctls, links, addresses,
     /// routes, neighbours, functions. On failure all of it is removed.
+    ///
+    /// Of links, routes, neighbours and functions, only what is in `spec`'s
+    /// namespaces is built: a part of a topology across hosts builds its
+    /// own ends of the links between hosts, and leaves neighbours whose MAC
+    /// is on another host to [`Self::build_across`].
     pub fn build(spec: &TopologySpec, progress: &mut dyn FnMut(&str)) -> Result<BuiltTopology> {
-        // Every existing interface can be borrowed, or nothing is built.
-        for e in spec.links.iter().flat_map(|l| [&l.a_existing, &l.b_existing]).flatten() {
-            super::borrowed::check(&super::borrowed::Existing::parse(e)?)?;
-        }
+        Self::check_existing(spec)?;
         let mut topo = Topology::new();
         let mut names = HashMap::new();
         for n in &spec.namespaces {
             topo.add(&n.name)?;
             names.insert(n.name.clone(), topo.nodes().len() - 1);
         }
-        let mut built = BuiltTopology { spec: spec.clone(), attachments: Vec::new(), routers: Vec::new(), borrowed: Vec::new(), names, topo };
+        let mut built = BuiltTopology {
+            spec: spec.clone(),
+            attachments: Vec::new(),
+            routers: Vec::new(),
+            borrowed: Vec::new(),
+            names,
+            topo,
+            hosts: Default::default(),
+            remote_parts: Vec::new(),
+        };
         for n in &spec.namespaces {
             let ns = built.ns(&n.name)?;
             if n.forwarding {
@@ -364,20 +379,25 @@ impl BuiltTopology {
         for l in &spec.links {
             let (an, ad) = split_endpoint(&l.a)?;
             let (bn, bd) = split_endpoint(&l.b)?;
-            let (a, b) = (built.ns(an)?, built.ns(bn)?);
+            // An end on another host is built there.
+            let (a, b) = (built.names.contains_key(an).then(|| built.ns(an)).transpose()?, built.names.contains_key(bn).then(|| built.ns(bn)).transpose()?);
             let existing = match (&l.a_existing, &l.b_existing) {
                 (Some(ea), Some(eb)) => {
-                    let (ea, eb) = (super::borrowed::Existing::parse(ea)?, super::borrowed::Existing::parse(eb)?);
-                    borrowed.push(super::borrowed::borrow(&ea, a, &ifname(ad))?);
-                    borrowed.push(super::borrowed::borrow(&eb, b, &ifname(bd))?);
+                    for (e, ns, dev) in [(ea, a, ad), (eb, b, bd)] {
+                        if let Some(ns) = ns {
+                            borrowed.push(super::borrowed::borrow(&super::borrowed::Existing::parse(e)?, ns, &ifname(dev))?);
+                        }
+                    }
                     true
                 }
                 _ => {
+                    let (a, b) = (a.context("a veth pair's ends are on one host")?, b.context("a veth pair's ends are on one host")?);
                     xnf_netns::veth(a, &ifname(ad), b, &ifname(bd), l.queues)?;
                     false
                 }
             };
-            for (ns, dev, addrs) in [(a, ifname(ad), &l.a_addr), (b, ifname(bd), &l.b_addr)] {
+            let ends = [(a, ifname(ad), &l.a_addr), (b, ifname(bd), &l.b_addr)];
+            for (ns, dev, addrs) in ends.into_iter().filter_map(|(ns, d, x)| Some((ns?, d, x))) {
                 if let (true, Some(q)) = (existing, l.queues) {
                     ns.run(|| xnf_netns::devsettings::DevSettings::set_queues(&dev, q)).with_context(|| format!("{dev} in {}", ns.role()))??;
                 }
@@ -397,7 +417,7 @@ impl BuiltTopology {
             }
         }
         built.borrowed = borrowed;
-        for r in &spec.routes {
+        for r in spec.routes.iter().filter(|r| built.names.contains_key(&r.ns)) {
             let ns = built.ns(&r.ns)?;
             let dev = r.dev.as_deref().map(ifname);
             match r.to.as_str() {
@@ -409,7 +429,7 @@ impl BuiltTopology {
                 to => ns.route_add(to, r.via.as_deref(), dev.as_deref()).with_context(|| format!("route in {} to {to}", r.ns))?,
             }
         }
-        for n in &spec.neighbours {
+        for n in spec.neighbours.iter().filter(|n| built.names.contains_key(&n.ns) && !built.mac_elsewhere(&n.mac)) {
             let mac = match n.mac.parse::<Mac>() {
                 Ok(m) => m,
                 Err(_) => built.mac(&n.mac)?,
@@ -417,7 +437,7 @@ impl BuiltTopology {
             built.ns(&n.ns)?.neigh_add(&n.ip, mac, &ifname(&n.dev))?;
         }
         let (mut attachments, mut routers) = (Vec::new(), Vec::new());
-        for f in &spec.functions {
+        for f in spec.functions.iter().filter(|f| built.names.contains_key(&f.ns)) {
             let ns = built.ns(&f.ns)?;
             let devs: Vec<String> = f.interfaces.iter().map(|d| ifname(d)).collect();
             match f.kind {
@@ -434,8 +454,27 @@ impl BuiltTopology {
         Ok(built)
     }
 
+    /// Checks, before anything is built, that every existing interface of
+    /// `spec`'s namespaces can be borrowed.
+    pub fn check_existing(spec: &TopologySpec) -> Result<()> {
+        for l in &spec.links {
+            for (ep, e) in [(&l.a, &l.a_existing), (&l.b, &l.b_existing)] {
+                if let (Some(e), true) = (e, spec.has_ns(split_endpoint(ep)?.0)) {
+                    super::borrowed::check(&super::borrowed::Existing::parse(e)?)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `mac` names an endpoint whose namespace is not built here.
+    fn mac_elsewhere(&self, mac: &str) -> bool {
+        mac.parse::<Mac>().is_err() && split_endpoint(mac).is_ok_and(|(ns, _)| !self.names.contains_key(ns))
+    }
+
     /// The attachment (sink or pass) the topology's functions put on `ns:dev`.
     pub fn attachment(&self, ep: &str) -> Result<&LabAttachment> {
+        self.here(ep)?;
         let (ns, dev) = split_endpoint(ep)?;
         self.attachments
             .iter()
@@ -457,6 +496,7 @@ impl BuiltTopology {
     /// Detaches the sink or pass function on `ep` (leaving the interface
     /// to an experiment's own program); returns its namespace and device.
     pub fn remove_function(&mut self, ep: &str) -> Result<(String, String)> {
+        self.here(ep)?;
         let (ns, dev) = split_endpoint(ep)?;
         let dev = ifname(dev);
         let i = self
@@ -468,7 +508,15 @@ impl BuiltTopology {
         Ok((ns.to_string(), dev))
     }
 
+    /// Fails, in one line, for an endpoint on another host.
+    fn here(&self, ep: &str) -> Result<()> {
+        self.ns(split_endpoint(ep)?.0).map(drop)
+    }
+
     pub fn ns(&self, name: &str) -> Result<&Netns> {
+        if let Some(h) = self.hosts.of(name) {
+            bail!("namespace `{name}` runs on host `{}`: this step of the experiment does not run across hosts", h.name);
+        }
         let i = self.names.get(name).with_context(|| format!("no namespace `{name}` in this topology"))?;
         Ok(&self.topo.nodes()[*i])
     }
@@ -480,6 +528,9 @@ impl BuiltTopology {
     }
 
     pub fn mac(&self, ep: &str) -> Result<Mac> {
+        if let Some(h) = self.host_of(ep)? {
+            return Ok(h.call::<String>(&super::hoststeps::Step::Mac { ep: ep.into() })?.parse()?);
+        }
         let (ns, dev) = self.endpoint(ep)?;
         ns.mac(&dev)
     }

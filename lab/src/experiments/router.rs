@@ -243,6 +243,7 @@ impl Router {
 impl Experiment for Router {
     type Variant = Variant;
     const NAME: &'static str = "router";
+    const ACROSS_HOSTS: bool = true;
 
     fn places_dut(&self) -> bool {
         true
@@ -363,10 +364,13 @@ impl Experiment for Router {
 
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, _: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
         let roles = t.roles()?;
-        let sink = t.attachment(&roles.sink)?;
         // What arrives must carry the pattern's egress tag, from a forwarder.
         let forwards = matches!(v, Variant::Kernel | Variant::Xnf(..) | Variant::Peer(_));
-        let tags = if self.tagged() && forwards { Some(vlan::TagCheck::start(Pattern::of(p)?, &v.name(), sink.sink_counter()?)?) } else { None };
+        let tags = match self.tagged() && forwards {
+            true => Some(vlan::TagCheck::start(Pattern::of(p)?, &v.name(), t.attachment(&roles.sink)?.sink_counter()?)?),
+            false => None,
+        };
+        let sink = t.received(&roles.sink)?;
         let (dut, din) = t.endpoint(&roles.dut_in)?;
         let (_, dout) = t.endpoint(&roles.dut_out)?;
         let mode = mode_of(p);
@@ -484,7 +488,7 @@ struct Set<'a> {
     dut: &'a xnf_netns::Netns,
     din: String,
     dout: String,
-    sink: &'a LabAttachment,
+    sink: measure::Received<'a>,
     tags: Option<vlan::TagCheck<'a>>,
 }
 
@@ -494,7 +498,7 @@ impl Running for Set<'_> {
     fn counters(&self) -> Result<Counters<'_>> {
         let (dut_out, received): (_, measure::Received) = match &self.setup {
             Setup::Drop(a) => (None, Box::new(|| a.packets())),
-            _ => (Some((self.dut, self.dout.clone())), Box::new(|| self.sink.packets())),
+            _ => (Some((self.dut, self.dout.clone())), Box::new(|| (self.sink)())),
         };
         Ok(Counters { dut_in: (self.dut, self.din.clone()), dut_out, received, on_read: None, corunner: None, during: None })
     }

@@ -77,7 +77,7 @@ pub fn imix_sequence(min_len: usize) -> Vec<u16> {
 /// as the template has it; every offset behind it is 4 bytes further. Its destination port is the base of the
 /// destination ports (the source port is `base_sport`); its addresses are replaced by the first entries of `src_addrs`
 /// and `dst_addrs` when those are given.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct GenConfig {
     pub template: Vec<u8>,
     pub ipv6: bool,
