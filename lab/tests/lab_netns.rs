@@ -248,7 +248,7 @@ fn actions_experiment_counts_every_verdict_where_it_lands() {
 }
 
 /// `--nic`: a knob veth has (offloads) is a sweep dimension; one it lacks
-/// (ring sizes, coalescing) is said once and its points skipped.
+/// (ring sizes, coalescing, RSS) is said once and its points skipped.
 #[test]
 fn nic_knobs_sweep_and_those_veth_lacks_are_said_and_skipped() {
     let (v, csv) = run_experiment(&["router", "--variants", "kernel", "--nic", "gro=off,on"]);
@@ -261,4 +261,9 @@ fn nic_knobs_sweep_and_those_veth_lacks_are_said_and_skipped() {
     let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).filter(|n| n.contains("every point with it skipped")).collect();
     assert_eq!(notes.len(), 1, "said once: {notes:?}");
     assert!(notes[0].starts_with("rx-ring: xnfin's driver does not have it (`ethtool -G DEV rx N`:"), "{notes:?}");
+    let (v, _) = run_experiment(&["router", "--variants", "kernel", "--nic", "rss-queues=1,2"]);
+    assert!(v["samples"].as_array().unwrap().is_empty(), "veth has no RSS table: nothing measured");
+    let notes: Vec<&str> = v["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).filter(|n| n.contains("every point with it skipped")).collect();
+    assert_eq!(notes.len(), 1, "said once: {notes:?}");
+    assert!(notes[0].starts_with("rss-queues: the driver has no RSS indirection table"), "{notes:?}");
 }

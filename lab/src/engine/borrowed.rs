@@ -2,7 +2,8 @@
 //! — as ends of a topology's links (`a_existing`, `b_existing`). The lab
 //! borrows one: it records everything about it that it may change
 //! (addresses, routes, MTU, MAC, up or down, its per-device sysctls,
-//! channels, rings, coalescing, offloads and its interrupts' CPUs), writes that record to
+//! channels, rings, coalescing, offloads, the RSS table and its
+//! interrupts' CPUs), writes that record to
 //! `/run/xnf/lab-borrowed/` *before* changing anything, renames it to the
 //! link's logical name and moves it into the lab's namespace; afterwards
 //! it moves it back and restores every recorded setting.
