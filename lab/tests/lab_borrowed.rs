@@ -164,3 +164,21 @@ fn an_interface_with_an_xdp_program_is_refused_before_anything_changes() {
     assert!(error[0].contains(&format!("{}:{B} has an XDP program attached (\"xnf_pass\" id ", ns.name())) && error[0].contains("xdp off"), "{said}");
     assert_eq!(state(&ns), before, "refused, yet changed");
 }
+
+#[test]
+fn an_interface_named_by_two_links_is_refused_before_anything_changes() {
+    let ns = made_beforehand();
+    let files = TempFiles::new("borrowed-twice");
+    let topo = topology(&files, &ns);
+    let text = std::fs::read_to_string(&topo).unwrap();
+    let twice = text.replacen("b = \"sink:sink\"\n", &format!("b = \"sink:sink\"\na_existing = \"{0}:{A}\"\nb_existing = \"xnfnothere\"\n", ns.name()), 1);
+    assert_ne!(twice, text, "the line's second link");
+    let topo = files.write("twice.toml", &twice);
+    let before = state(&ns);
+    let out = lab(&["--runs", "1", "--seconds", "0.3"], &topo).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    let error: Vec<&str> = said.lines().filter(|l| l.contains("error")).collect();
+    assert!(!out.status.success() && error.len() == 1, "{said}");
+    assert!(error[0].contains(&format!("existing interface {}:{A} is named by two links' ends", ns.name())), "{said}");
+    assert_eq!(state(&ns), before, "refused, yet changed");
+}

@@ -443,7 +443,7 @@ impl BuiltTopology {
             match f.kind {
                 FunctionKind::Pass | FunctionKind::Sink => {
                     for d in devs {
-                        let a = if f.kind == FunctionKind::Sink { LabAttachment::sink(ns, &d)? } else { LabAttachment::pass(ns, &d)? };
+                        let a = LabAttachment::of_kind(f.kind, ns, &d)?;
                         attachments.push((f.ns.clone(), d, a));
                     }
                 }
@@ -456,11 +456,17 @@ impl BuiltTopology {
 
     /// Checks, before anything is built, that every existing interface of
     /// `spec`'s namespaces can be borrowed.
+    /// A host's interfaces are named once: a second link over one would
+    /// find it gone (checked per host: two hosts may name the same port).
     pub fn check_existing(spec: &TopologySpec) -> Result<()> {
+        let mut seen = Vec::new();
         for l in &spec.links {
             for (ep, e) in [(&l.a, &l.a_existing), (&l.b, &l.b_existing)] {
                 if let (Some(e), true) = (e, spec.has_ns(split_endpoint(ep)?.0)) {
-                    super::borrowed::check(&super::borrowed::Existing::parse(e)?)?;
+                    let existing = super::borrowed::Existing::parse(e)?;
+                    ensure!(!seen.contains(&existing), "existing interface {existing} is named by two links' ends: a port carries one link");
+                    super::borrowed::check(&existing)?;
+                    seen.push(existing);
                 }
             }
         }
