@@ -179,6 +179,18 @@ fn router_across_two_hosts_matches_one_host_and_gives_the_cables_back() {
     let single = xnf_mpps(&one);
     eprintln!("xnf: {across:.3} Mpps across hosts, {single:.3} on one host");
     assert!(across > 0.5 * single && across < 2.0 * single, "across hosts {across} Mpps, on one host {single}: not within noise");
+    // The raw verdicts: xdp-tx's frames come back to gen's sink, xdp-redirect's reach the sink, both on the tester.
+    let json = bed.files.dir().join("actions.json");
+    let out = bed.lab_on_dut(&format!(
+        "actions --variants xdp-tx,xdp-redirect --runs 1 --seconds 0.5 --warmup 0.2 --topology {topo} --hosts {hosts} --json {}",
+        json.display()
+    ));
+    assert!(out.status.success(), "xnf lab actions across hosts: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for variant in ["xdp-tx", "xdp-redirect"] {
+        let s = v["summary"].as_array().unwrap().iter().find(|s| s["variant"] == variant).unwrap_or_else(|| panic!("no {variant} summary: {v}"));
+        assert!(s["median_mpps"].as_f64().unwrap() > 0.05, "{variant}: counted on the tester: {s}");
+    }
     // Both hosts gave their cables back (the tester's session ended with the lab).
     let t0 = Instant::now();
     while bed.tester_cables() != before || bed.dut_cables() != dut_before {

@@ -12,8 +12,8 @@ use xnf_netns::Netns;
 use super::hosts::{Hosts, RemoteHost};
 use super::hoststeps::Step;
 use super::measure::Received;
-use super::topology::{split_endpoint, BuiltTopology, TopologySpec};
-use super::Generator;
+use super::topology::{split_endpoint, BuiltTopology, FunctionKind, TopologySpec};
+use super::{Generator, LabAttachment};
 use crate::programs::gen::GenConfig;
 
 /// A host's part of the topology, torn down there when dropped.
@@ -102,6 +102,15 @@ impl BuiltTopology {
                 Box::new(move || a.packets())
             }
         })
+    }
+
+    /// Replaces the function on `ep` (this host or another) by the lab's
+    /// counting sink or its pass program.
+    pub fn set_function(&mut self, ep: &str, kind: FunctionKind) -> Result<()> {
+        match self.host_of(ep)?.cloned() {
+            Some(h) => h.call(&Step::Function { ep: ep.into(), kind }),
+            None => self.replace_function(ep, |ns, dev| LabAttachment::of_kind(kind, ns, dev)),
+        }
     }
 
     /// Where endpoint `ep` is, to read its driver's counters.

@@ -39,6 +39,16 @@ impl LabAttachment {
 
     /// Attaches the XDP_PASS program to `dev` in `ns` (a veth end that must
     /// receive XDP_TX/redirected frames but otherwise use the kernel path).
+    /// A topology's function on `dev`: the counting sink or pass (the
+    /// router is not an attachment: [`NfGuard::router`]).
+    pub fn of_kind(kind: super::topology::FunctionKind, ns: &Netns, dev: &str) -> Result<Self> {
+        match kind {
+            super::topology::FunctionKind::Sink => Self::sink(ns, dev),
+            super::topology::FunctionKind::Pass => Self::pass(ns, dev),
+            super::topology::FunctionKind::Router => anyhow::bail!("the router is attached by NfGuard::router, not as a lab attachment"),
+        }
+    }
+
     pub fn pass(ns: &Netns, dev: &str) -> Result<Self> {
         Self::attach(ns, dev, None, XdpMode::Native)
     }

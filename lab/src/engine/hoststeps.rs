@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::generator::Generator;
 use super::results::Nic;
-use super::topology::{BuiltTopology, TopologySpec};
+use super::topology::{BuiltTopology, FunctionKind, TopologySpec};
 use crate::programs::gen::GenConfig;
 
 /// One step, as the lab asks it.
@@ -63,6 +63,11 @@ pub enum Step {
     Done,
     /// Stops the generator; answers the frames each CPU sent.
     Stop,
+    /// Replaces the function on an endpoint (sink or pass).
+    Function {
+        ep: String,
+        kind: FunctionKind,
+    },
     /// The frames the sink or pass function on an endpoint counted.
     Packets {
         ep: String,
@@ -166,6 +171,11 @@ impl Here {
             Step::Sent => serde_json::to_value(self.gens()?.sent_per_cpu()?)?,
             Step::Done => serde_json::json!(self.gens()?.done()),
             Step::Stop => serde_json::to_value(self.gens.take().context("no generator runs on this host")?.finish()?)?,
+            Step::Function { ep, kind } => {
+                let t = self.topology.as_mut().context("nothing is built on this host yet")?;
+                t.replace_function(&ep, |ns, dev| super::LabAttachment::of_kind(kind, ns, dev))?;
+                Value::Null
+            }
             Step::Packets { ep } => serde_json::json!(self.topology()?.attachment(&ep)?.packets()?),
             Step::EthtoolStats { ep } => {
                 let (ns, dev) = self.topology()?.endpoint(&ep)?;

@@ -74,6 +74,7 @@ impl crate::engine::driver::VariantName for Variant {
 impl Experiment for Actions {
     type Variant = Variant;
     const NAME: &'static str = "actions";
+    const ACROSS_HOSTS: bool = true;
 
     fn places_dut(&self) -> bool {
         true
@@ -124,7 +125,7 @@ impl Experiment for Actions {
         // instead of gen's pass program, so the bound is not lowered by gen's
         // stack receiving frames addressed elsewhere. No other variant sends
         // anything to gen.
-        t.replace_function(&roles.gen, LabAttachment::sink)
+        t.set_function(&roles.gen, crate::engine::topology::FunctionKind::Sink)
     }
 
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, cpus: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
@@ -183,14 +184,8 @@ impl Running for Setup<'_> {
         let received: Received = match self.v {
             Variant::XdpDrop | Variant::XdpPass => Box::new(|| Ok(a.action_counts()?.0)),
             Variant::XdpCpumap => Box::new(|| Ok(a.action_counts()?.1)),
-            Variant::XdpTx => {
-                let back = t.attachment(&roles.gen)?;
-                Box::new(|| back.packets())
-            }
-            Variant::XdpRedirect => {
-                let sink = t.attachment(&roles.sink)?;
-                Box::new(|| sink.packets())
-            }
+            Variant::XdpTx => t.received(&roles.gen)?,
+            Variant::XdpRedirect => t.received(&roles.sink)?,
             Variant::LinuxDrop => Box::new(move || nft::counter_packets(&nft::nft(dut, &["list", "counter", "inet", "xnfraw", "dropped"], None)?)),
         };
         Ok(Counters {

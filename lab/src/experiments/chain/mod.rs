@@ -135,6 +135,7 @@ impl crate::engine::driver::VariantName for Variant {
 impl Experiment for Chain {
     type Variant = Variant;
     const NAME: &'static str = "chain";
+    const ACROSS_HOSTS: bool = true;
 
     fn places_dut(&self) -> bool {
         true
@@ -239,7 +240,7 @@ impl Experiment for Chain {
                 xnf = Some(c);
             }
         }
-        let sink = t.attachment(&roles.sink)?;
+        let sink = t.received(&roles.sink)?;
         let readings = RefCell::new(Vec::new());
         Ok(Box::new(ChainRun { exp: self, v, ports, point: p.clone(), dut, din, dout, sink, readings, linux, xnf, containers: started }))
     }
@@ -500,7 +501,7 @@ struct ChainRun<'a> {
     dut: &'a Netns,
     din: String,
     dout: String,
-    sink: &'a LabAttachment,
+    sink: crate::engine::measure::Received<'a>,
     /// dut's counters at every reading of the probe; the first two
     /// bracket the full-speed interval (measured first).
     readings: RefCell<Vec<Reading>>,
@@ -516,7 +517,7 @@ impl Running for ChainRun<'_> {
         Ok(Counters {
             dut_in: (self.dut, self.din.clone()),
             dut_out: Some((self.dut, self.dout.clone())),
-            received: Box::new(|| self.sink.packets()),
+            received: Box::new(|| (self.sink)()),
             // Every reading of the probe also reads dut's counters.
             on_read: Some(Box::new(move || {
                 self.readings.borrow_mut().push(hops::read_dut(self.dut, with_chain)?);
