@@ -33,6 +33,7 @@ pub fn sections(r: &Results) -> Vec<Section> {
     let sections = [
         Section { heading: "Application under load", charts: application },
         Section { heading: "Throughput", charts: throughput },
+        Section { heading: "Runs", charts: run_boxes(r, &palette) },
         Section { heading: "CPU vs offered load", charts: cpu_charts(r, &palette) },
         Section { heading: "Loss vs offered rate", charts: loss_charts(r, &palette) },
     ];
@@ -125,6 +126,35 @@ fn variant_bars(r: &Results, palette: &Palette) -> Option<Chart> {
         }
     }
     Some(chart)
+}
+
+/// Points whose variants ran at least this often get a box plot of their runs.
+const BOX_RUNS: usize = 3;
+
+/// The spread of the runs (the seeds' box plots): per point, a box per
+/// variant with at least [`BOX_RUNS`] runs of its full-speed rate.
+fn run_boxes(r: &Results, palette: &Palette) -> Vec<Chart> {
+    let full = |s: &Sample| matches!(s.kind, SampleKind::Max);
+    let mut points: Vec<&Point> = Vec::new();
+    for s in r.summary.iter().filter(|s| samples_at(r, &s.point, &s.variant, full).len() >= BOX_RUNS) {
+        if !points.contains(&&s.point) {
+            points.push(&s.point);
+        }
+    }
+    points
+        .into_iter()
+        .map(|point| {
+            let variants: Vec<&str> = palette.variants(|v| samples_at(r, point, v, full).len() >= BOX_RUNS).collect();
+            let runs: Vec<Vec<f64>> = variants.iter().map(|v| samples_at(r, point, v, full).iter().map(|s| s.mpps).collect()).collect();
+            let max = runs.iter().flatten().copied().fold(0.0, f64::max);
+            let labels = variants.iter().map(|v| v.to_string()).collect();
+            let mut chart = Chart::new("Throughput by run", &r.label(point), Scale::band(labels), "variant", mpps_axis(max * 1.05), "forwarded (Mpps)");
+            for (i, (v, runs)) in variants.iter().zip(&runs).enumerate() {
+                chart.box_plot(i as f64, v, palette.colour(v), runs);
+            }
+            chart
+        })
+        .collect()
 }
 
 /// Samples that carry an application's transactions (`xnf lab filter`).

@@ -204,6 +204,21 @@ mod tests {
     }
 
     #[test]
+    fn three_runs_or_more_get_a_box_plot_of_their_rates() {
+        let mut r = results();
+        r.summary = vec![summary("kernel", point(64), 1.0), summary("xnf", point(64), 2.0)];
+        for (variant, rates) in [("kernel", vec![1.8, 1.0, 1.4, 1.2, 1.6]), ("xnf", vec![2.0, 2.1])] {
+            r.samples.extend(rates.into_iter().map(|m| sample(variant, point(64), SampleKind::Max, m)));
+        }
+        assert_eq!(titles(&r), ["Throughput: Throughput by variant", "Runs: Throughput by run"]);
+        let svg = sections(&r)[1].charts[0].render().into_string();
+        assert!(svg.contains(r#"class="box" data-variant="kernel""#), "kernel ran 5 times: {svg}");
+        assert!(!svg.contains(r#"class="box" data-variant="xnf""#), "xnf ran twice: no box");
+        assert!(svg.contains("kernel: median 1.40, quartiles 1.20–1.60, min 1.00, max 1.80 (5 runs)"), "{svg}");
+        assert_balanced(&svg);
+    }
+
+    #[test]
     fn one_point_gets_a_bar_chart_and_nothing_else() {
         let mut r = results();
         r.summary = vec![summary("kernel", point(64), 1.0), summary("xnf", point(64), 2.0)];

@@ -365,6 +365,44 @@ impl Chart {
         }
     }
 
+    /// A box plot at category `x`: whiskers from min to max, the box from
+    /// the first to the third quartile, a line at the median, and every
+    /// run as a dot beside it.
+    pub fn box_plot(&mut self, x: f64, variant: &str, colour: &str, runs: &[f64]) {
+        let Some(q) = quartiles(runs) else { return };
+        let band = self.x.band_frac() * PLOT_W;
+        let (centre, w) = (self.px(x), (band * 0.35).min(60.0));
+        let (lo, q1, med, q3, hi) = (self.py(q[0]), self.py(q[1]), self.py(q[2]), self.py(q[3]), self.py(q[4]));
+        let whiskers = format!(
+            "M{centre:.1},{lo:.1}V{q1:.1}M{centre:.1},{q3:.1}V{hi:.1}M{:.1},{lo:.1}h{:.1}M{:.1},{hi:.1}h{:.1}",
+            centre - w / 4.0,
+            w / 2.0,
+            centre - w / 4.0,
+            w / 2.0
+        );
+        let tip = format!(
+            "{variant}: median {}, quartiles {}–{}, min {}, max {} ({} runs)",
+            fmt_value(q[2]),
+            fmt_value(q[1]),
+            fmt_value(q[3]),
+            fmt_value(q[0]),
+            fmt_value(q[4]),
+            runs.len()
+        );
+        self.marks.push(html! {
+            g class="box" data-variant=(variant) {
+                title { (tip) }
+                path d=(whiskers) stroke=(colour) stroke-width="1.4" fill="none" {}
+                rect x=(f1(centre - w / 2.0)) y=(f1(q3)) width=(f1(w)) height=(f1((q1 - q3).max(1.0))) fill=(lighten(colour)) stroke=(colour) stroke-width="1.4" {}
+                path d=(format!("M{:.1},{med:.1}h{w:.1}", centre - w / 2.0)) stroke=(colour) stroke-width="2.4" {}
+                @for y in runs {
+                    circle cx=(f1(centre + w / 2.0 + 8.0)) cy=(f1(self.py(*y))) r="2.5" fill=(colour) {}
+                }
+            }
+        });
+        self.legend_box(variant, colour, false, Some(variant));
+    }
+
     /// Bars of two parts per category in `slot`: `s`'s values at the bottom in its colour, `upper`'s (by category,
     /// as `s`'s points) stacked on them lighter; the total above each bar, both parts in its tooltip
     /// (`what` names them); in the legend under the series' label.
@@ -523,6 +561,19 @@ fn legend_item(item: &LegendItem, x: f64, y: f64) -> Markup {
 }
 
 /// `#rrggbb` mixed 60 % towards white (other colours are returned as they are).
+/// Min, first quartile, median, third quartile, max (quartiles by
+/// linear interpolation between order statistics); None without values.
+pub fn quartiles(values: &[f64]) -> Option<[f64; 5]> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let i = q * (v.len() - 1) as f64;
+        let (lo, hi) = (i.floor() as usize, i.ceil() as usize);
+        v[lo] + (v[hi] - v[lo]) * (i - lo as f64)
+    };
+    (!v.is_empty()).then(|| [at(0.0), at(0.25), at(0.5), at(0.75), at(1.0)])
+}
+
 pub fn lighten(colour: &str) -> String {
     let hex = colour.strip_prefix('#').filter(|h| h.len() == 6 && h.chars().all(|c| c.is_ascii_hexdigit()));
     let Some(hex) = hex else { return colour.to_string() };
@@ -547,6 +598,14 @@ pub fn fmt_value(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quartiles_interpolate_between_order_statistics() {
+        assert_eq!(quartiles(&[3.0, 1.0, 2.0]), Some([1.0, 1.5, 2.0, 2.5, 3.0]));
+        assert_eq!(quartiles(&[4.0]), Some([4.0; 5]));
+        assert_eq!(quartiles(&[f64::NAN]), None);
+        assert_eq!(quartiles(&[]), None);
+    }
 
     #[test]
     fn ticks_are_round_and_cover_the_range() {
