@@ -1,6 +1,7 @@
 //! `xnf lab afxdp` as a user runs it: bad options are refused with one line
-//! before anything is built; a short run measures every variant, the loss
-//! locations add up, the ratios are there, and nothing is left behind.
+//! before anything is built; a short run measures every variant veth has
+//! (zero-copy is said and skipped), the loss locations add up, the ratios
+//! are there, and nothing is left behind.
 
 use xnf_testrun::cli::{assert_lab_refuses, lab, namespaces_of};
 
@@ -42,6 +43,13 @@ fn a_short_run_measures_every_variant_and_leaves_nothing() {
         let l = &s["loss"];
         let located = l["gen_to_dut"].as_i64().unwrap() + l["in_dut"].as_i64().unwrap() + l["dut_to_sink"].as_i64().unwrap();
         assert_eq!(located, sent - received, "{v}: the loss locations do not add up: {s}");
+    }
+    // Zero-copy: veth refuses the bind; said once, both -zc variants skipped.
+    for v in ["afxdp-rxdrop-zc", "afxdp-l2fwd-zc"] {
+        assert!(!r["samples"].as_array().unwrap().iter().any(|s| s["variant"] == v), "{v} measured on veth");
+        let said: Vec<&str> = r["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).filter(|n| n.starts_with(&format!("{v}: "))).collect();
+        assert_eq!(said.len(), 1, "{v}: said once: {said:?}");
+        assert!(said[0].contains("no AF_XDP zero-copy on this driver") && said[0].ends_with("its runs skipped"), "{said:?}");
     }
     let ratios = r["ratios"].as_array().unwrap();
     for (n, d) in [("afxdp-rxdrop", "linux-udp"), ("afxdp-l2fwd", "linux-afpacket")] {

@@ -46,7 +46,8 @@ pub struct Common {
     pub topology: String,
     /// Run some of the topology's namespaces on other hosts over SSH: a
     /// TOML file of [[host]] tables (name, ssh destination, namespaces,
-    /// optional ssh_options and xnf path). The lab runs on dut's host.
+    /// optional ssh_options and xnf path). The lab runs on dut's host
+    /// (router, actions and chain).
     #[arg(long, value_name = "FILE")]
     pub hosts: Option<PathBuf>,
     /// Repetitions; variants alternate within each.
@@ -72,8 +73,10 @@ pub struct Common {
     /// interfaces (repeatable): rx-ring, tx-ring (ethtool -G), rx-channels,
     /// tx-channels, combined-channels (-L), rx-usecs, rx-frames, tx-usecs,
     /// adaptive-rx (-C), gro, lro, rxvlan, txvlan, tso, gso (-K: on/off),
-    /// defer-hard-irqs, gro-flush-timeout (busy polling, sysfs),
-    /// cpu-dma-latency (µs: the C-state limit). A knob the driver lacks is
+    /// defer-hard-irqs, gro-flush-timeout (busy polling, sysfs), irq-cpu
+    /// (queue i's interrupt on CPU N+i), rss-queues (ethtool -X equal N),
+    /// cpu-dma-latency (µs: the C-state limit), governor (cpufreq, by
+    /// name: performance, powersave, ...). A knob the driver lacks is
     /// said in one line and its points skipped.
     #[arg(long = "nic", value_parser = Knob::parse, value_name = "KNOB=V[,V...]")]
     pub nic: Vec<Knob>,
@@ -174,6 +177,20 @@ impl Common {
         Ok(())
     }
 }
+
+/// A variant this driver or machine does not have (AF_XDP zero-copy on
+/// veth), as [`Experiment::set_up`] says it: the driver says so once, with
+/// the kernel's answer, and skips that variant's runs.
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
 
 /// Held while it lives; dropping it tears down what it stands for.
 pub trait Guard {}
@@ -370,7 +387,7 @@ fn topology(c: &Common, across: (&str, bool), lines: &mut dyn FnMut(&str)) -> Re
     spec.roles.as_ref().context("the topology needs a [roles] table (gen, dut_in, dut_out, sink)")?;
     let hosts = match &c.hosts {
         Some(path) => {
-            ensure!(across.1, "--hosts: xnf lab {} does not run across hosts yet (xnf lab router does)", across.0);
+            ensure!(across.1, "--hosts: xnf lab {} does not run across hosts yet (router, actions and chain do)", across.0);
             let file = HostsFile::load(path)?;
             file.check(&spec).with_context(|| format!("{}: does not fit topology `{}`", path.display(), c.topology))?;
             Hosts::connect(&file, lines)?
@@ -431,7 +448,18 @@ pub fn run<E: Experiment>(e: &mut E, c: &Common, lines: &mut dyn FnMut(&str)) ->
             for v in alternated(&variants, run) {
                 let l = Labels { variant: v.name(), point: point.clone(), run };
                 pg.set_prefix(format!("point {}/{} ({label}), run {}/{}, {}", pi + 1, points.len(), run + 1, c.runs, l.variant));
-                let running = e.set_up(t, point, v, cpus, &pg)?;
+                let running = match e.set_up(t, point, v, cpus, &pg) {
+                    Err(err) if err.downcast_ref::<Unavailable>().is_some() => {
+                        let line = format!("{}: {err}: its runs skipped", l.variant);
+                        if !res.notes.contains(&line) {
+                            pg.message(&line);
+                            res.notes.push(line);
+                        }
+                        pg.advance(per_variant);
+                        continue;
+                    }
+                    r => r?,
+                };
                 let placed = placement.apply(t).with_context(|| format!("{}: serving dut's ingress on its own CPU (--dut-cpu shared does not)", l.variant))?;
                 if placed.gro_for_napi && run == 0 {
                     res.notes.push(format!("{label}: {}: GRO turned on at dut's ingress to give the veth NAPI (no native XDP program there)", l.variant));

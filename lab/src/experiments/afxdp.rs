@@ -52,11 +52,15 @@ pub enum Variant {
     AfxdpL2fwd,
     /// The same MAC swap over an AF_PACKET socket.
     LinuxAfpacket,
+    /// afxdp-rxdrop with the socket bound in zero-copy mode.
+    AfxdpRxdropZc,
+    /// afxdp-l2fwd with the socket bound in zero-copy mode.
+    AfxdpL2fwdZc,
 }
 
 impl Variant {
     fn forwards(self) -> bool {
-        matches!(self, Variant::AfxdpL2fwd | Variant::LinuxAfpacket)
+        matches!(self, Variant::AfxdpL2fwd | Variant::LinuxAfpacket | Variant::AfxdpL2fwdZc)
     }
 }
 
@@ -66,8 +70,9 @@ pub struct Afxdp {
     /// Frame sizes on the wire, FCS included (64..=1518); a list sweeps.
     #[arg(long = "size", default_value = "64", value_delimiter = ',', value_parser = parse_size, value_name = "BYTES[,...]")]
     pub sizes: Vec<u32>,
-    /// Variants to compare.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "afxdp-rxdrop,linux-udp,afxdp-l2fwd,linux-afpacket")]
+    /// Variants to compare. The -zc ones bind their socket in zero-copy
+    /// mode: a driver without it (veth) is said once and they are skipped.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "afxdp-rxdrop,linux-udp,afxdp-l2fwd,linux-afpacket,afxdp-rxdrop-zc,afxdp-l2fwd-zc")]
     pub variants: Vec<Variant>,
     /// The application spins instead of sleeping (poll(), blocking recvmmsg) when idle.
     #[arg(long)]
@@ -106,7 +111,7 @@ impl Experiment for Afxdp {
     }
 
     fn ratios(&self) -> Vec<(&'static str, &'static str)> {
-        vec![("afxdp-rxdrop", "linux-udp"), ("afxdp-l2fwd", "linux-afpacket")]
+        vec![("afxdp-rxdrop", "linux-udp"), ("afxdp-l2fwd", "linux-afpacket"), ("afxdp-rxdrop-zc", "linux-udp"), ("afxdp-l2fwd-zc", "linux-afpacket")]
     }
 
     fn check(&self, cpus: Cpus) -> Result<()> {
@@ -130,8 +135,10 @@ impl Experiment for Afxdp {
         let cpu = app_cpu(cpus);
         let mut setup = Setup { dut, _pass: None, local_addr: None, forwarding_off: false };
         let app = match v {
-            Variant::AfxdpRxdrop => afxdp_app(dut, &din, cpu, self, Box::new(RxDrop))?,
-            Variant::AfxdpL2fwd => afxdp_app(dut, &din, cpu, self, Box::new(L2Fwd))?,
+            Variant::AfxdpRxdrop => afxdp_app(dut, &din, cpu, self, Box::new(RxDrop), Mode::Copy)?,
+            Variant::AfxdpL2fwd => afxdp_app(dut, &din, cpu, self, Box::new(L2Fwd), Mode::Copy)?,
+            Variant::AfxdpRxdropZc => zero_copy(afxdp_app(dut, &din, cpu, self, Box::new(RxDrop), Mode::ZeroCopy))?,
+            Variant::AfxdpL2fwdZc => zero_copy(afxdp_app(dut, &din, cpu, self, Box::new(L2Fwd), Mode::ZeroCopy))?,
             Variant::LinuxUdp => {
                 // dut owns the generator's destination: the kernel delivers locally.
                 let a = format!("{}/32", t.addr(&roles.sink, false)?);
@@ -154,13 +161,22 @@ impl Experiment for Afxdp {
 
     fn finish(&mut self, cpus: Cpus, res: &mut Results) -> Result<()> {
         res.notes.push(format!(
-            "veth: the generator and the kernel's receive work (XDP, the copy into the UMEM, the UDP or AF_PACKET delivery) run in softirq on CPU {}; the application thread on CPU {} ({}). AF_XDP on veth is copy mode.",
+            "veth: the generator and the kernel's receive work (XDP, the copy into the UMEM, the UDP or AF_PACKET delivery) run in softirq on CPU {}; the application thread on CPU {} ({}). AF_XDP on veth is copy mode only (the -zc variants need a driver with zero-copy).",
             cpus.gen,
             app_cpu(cpus),
             if self.spin { "spinning" } else { "sleeping in poll()/recvmmsg when idle" }
         ));
         Ok(())
     }
+}
+
+/// A zero-copy application, or the kernel's refusal as a variant this
+/// driver does not have (the driver skips it, said once).
+fn zero_copy(app: Result<App>) -> Result<App> {
+    app.map_err(|e| match e.downcast_ref::<xnf_afxdp::ZeroCopyUnsupported>() {
+        Some(z) => crate::engine::driver::Unavailable(format!("no AF_XDP zero-copy on this driver ({z})")).into(),
+        None => e,
+    })
 }
 
 /// A user-space application thread in dut: stopped and joined when dropped.
@@ -201,12 +217,14 @@ impl Drop for App {
 
 type Ready = mpsc::Sender<Result<Option<Arc<Counters>>>>;
 
-/// Passes a set-up result through, telling the waiting spawner first when it failed.
+/// Passes a set-up result through, handing the error itself to the
+/// waiting spawner when it failed (its kind is what the spawner decides
+/// by: zero-copy refused); the thread ends with a note of that.
 fn or_report<T>(r: Result<T>, ready: &Ready) -> Result<T> {
-    if let Err(e) = &r {
-        let _ = ready.send(Err(anyhow::anyhow!("{e:#}")));
-    }
-    r
+    r.map_err(|e| {
+        let _ = ready.send(Err(e));
+        anyhow::anyhow!("the set-up failed (its error went to the lab)")
+    })
 }
 
 /// Runs `body` on a new thread in `ns`, pinned to `cpu`; `body` reports
@@ -229,7 +247,7 @@ where
 }
 
 /// xnf's AF_XDP runtime with `nf` on queue 0 of `dev`, selector attached.
-fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Afxdp, nf: Box<dyn NetworkFunction>) -> Result<App> {
+fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Afxdp, nf: Box<dyn NetworkFunction>, mode: Mode) -> Result<App> {
     let (dev, spin, batch) = (dev.to_string(), o.spin, o.batch);
     spawn_app(dut, cpu, move |stop, _count, ready| {
         let r = (|| -> Result<_> {
@@ -237,7 +255,7 @@ fn afxdp_app(dut: &Netns, dev: &str, cpu: usize, o: &Afxdp, nf: Box<dyn NetworkF
             let prog = AfxdpProgram::load()?;
             prog.set_rules(&[], false)?;
             let run = RunConfig { batch, wait: if spin { Wait::Spin } else { Wait::Poll { timeout_ms: 100 } } };
-            let mut set = XskSet::new(UmemConfig::default(), &SocketConfig { mode: Mode::Copy, ..Default::default() }, run, &[(link.ifindex, dev.clone(), 0)])?;
+            let mut set = XskSet::new(UmemConfig::default(), &SocketConfig { mode, ..Default::default() }, run, &[(link.ifindex, dev.clone(), 0)])?;
             prog.add_socket(0, set.sockets()[0].fd())?;
             if nf.receives() {
                 set.fill_rings()?;
