@@ -243,11 +243,19 @@ mod tests {
     fn a_thread_run_time_is_read_from_schedstat() {
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
-        let a = runtime_ns(me).unwrap();
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < std::time::Duration::from_millis(20) {
+        // Spun by this thread's own CPU clock, not the wall's: on a busy
+        // machine 20 ms of wall time may be much less of run time.
+        let cpu_ns = || {
+            let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: clock_gettime fills a timespec we own.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+            t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+        };
+        let (a, c0) = (runtime_ns(me).unwrap(), cpu_ns());
+        while cpu_ns() < c0 + 20_000_000 {
             std::hint::black_box(0);
         }
-        assert!(runtime_ns(me).unwrap() >= a + 10_000_000, "20 ms of spinning is at least 10 ms of run time");
+        let ran = runtime_ns(me).unwrap() - a;
+        assert!((15_000_000..1_000_000_000).contains(&ran), "20 ms of this thread's CPU read as {ran} ns of run time");
     }
 }
