@@ -219,7 +219,8 @@ fn report_renders_every_chart_in_chromium() {
     let url = format!("file://{}", html_path.display());
     let dom = String::from_utf8(chromium(&dir, &["--dump-dom", &url])).unwrap();
     let charts = dom.matches("<svg class=\"chart\"").count();
-    assert_eq!(charts, 5, "size sweep, CPU busy, CPU by kind x2, loss: {charts} charts in the DOM");
+    assert_eq!(charts, 6, "size sweep, runs, CPU busy, CPU by kind x2, loss: {charts} charts in the DOM");
+    assert_eq!(dom.matches("<g class=\"box\"").count(), 21, "a box per variant and size, 3 runs each");
     assert!(dom.contains("Throughput vs packet size") && dom.contains("IMIX"));
     assert!(dom.contains("Loss vs offered rate") && dom.contains("xnf (search trials)"));
     assert_eq!(dom.matches("<polyline").count(), html.matches("<polyline").count(), "polylines lost in parsing");

@@ -381,6 +381,9 @@ impl BuiltTopology {
             let (bn, bd) = split_endpoint(&l.b)?;
             // An end on another host is built there.
             let (a, b) = (built.names.contains_key(an).then(|| built.ns(an)).transpose()?, built.names.contains_key(bn).then(|| built.ns(bn)).transpose()?);
+            if a.is_none() && b.is_none() {
+                continue; // both ends on another host
+            }
             let existing = match (&l.a_existing, &l.b_existing) {
                 (Some(ea), Some(eb)) => {
                     for (e, ns, dev) in [(ea, a, ad), (eb, b, bd)] {

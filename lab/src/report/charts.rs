@@ -33,7 +33,7 @@ pub fn sections(r: &Results) -> Vec<Section> {
     let sections = [
         Section { heading: "Application under load", charts: application },
         Section { heading: "Throughput", charts: throughput },
-        Section { heading: "Runs", charts: run_boxes(r, &palette) },
+        Section { heading: "Runs", charts: run_boxes(r, &palette).into_iter().collect() },
         Section { heading: "CPU vs offered load", charts: cpu_charts(r, &palette) },
         Section { heading: "Loss vs offered rate", charts: loss_charts(r, &palette) },
     ];
@@ -128,33 +128,44 @@ fn variant_bars(r: &Results, palette: &Palette) -> Option<Chart> {
     Some(chart)
 }
 
-/// Points whose variants ran at least this often get a box plot of their runs.
+/// Variants that ran at least this often at a point get a box plot there.
 const BOX_RUNS: usize = 3;
 
-/// The spread of the runs (the seeds' box plots): per point, a box per
-/// variant with at least [`BOX_RUNS`] runs of its full-speed rate.
-fn run_boxes(r: &Results, palette: &Palette) -> Vec<Chart> {
+/// The spread of the runs (the seeds' box plots): one chart, a category
+/// per point and a box per variant with at least [`BOX_RUNS`] runs of its
+/// full-speed rate there; None when no variant ran that often.
+fn run_boxes(r: &Results, palette: &Palette) -> Option<Chart> {
     let full = |s: &Sample| matches!(s.kind, SampleKind::Max);
+    let boxed = |v: &str, p: &Point| samples_at(r, p, v, full).len() >= BOX_RUNS;
     let mut points: Vec<&Point> = Vec::new();
-    for s in r.summary.iter().filter(|s| samples_at(r, &s.point, &s.variant, full).len() >= BOX_RUNS) {
+    for s in r.summary.iter().filter(|s| boxed(&s.variant, &s.point)) {
         if !points.contains(&&s.point) {
             points.push(&s.point);
         }
     }
-    points
-        .into_iter()
-        .map(|point| {
-            let variants: Vec<&str> = palette.variants(|v| samples_at(r, point, v, full).len() >= BOX_RUNS).collect();
-            let runs: Vec<Vec<f64>> = variants.iter().map(|v| samples_at(r, point, v, full).iter().map(|s| s.mpps).collect()).collect();
-            let max = runs.iter().flatten().copied().fold(0.0, f64::max);
-            let labels = variants.iter().map(|v| v.to_string()).collect();
-            let mut chart = Chart::new("Throughput by run", &r.label(point), Scale::band(labels), "variant", mpps_axis(max * 1.05), "forwarded (Mpps)");
-            for (i, (v, runs)) in variants.iter().zip(&runs).enumerate() {
-                chart.box_plot(i as f64, v, palette.colour(v), runs);
-            }
-            chart
-        })
-        .collect()
+    let first = points.first()?;
+    let variants: Vec<&str> = palette.variants(|v| points.iter().any(|p| boxed(v, p))).collect();
+    let max = r.samples.iter().filter(|s| full(s) && points.contains(&&s.point)).map(|s| s.mpps).fold(0.0, f64::max);
+    let (labels, fixed) = short_labels(&points.iter().map(|p| r.label(p)).collect::<Vec<_>>());
+    let subtitle = if points.len() == 1 { r.label(first) } else { fixed };
+    let mut chart = Chart::new("Throughput by run", &subtitle, Scale::band(labels), "point", mpps_axis(max * 1.05), "forwarded (Mpps)");
+    for (i, v) in variants.iter().enumerate() {
+        chart.legend_box(v, palette.colour(v), false, Some(v));
+        for (x, p) in points.iter().enumerate().filter(|(_, p)| boxed(v, p)) {
+            let runs: Vec<f64> = samples_at(r, p, v, full).iter().map(|s| s.mpps).collect();
+            chart.box_plot(x as f64, Slot { index: i, of: variants.len(), faded: false }, v, palette.colour(v), &runs);
+        }
+    }
+    Some(chart)
+}
+
+/// Point labels ("64 B, 4 flows, IPv4") without the parts all share, and
+/// those parts (the chart's subtitle).
+fn short_labels(labels: &[String]) -> (Vec<String>, String) {
+    let parts: Vec<Vec<&str>> = labels.iter().map(|l| l.split(", ").collect()).collect();
+    let common: Vec<&str> = parts.first().map_or(Vec::new(), |f| f.iter().copied().filter(|p| parts.iter().all(|q| q.contains(p))).collect());
+    let short = parts.iter().map(|ps| ps.iter().copied().filter(|p| !common.contains(p)).collect::<Vec<_>>().join(", ")).collect();
+    (short, common.join(", "))
 }
 
 /// Samples that carry an application's transactions (`xnf lab filter`).

@@ -365,13 +365,15 @@ impl Chart {
         }
     }
 
-    /// A box plot at category `x`: whiskers from min to max, the box from
-    /// the first to the third quartile, a line at the median, and every
-    /// run as a dot beside it.
-    pub fn box_plot(&mut self, x: f64, variant: &str, colour: &str, runs: &[f64]) {
+    /// A box plot at category `x`, in `slot` of the category's side-by-side
+    /// boxes: whiskers from min to max, the box from the first to the third
+    /// quartile, a line at the median, and every run as a dot beside it.
+    pub fn box_plot(&mut self, x: f64, slot: Slot, variant: &str, colour: &str, runs: &[f64]) {
         let Some(q) = quartiles(runs) else { return };
         let band = self.x.band_frac() * PLOT_W;
-        let (centre, w) = (self.px(x), (band * 0.35).min(60.0));
+        let width = band * 0.78 / slot.of.max(1) as f64;
+        let centre = self.px(x) - band * 0.39 + width * (slot.index as f64 + 0.4);
+        let w = (width * 0.55).min(60.0);
         let (lo, q1, med, q3, hi) = (self.py(q[0]), self.py(q[1]), self.py(q[2]), self.py(q[3]), self.py(q[4]));
         let whiskers = format!(
             "M{centre:.1},{lo:.1}V{q1:.1}M{centre:.1},{q3:.1}V{hi:.1}M{:.1},{lo:.1}h{:.1}M{:.1},{hi:.1}h{:.1}",
@@ -396,11 +398,10 @@ impl Chart {
                 rect x=(f1(centre - w / 2.0)) y=(f1(q3)) width=(f1(w)) height=(f1((q1 - q3).max(1.0))) fill=(lighten(colour)) stroke=(colour) stroke-width="1.4" {}
                 path d=(format!("M{:.1},{med:.1}h{w:.1}", centre - w / 2.0)) stroke=(colour) stroke-width="2.4" {}
                 @for y in runs {
-                    circle cx=(f1(centre + w / 2.0 + 8.0)) cy=(f1(self.py(*y))) r="2.5" fill=(colour) {}
+                    circle cx=(f1(centre + w / 2.0 + 6.0)) cy=(f1(self.py(*y))) r="2.5" fill=(colour) {}
                 }
             }
         });
-        self.legend_box(variant, colour, false, Some(variant));
     }
 
     /// Bars of two parts per category in `slot`: `s`'s values at the bottom in its colour, `upper`'s (by category,
