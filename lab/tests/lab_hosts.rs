@@ -230,42 +230,75 @@ fn lab_pid(hosts: &str) -> Option<i32> {
     })
 }
 
+impl Bed {
+    /// Starts a long `xnf lab router --hosts` on dut's host, as the
+    /// operator does over ssh, and waits until it has the tester's cables;
+    /// returns the operator's ssh and the lab's PID.
+    fn long_run(&self, topo: &str, hosts: &str) -> (Child, i32) {
+        let known = self.files.write("known_hosts", &self.known);
+        let remote = format!("{} lab router --runs 1 --seconds 30 --topology {topo} --hosts {hosts}", xnf_bin().display());
+        let ssh = self
+            ._op
+            .command("ssh")
+            .args(["-o", "BatchMode=yes", "-i", &self.key, "-o", &format!("UserKnownHostsFile={known}"), &format!("root@{}", self.dut.addr), &remote])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while self.tester.ns.ip(&["link", "show", "dev", "xnfc0"]).is_ok() || lab_pid(hosts).is_none() {
+            assert!(t0.elapsed() < Duration::from_secs(30), "the lab never took the tester's cables");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        (ssh, lab_pid(hosts).expect("the lab runs"))
+    }
+
+    /// Polls (10 s) until both hosts' cables are as `before`.
+    fn assert_given_back(&self, before: &(String, String), when: &str, said: &str) {
+        let t0 = Instant::now();
+        while (self.tester_cables(), self.dut_cables()) != *before {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "not given back {when}:\ntester {}\nwas    {}\ndut {}\nwas {}\nthe lab said:\n{said}",
+                self.tester_cables(),
+                before.0,
+                self.dut_cables(),
+                before.1
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 #[test]
-fn ctrl_c_on_dut_s_host_leaves_both_hosts_as_they_were() {
+fn ctrl_c_and_kill_9_on_dut_s_host_leave_both_hosts_as_they_were() {
     let bed = bed("hosts-int");
     let (topo, hosts) = bed.files(&bed.key);
-    let (tester, dut) = (bed.tester_cables(), bed.dut_cables());
-    let known = bed.files.write("known_hosts", &bed.known);
-    let remote = format!("{} lab router --runs 1 --seconds 30 --topology {topo} --hosts {hosts}", xnf_bin().display());
-    let ssh = bed
-        ._op
-        .command("ssh")
-        .args(["-o", "BatchMode=yes", "-i", &bed.key, "-o", &format!("UserKnownHostsFile={known}"), &format!("root@{}", bed.dut.addr), &remote])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    // Borrowed on the tester (its cables gone into the lab's namespaces).
-    while bed.tester.ns.ip(&["link", "show", "dev", "xnfc0"]).is_ok() || lab_pid(&hosts).is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the lab never took the tester's cables");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    let pid = lab_pid(&hosts).expect("the lab runs");
+    let before = (bed.tester_cables(), bed.dut_cables());
+    let (ssh, pid) = bed.long_run(&topo, &hosts);
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
     let out = ssh.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "exit status after Ctrl-C: {said}");
+    bed.assert_given_back(&before, "after Ctrl-C", &said);
+
+    // kill -9: the tester's session ends with the lab's ssh, so the tester
+    // gives its cables back at once; dut's host's stay in the dead lab's
+    // namespaces until the next run there gives them back first.
+    let (ssh, pid) = bed.long_run(&topo, &hosts);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    drop(ssh.wait_with_output().unwrap());
+    // Back in the tester's namespace (compared whole below: until dut's
+    // ends come back too, `ip` shows their peer's namespace differently).
     let t0 = Instant::now();
-    let dut_now = || bed.dut_cables();
-    while bed.tester_cables() != tester || dut_now() != dut {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "not given back after Ctrl-C:\ntester {}\nwas    {tester}\ndut {}\nwas {dut}\nthe lab said:\n{said}",
-            bed.tester_cables(),
-            dut_now()
-        );
+    while ["xnfc0", "xnfc3"].iter().any(|d| bed.tester.ns.ip(&["link", "show", "dev", d]).is_err()) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the tester kept its cables after the lab was killed:\n{}", bed.tester_cables());
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_ne!(bed.dut_cables(), before.1, "dut's host's cables are still in the killed lab's namespaces");
+    let out = bed.lab_on_dut(&format!("router --variants kernel --runs 1 --seconds 0.3 --warmup 0.1 --topology {topo} --hosts {hosts}"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.contains("gave back xnfc1, borrowed by a lab run that was killed"), "the next run: {said}");
+    bed.assert_given_back(&before, "after kill -9 and the next run", &said);
 }

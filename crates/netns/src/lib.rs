@@ -51,7 +51,7 @@ pub use addr::{check_test_addr, is_test_ip, Mac};
 pub use config::Batch;
 pub use ethtool::Offload;
 pub use netlink::{BatchConfig, KernelError};
-pub use netns::{cleanup_all, cleanup_stale, live_namespaces, run_in, Netns, NETNS_DIR, NS_PREFIX};
+pub use netns::{cleanup_all, cleanup_stale, cleanup_stale_except, live_namespaces, run_in, Netns, NETNS_DIR, NS_PREFIX};
 pub use packet::{packet_socket, send_frame};
 pub use routes::{
     lookup_targets, Family, InstalledRoutes, RouteReport, RouteSet, IPV4_LENGTH_MIX, IPV6_LENGTH_MIX, MAX_SYNTHETIC, NESTED_SHARE, V4_SLICE_MIN,

@@ -473,6 +473,12 @@ pub fn cleanup_all() -> Result<()> {
 /// exists (left by a killed test or lab run) and returns their names.
 /// Namespaces of living processes, including this one, are never touched.
 pub fn cleanup_stale() -> Result<Vec<String>> {
+    cleanup_stale_except(&[])
+}
+
+/// [`cleanup_stale`], leaving the namespaces named in `keep` (they hold
+/// what another run must take out first).
+pub fn cleanup_stale_except(keep: &[String]) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(NETNS_DIR) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         r => r.with_context(|| format!("listing {NETNS_DIR} (run as root)"))?,
@@ -484,7 +490,7 @@ pub fn cleanup_stale() -> Result<Vec<String>> {
         let Some(name) = name.to_str() else { continue };
         let pid = name.strip_prefix(NS_PREFIX).and_then(|rest| rest.split('-').next()).and_then(|pid| pid.parse::<u32>().ok());
         if let Some(pid) = pid {
-            if pid != me && !Path::new(&format!("/proc/{pid}")).exists() {
+            if pid != me && !Path::new(&format!("/proc/{pid}")).exists() && !keep.iter().any(|k| k == name) {
                 stale.push(name.to_owned());
             }
         }

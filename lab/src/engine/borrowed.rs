@@ -116,6 +116,15 @@ pub struct Borrowed {
     /// The device's interrupts and the CPUs each may run on (a NIC's; a veth has none).
     #[serde(default)]
     irqs: Vec<(u32, String)>,
+    /// For `DEV`: the lab's namespace it came from (`net:[INODE]`), which
+    /// only a lab run in that namespace may give it back to.
+    #[serde(default)]
+    home: Option<String>,
+}
+
+/// This process's network namespace, as `net:[INODE]`.
+fn this_netns() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/net").ok().map(|p| p.display().to_string())
 }
 
 /// Records of interfaces this process has borrowed and not given back.
@@ -190,6 +199,7 @@ fn record(e: &Existing, lab: &Netns, lab_name: &str) -> Result<Borrowed> {
         sysctls: e.run(|| sysctls_of(&e.dev))?,
         settings: e.run(|| DevSettings::read(&e.dev))?,
         irqs: irq_affinity(e)?,
+        home: if e.netns.is_none() { this_netns() } else { None },
     })
 }
 
@@ -383,15 +393,26 @@ pub fn restore_pending() {
 
 /// Gives back the interfaces that runs which were killed borrowed, before
 /// their namespaces are removed; says which through `lines`.
-pub fn restore_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
-    let Ok(entries) = std::fs::read_dir(RECORDS) else { return Ok(()) };
+///
+/// An interface borrowed from another namespace's `DEV` (a lab run under
+/// `ip netns exec`, or on another host sharing this `/run`) is left for a
+/// run there: returned to this one it would be in the wrong place. The
+/// names of the lab namespaces holding those are returned, to be kept.
+pub fn restore_stale(lines: &mut dyn FnMut(&str)) -> Result<Vec<String>> {
+    let mut held = Vec::new();
+    let Ok(entries) = std::fs::read_dir(RECORDS) else { return Ok(held) };
     for f in entries.flatten() {
         let name = f.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() || !name.ends_with(".json") {
             continue;
         }
         let b: Borrowed = serde_json::from_slice(&std::fs::read(f.path())?).with_context(|| format!("reading {}", f.path().display()))?;
+        if b.home.is_some() && b.home != this_netns() {
+            lines(&format!("left {} in {} for a lab run in its own namespace ({}) to give back", b.existing, b.lab_ns, b.home.as_deref().unwrap_or_default()));
+            held.push(b.lab_ns.clone());
+            continue;
+        }
         match give_back(&b) {
             Ok(()) => lines(&format!("gave back {}, borrowed by a lab run that was killed", b.existing)),
             Err(e) => {
@@ -402,7 +423,7 @@ pub fn restore_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(held)
 }
 
 #[cfg(test)]

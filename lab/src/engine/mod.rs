@@ -76,8 +76,8 @@ pub fn unless_interrupted(r: Result<()>) -> Result<()> {
 /// through `lines`.
 pub fn remove_stale(lines: &mut dyn FnMut(&str)) -> Result<()> {
     // Before the namespaces go: a borrowed veth would go with them.
-    borrowed::restore_stale(lines)?;
-    for stale in xnf_netns::cleanup_stale()? {
+    let held = borrowed::restore_stale(lines)?;
+    for stale in xnf_netns::cleanup_stale_except(&held)? {
         lines(&format!("removed {stale}, left by a lab or test run that was killed"));
     }
     // Containers of a killed run's podman (chain's container variants).
