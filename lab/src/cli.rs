@@ -244,6 +244,10 @@ pub struct UpArgs {
     /// Print the built-in scenario's TOML (a starting point for your own).
     #[arg(long)]
     pub print: bool,
+    /// Build the namespaces the file puts on other hosts there, over SSH
+    /// (as the experiments' --hosts).
+    #[arg(long, value_name = "FILE")]
+    pub hosts: Option<std::path::PathBuf>,
 }
 
 pub fn up(a: UpArgs) -> Result<()> {
@@ -260,7 +264,15 @@ pub fn up(a: UpArgs) -> Result<()> {
         println!("{}: valid ({} namespaces, {} links)", a.topology, spec.namespaces.len(), spec.links.len());
         return Ok(());
     }
-    let t = crate::engine::topology::BuiltTopology::build(&spec, &mut |m| eprintln!("xnf lab: {m}"))?;
+    let hosts = match &a.hosts {
+        Some(path) => {
+            let file = crate::engine::hosts::HostsFile::load(path)?;
+            file.check(&spec).with_context(|| format!("{}: does not fit topology `{}`", path.display(), a.topology))?;
+            crate::engine::hosts::Hosts::connect(&file, &mut |m| eprintln!("xnf lab: {m}"))?
+        }
+        None => Default::default(),
+    };
+    let t = crate::engine::topology::BuiltTopology::build_across(&spec, &hosts, &mut |m| eprintln!("xnf lab: {m}"))?;
     println!("{}\n\n{:<8} {:<28} interfaces", spec.description, "name", "namespace");
     for line in t.describe() {
         println!("{line}");

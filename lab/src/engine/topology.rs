@@ -569,8 +569,11 @@ impl BuiltTopology {
         self.spec
             .namespaces
             .iter()
-            .filter_map(|n| self.ns(&n.name).ok().map(|ns| (n, ns)))
-            .map(|(n, ns)| {
+            .filter_map(|n| {
+                let place = match self.hosts.of(&n.name) {
+                    Some(h) => format!("on host `{}`", h.name),
+                    None => self.ns(&n.name).ok()?.name().to_string(),
+                };
                 let devs: Vec<String> = self
                     .spec
                     .links
@@ -580,7 +583,7 @@ impl BuiltTopology {
                     .filter(|(ns, _)| *ns == n.name)
                     .map(|(_, d)| ifname(d))
                     .collect();
-                format!("{:<8} {:<28} {}", n.name, ns.name(), devs.join(" "))
+                Some(format!("{:<8} {:<28} {}", n.name, place, devs.join(" ")))
             })
             .collect()
     }
