@@ -36,6 +36,7 @@ pub use super::profiling::ProfileLevel;
 use super::progress::Progress;
 use super::results::{Results, Sample};
 use super::topology::{BuiltTopology, TopologySpec};
+use super::Unavailable;
 use crate::programs::gen::GenConfig;
 
 /// Options every experiment shares, checked once by [`run`].
@@ -177,20 +178,6 @@ impl Common {
         Ok(())
     }
 }
-
-/// A variant this driver or machine does not have (AF_XDP zero-copy on
-/// veth), as [`Experiment::set_up`] says it: the driver says so once, with
-/// the kernel's answer, and skips that variant's runs.
-#[derive(Debug)]
-pub struct Unavailable(pub String);
-
-impl std::fmt::Display for Unavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unavailable {}
 
 /// Held while it lives; dropping it tears down what it stands for.
 pub trait Guard {}
@@ -529,7 +516,7 @@ fn set_knobs(knobs: &[Knob], t: &BuiltTopology, p: &Point, label: &str, res: &mu
     let devs = if din == dout { vec![din] } else { vec![din, dout] };
     match knobs::apply(knobs, p, ns, &devs) {
         Ok(a) => Ok(Some(a)),
-        Err(e) => match e.downcast_ref::<knobs::Skip>() {
+        Err(e) => match e.downcast_ref::<Unavailable>() {
             Some(skip) => {
                 // Once per knob the driver lacks, not once per point.
                 let line = format!("{skip}: every point with it skipped (first: {label})");

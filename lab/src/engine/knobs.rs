@@ -19,6 +19,7 @@ use xnf_netns::ethnl::{Ethnl, Refusal, Setting};
 use xnf_netns::Netns;
 
 use super::params::{Param, Point, Value};
+use super::Unavailable;
 
 /// One knob and the values swept.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -128,7 +129,7 @@ pub struct Applied {
 }
 
 /// Sets the knobs of point `p` on dut's interfaces `devs` in `ns`. Err
-/// with [`Skip`] inside when a knob is missing on this driver or machine.
+/// with [`Unavailable`] inside when a knob is missing on this driver or machine.
 pub fn apply(knobs: &[Knob], p: &Point, ns: &Netns, devs: &[String]) -> Result<Applied> {
     let mut applied = Applied::default();
     for k in knobs {
@@ -154,18 +155,6 @@ pub fn apply(knobs: &[Knob], p: &Point, ns: &Netns, devs: &[String]) -> Result<A
     Ok(applied)
 }
 
-/// A knob the driver or machine lacks: its points are skipped.
-#[derive(Debug)]
-pub struct Skip(pub String);
-
-impl std::fmt::Display for Skip {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Skip {}
-
 fn set_on(ns: &Netns, dev: &str, name: &str, kind: &Kind, v: i64) -> Result<()> {
     let dev = dev.to_string();
     match kind {
@@ -174,14 +163,14 @@ fn set_on(ns: &Netns, dev: &str, name: &str, kind: &Kind, v: i64) -> Result<()> 
             let r = ns.run(move || Ethnl::open().map(|mut nl| nl.set(&dev.clone(), s, v as u32).map_err(|e| (dev, e))))??;
             match r {
                 Ok(()) => Ok(()),
-                Err((dev, Refusal::Unsupported(why))) => Err(Skip(format!("{name}: {dev}'s driver does not have it (`{}`: {why})", s.ethtool())).into()),
+                Err((dev, Refusal::Unsupported(why))) => Err(Unavailable(format!("{name}: {dev}'s driver does not have it (`{}`: {why})", s.ethtool())).into()),
                 Err((dev, Refusal::Other(e))) => bail!("{name}={v} on {dev}: {e:#}"),
             }
         }
         Kind::Feature(feature) => {
             let feature = *feature;
             let changed = ns.run(move || xnf_netns::ethtool::set_feature(&dev, feature, v != 0))??;
-            ensure!(changed, Skip(format!("{name}: the driver cannot change `{feature}` ([fixed] in ethtool -k)")));
+            ensure!(changed, Unavailable(format!("{name}: the driver cannot change `{feature}` ([fixed] in ethtool -k)")));
             Ok(())
         }
         Kind::Sysfs(file) => {
@@ -189,7 +178,7 @@ fn set_on(ns: &Netns, dev: &str, name: &str, kind: &Kind, v: i64) -> Result<()> 
             if !out.status.success() {
                 let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
                 if why.contains("No such file") {
-                    bail!(Skip(format!("{name}: this kernel has no /sys/class/net/DEV/{file}")));
+                    bail!(Unavailable(format!("{name}: this kernel has no /sys/class/net/DEV/{file}")));
                 }
                 bail!("{name}={v} on {dev}: {why}");
             }
@@ -198,7 +187,7 @@ fn set_on(ns: &Netns, dev: &str, name: &str, kind: &Kind, v: i64) -> Result<()> 
         Kind::IrqCpu => set_irqs(ns, &dev, v),
         Kind::Rss => {
             let spread = ns.run(move || xnf_netns::devsettings::DevSettings::spread_rss(&dev, v as u32))?.with_context(|| format!("rss-queues={v}"))?;
-            ensure!(spread, Skip(format!("{name}: the driver has no RSS indirection table (ethtool -X DEV equal N: Operation not supported)")));
+            ensure!(spread, Unavailable(format!("{name}: the driver has no RSS indirection table (ethtool -X DEV equal N: Operation not supported)")));
             Ok(())
         }
         Kind::DmaLatency | Kind::Governor => unreachable!("a host knob"),
@@ -214,7 +203,7 @@ impl Governors {
     /// Sets `name` as every CPU's governor.
     fn set(name: &str) -> Result<Governors> {
         let files = governor_files()?;
-        ensure!(!files.is_empty(), Skip("governor: this machine has no cpufreq (/sys/devices/system/cpu/cpu*/cpufreq)".into()));
+        ensure!(!files.is_empty(), Unavailable("governor: this machine has no cpufreq (/sys/devices/system/cpu/cpu*/cpufreq)".into()));
         let available = std::fs::read_to_string(files[0].replace("scaling_governor", "scaling_available_governors")).unwrap_or_default();
         ensure!(available.split_whitespace().any(|g| g == name), "governor={name}: this machine's governors are {}", available.trim());
         let mut me = Governors(Vec::new());
@@ -270,7 +259,7 @@ pub fn irqs_of(netns: Option<&str>, dev: &str) -> Result<Vec<u32>> {
 /// Pins `dev`'s interrupt i to CPU (`first` + i) mod CPUs.
 fn set_irqs(ns: &Netns, dev: &str, first: i64) -> Result<()> {
     let irqs = irqs_of(Some(ns.name()), dev)?;
-    ensure!(!irqs.is_empty(), Skip(format!("irq-cpu: {dev} has no interrupts of its own (a veth runs its NAPI where --dut-cpu puts it)")));
+    ensure!(!irqs.is_empty(), Unavailable(format!("irq-cpu: {dev} has no interrupts of its own (a veth runs its NAPI where --dut-cpu puts it)")));
     let ncpu = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     for (i, irq) in irqs.iter().enumerate() {
         let cpu = (first + i as i64) % ncpu;
@@ -284,7 +273,7 @@ fn set_irqs(ns: &Netns, dev: &str, first: i64) -> Result<()> {
 fn dma_latency(us: i64) -> Result<std::fs::File> {
     let mut f = match std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency") {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(Skip("cpu-dma-latency: this machine has no /dev/cpu_dma_latency".into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(Unavailable("cpu-dma-latency: this machine has no /dev/cpu_dma_latency".into())),
         Err(e) => return Err(e).context("opening /dev/cpu_dma_latency"),
     };
     f.write_all(&(us as i32).to_ne_bytes()).context("writing /dev/cpu_dma_latency")?;
@@ -304,7 +293,7 @@ mod tests {
     fn the_governor_is_skipped_without_cpufreq_and_checked_with_it() {
         let e = Governors::set("xnf-no-such-governor").err().expect("not a governor");
         match governor_files().unwrap().is_empty() {
-            true => assert!(e.downcast_ref::<Skip>().is_some_and(|s| s.0.contains("no cpufreq")), "{e:#}"),
+            true => assert!(e.downcast_ref::<Unavailable>().is_some_and(|s| s.0.contains("no cpufreq")), "{e:#}"),
             false => assert!(e.to_string().contains("this machine's governors are"), "{e:#}"),
         }
     }

@@ -32,6 +32,21 @@ pub mod vlan;
 
 use anyhow::Result;
 
+/// What this driver or machine does not have — a knob (`--nic rx-ring` on
+/// veth), a variant (AF_XDP zero-copy on veth) — as the code that meets it
+/// says it, with the kernel's answer: the driver says it once and skips
+/// the points or runs that need it.
+#[derive(Debug)]
+pub struct Unavailable(pub String);
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
 pub use attach::{ActionKind, LabAttachment, NfGuard};
 pub use generator::{split, GenOptions, Generator};
 

@@ -174,7 +174,7 @@ impl Experiment for Afxdp {
 /// driver does not have (the driver skips it, said once).
 fn zero_copy(app: Result<App>) -> Result<App> {
     app.map_err(|e| match e.downcast_ref::<xnf_afxdp::ZeroCopyUnsupported>() {
-        Some(z) => crate::engine::driver::Unavailable(format!("no AF_XDP zero-copy on this driver ({z})")).into(),
+        Some(z) => crate::engine::Unavailable(format!("no AF_XDP zero-copy on this driver ({z})")).into(),
         None => e,
     })
 }
