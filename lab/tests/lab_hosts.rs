@@ -226,7 +226,7 @@ fn lab_pid(hosts: &str) -> Option<i32> {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
         let cmdline = std::fs::read_to_string(e.path().join("cmdline")).ok()?;
-        (comm.trim() == "xnf-lab" && cmdline.contains(hosts) && cmdline.contains("router")).then_some(pid)
+        (comm.trim() == "xnf-lab" && cmdline.contains(hosts)).then_some(pid)
     })
 }
 
@@ -235,13 +235,19 @@ impl Bed {
     /// operator does over ssh, and waits until it has the tester's cables;
     /// returns the operator's ssh and the lab's PID.
     fn long_run(&self, topo: &str, hosts: &str) -> (Child, i32) {
+        self.lab_until_taken(&format!("router --runs 1 --seconds 30 --topology {topo} --hosts {hosts}"), hosts)
+    }
+
+    /// Starts `xnf lab ARGS` (naming the `hosts` file) on dut's host over
+    /// ssh and waits until it has the tester's cables.
+    fn lab_until_taken(&self, args: &str, hosts: &str) -> (Child, i32) {
         let known = self.files.write("known_hosts", &self.known);
-        let remote = format!("{} lab router --runs 1 --seconds 30 --topology {topo} --hosts {hosts}", xnf_bin().display());
+        let remote = format!("{} lab {args}", xnf_bin().display());
         let ssh = self
             ._op
             .command("ssh")
             .args(["-o", "BatchMode=yes", "-i", &self.key, "-o", &format!("UserKnownHostsFile={known}"), &format!("root@{}", self.dut.addr), &remote])
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -301,4 +307,21 @@ fn ctrl_c_and_kill_9_on_dut_s_host_leave_both_hosts_as_they_were() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.contains("gave back xnfc1, borrowed by a lab run that was killed"), "the next run: {said}");
     bed.assert_given_back(&before, "after kill -9 and the next run", &said);
+}
+
+#[test]
+fn lab_up_builds_across_hosts_until_ctrl_c() {
+    let bed = bed("hosts-up");
+    let (topo, hosts) = bed.files(&bed.key);
+    let before = (bed.tester_cables(), bed.dut_cables());
+    let (ssh, pid) = bed.lab_until_taken(&format!("up {topo} --hosts {hosts}"), &hosts);
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = ssh.wait_with_output().unwrap();
+    let (said, listed) = (String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(130), "exit status after Ctrl-C: {said}");
+    for ns in ["gen", "sink"] {
+        assert!(listed.lines().any(|l| l.starts_with(ns) && l.contains("on host `tester`")), "{ns} listed on the tester: {listed}");
+    }
+    assert!(listed.lines().any(|l| l.starts_with("dut") && l.contains("xnfin xnfout")), "dut listed here: {listed}");
+    bed.assert_given_back(&before, "after lab up's Ctrl-C", &said);
 }
