@@ -118,10 +118,22 @@ impl Bed {
                 "[[host]]\nname = \"tester\"\nssh = \"root@{}\"\nssh_options = [\"-i\", \"{key}\", \"-o\", \"UserKnownHostsFile={known}\"]\n\
                  xnf = \"{}\"\nnamespaces = [\"gen\", \"sink\"]\n",
                 self.tester.addr,
-                xnf_bin().display()
+                self.xnf_with_a_space()
             ),
         );
         (topo, hosts)
+    }
+
+    /// The xnf binary under a path with a space, as the hosts file names
+    /// it: the remote shell must get it as one word.
+    fn xnf_with_a_space(&self) -> String {
+        let dir = self.files.dir().join("my lab");
+        std::fs::create_dir_all(&dir).unwrap();
+        let link = dir.join("xnf");
+        if !link.exists() {
+            std::os::unix::fs::symlink(xnf_bin(), &link).unwrap();
+        }
+        link.display().to_string()
     }
 
     /// The operator logs in to dut's host and runs `xnf lab ARGS` there.

@@ -208,7 +208,9 @@ impl RemoteHost {
                 spec.ssh
             );
         }
-        let mut child = Self::ssh(spec).args(["--", &spec.xnf, "lab", "host"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().context("starting ssh")?;
+        // ssh hands the command to the remote shell as one line: the path is quoted.
+        let command = format!("{} lab host", shell_quoted(&spec.xnf));
+        let mut child = Self::ssh(spec).args(["--", &command]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().context("starting ssh")?;
         let session = Session { stdin: child.stdin.take(), stdout: BufReader::new(child.stdout.take().expect("piped")), child };
         let me = RemoteHost { name: spec.name.clone(), spec: spec.clone(), session: Mutex::new(session) };
         let theirs: String = me.call(&Step::Hello).with_context(|| format!("host `{}`: starting `{} lab host` there", spec.name, spec.xnf))?;
@@ -238,6 +240,15 @@ impl RemoteHost {
     }
 }
 
+/// `s` as one word of a POSIX shell: as it is when plain, else in single
+/// quotes (a `'` in it closed, escaped and reopened).
+fn shell_quoted(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:@".contains(c)) {
+        return s.into();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 impl Drop for RemoteHost {
     /// Ends the session: the input closed, `xnf lab host` there removes
     /// what it built and exits; then the connection is closed.
@@ -265,6 +276,15 @@ mod tests {
     }
 
     const TESTER: &str = "[[host]]\nname = \"tester\"\nssh = \"root@192.0.2.1\"\nnamespaces = [\"gen\", \"sink\"]\n";
+
+    #[test]
+    fn the_remote_binary_is_one_word_of_the_remote_shell() {
+        assert_eq!(shell_quoted("/usr/sbin/xnf"), "/usr/sbin/xnf");
+        assert_eq!(shell_quoted("/opt/my lab/xnf"), "'/opt/my lab/xnf'");
+        assert_eq!(shell_quoted("/tmp/x;rm -rf /"), "'/tmp/x;rm -rf /'");
+        assert_eq!(shell_quoted("it's"), "'it'\\''s'");
+        assert_eq!(shell_quoted(""), "''");
+    }
 
     #[test]
     fn the_file_names_its_faults() {
