@@ -54,12 +54,13 @@ impl Experiment for Filter {
     const NAME: &'static str = "filter";
 
     fn params(&self) -> Vec<Param> {
-        vec![super::blocklist_param(self.blocklist_kind), super::rules_param()]
+        vec![super::blocklist_param(self.blocklist_kind), super::rules_param(), params::queues()]
     }
 
-    /// Both axes in every point: the blocklist sizes, then the rule counts.
+    /// Every axis in every point: the blocklist sizes, then the rule
+    /// counts; queues change slowest (the topology is rebuilt once per count).
     fn sweep(&self) -> Vec<(&'static str, Vec<Value>)> {
-        vec![("blocklist", params::values(&self.blocklist)), ("rules", params::values(&self.rules))]
+        vec![("queues", params::values(&self.queues)), ("blocklist", params::values(&self.blocklist)), ("rules", params::values(&self.rules))]
     }
 
     fn variants(&self) -> Vec<Variant> {
@@ -130,7 +131,7 @@ impl Experiment for Filter {
         if let Some(old) = self.rr.take() {
             old.stop().context("the victim's request/response service")?;
         }
-        let app = self.cores()?.app;
+        let app = self.cores(t.spec.queues())?.app;
         let addr = SocketAddr::new(t.addr(&roles.sink, false)?, SERVICE_PORT);
         self.rr = Some(rr::RrService::start(t.endpoint(&roles.sink)?.0, addr, t.endpoint(&roles.gen)?.0, app, app)?);
         Ok(())
@@ -149,18 +150,20 @@ impl Experiment for Filter {
         Ok(point)
     }
 
-    fn set_up<'a>(&'a self, t: &'a BuiltTopology, _: &Point, v: Variant, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
+    fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, _: Cpus, pg: &Progress) -> Result<Box<dyn Running + 'a>> {
         pg.message("setting up");
         let at = self.at.borrow().clone().context("no flood set up at this point")?;
-        let cores = self.cores()?;
+        let cores = self.cores(p.u32("queues")?)?;
         let (dut, din) = t.endpoint(&t.roles()?.dut_in)?;
         let setup = Setup::new(v, dut, &din, &at.flood, self.xdp_filter.as_deref()).with_context(|| v.name())?;
         // Threaded NAPI needs the NAPI an XDP program brings, and every
         // XDP change makes its thread again.
         placement::serve_threaded(dut, &din)?;
-        for pid in placement::threads_of(&din)? {
+        let threads = placement::threads_of(&din)?;
+        ensure!(threads.len() >= cores.rx.len(), "{din} has {} NAPI thread(s) for {} queues", threads.len(), cores.rx.len());
+        for (i, pid) in threads.into_iter().enumerate() {
             // Real-time, as a softirq would be: the victim shares the CPU.
-            placement::pin(pid, cores.rx, Some(placement::PRIORITY)).with_context(|| format!("{din}'s NAPI thread {pid}"))?;
+            placement::pin(pid, cores.rx[i % cores.rx.len()], Some(placement::PRIORITY)).with_context(|| format!("{din}'s NAPI thread {pid}"))?;
         }
         Ok(Box::new(Run { setup, exp: self, t, at, cores }))
     }
@@ -172,7 +175,8 @@ impl Experiment for Filter {
             rr.stop().context("the victim's request/response service")?;
         }
         let names: Vec<String> = self.resolve().0.iter().map(VariantName::name).collect();
-        summary::finish(res, &names, self.intervals.take(), self.cores()?);
+        let cores = self.queues.iter().map(|&q| Ok((q, self.cores(q)?))).collect::<Result<Vec<_>>>()?;
+        summary::finish(res, &names, self.intervals.take(), &cores);
         res.notes.extend(self.notes());
         if self.flood == FloodKind::Syn {
             res.notes.push("--flood syn: a discarded frame is a SYN answered with a cookie (by xnf in XDP, by dut's SYNPROXY, or by the victim's kernel; counted at the victim as TcpExt SyncookiesSent + ListenDrops), so drop Mpps is SYNs answered per second and ns/drop the CPU per answer".into());
@@ -234,6 +238,7 @@ impl Serialize for Filter {
             blocklist: &'a [u64],
             blocklist_kind: BlocklistKind,
             rules: &'a [u32],
+            queues: &'a [u32],
             burst: u64,
             sources: u32,
             port: u16,
@@ -241,7 +246,8 @@ impl Serialize for Filter {
             rx_cpu: Option<usize>,
             xdp_filter: Option<&'a Path>,
         }
-        let cores = self.cores.get();
+        // As at the first queue count (the notes give every count's).
+        let cores = self.cpus.get().and_then(|c| self.cores_of(c, self.queues[0]).ok());
         Recorded {
             rates: &self.rates,
             flood: self.flood,
@@ -249,11 +255,12 @@ impl Serialize for Filter {
             blocklist: &self.blocklist,
             blocklist_kind: self.blocklist_kind,
             rules: &self.rules,
+            queues: &self.queues,
             burst: self.burst,
             sources: self.sources,
             port: self.port,
-            app_cpu: cores.map(|c| c.app).or(self.app_cpu),
-            rx_cpu: cores.map(|c| c.rx).or(self.rx_cpu),
+            app_cpu: cores.as_ref().map(|c| c.app).or(self.app_cpu),
+            rx_cpu: cores.as_ref().map(|c| c.rx[0]).or(self.rx_cpu),
             xdp_filter: self.xdp_filter.as_deref(),
         }
         .serialize(s)
@@ -339,7 +346,7 @@ impl Run<'_> {
         let ((dut, din), (_, dout)) = (self.t.endpoint(&roles.dut_in)?, self.t.endpoint(&roles.dut_out)?);
         Ok(probe::Path {
             gen: (gen, gen_if),
-            gen_cpu: self.cores.gen,
+            gen_cpus: &self.cores.gen,
             burst: self.exp.burst,
             dut: (dut, din, dout),
             victim: self.t.endpoint(&roles.sink)?.0,

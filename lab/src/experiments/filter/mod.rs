@@ -75,7 +75,7 @@ use anyhow::{bail, ensure, Result};
 use clap::Args;
 
 use crate::engine::driver::{self, variant_name, Common, Cpus, Experiment};
-use crate::engine::measure::Timing;
+use crate::engine::measure::{self, Timing};
 use crate::engine::nft;
 use crate::engine::params::{Axis, Param};
 use blocklist::BlocklistKind;
@@ -210,23 +210,31 @@ pub struct Filter {
     /// The flood's UDP destination port (one the victim does not serve).
     #[arg(long, default_value_t = 9)]
     pub port: u16,
-    /// The CPU of the victim's server and its client [default: the first
-    /// one other than the generator's (--cpu), on which the flood is
-    /// received too].
+    /// RX/TX queues per veth (a list sweeps): the flood comes from one
+    /// generator per queue (CPUs 0..N-1 when more than one), and dut's
+    /// ingress is served by a CPU per queue (--rx-cpu). More than one
+    /// queue needs twice as many CPUs (or an --rx-cpu given).
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = crate::experiments::router::parse_item::<u32>, value_name = "N[,N...]")]
+    pub queues: Vec<u32>,
+    /// The CPU of the victim's server and its client [default: with one
+    /// queue the first one other than the generator's (--cpu); with more,
+    /// the first receive CPU: the flood is received where the victim runs].
     #[arg(long)]
     pub app_cpu: Option<usize>,
     /// The CPU that serves dut's ingress (its threaded NAPI loop, at
-    /// real-time priority: the receive queue's core) [default: the
-    /// application's, so the flood is received where the victim runs].
+    /// real-time priority: the receive queue's core); with N queues, queue
+    /// i's on this CPU + i [default: with one queue the application's, so
+    /// the flood is received where the victim runs; with N, CPU N, the
+    /// first after the generators].
     #[arg(long)]
     pub rx_cpu: Option<usize>,
     /// xdp-filter's binary [default: $XNF_PEERS/sbin/xdp-filter, XNF_PEERS
     /// defaulting to /opt/xnf/peers, where scripts/peers.sh builds it].
     #[arg(long, value_name = "PATH")]
     pub xdp_filter: Option<PathBuf>,
-    /// The CPUs, once the options are checked.
+    /// The machine's CPUs, once the options are checked.
     #[arg(skip)]
-    cores: Cell<Option<Cores>>,
+    cpus: Cell<Option<Cpus>>,
     /// The victim's request/response service, started on every build of the topology.
     #[arg(skip)]
     rr: Option<rr::RrService>,
@@ -241,15 +249,31 @@ pub struct Filter {
     intervals: RefCell<Vec<summary::Interval>>,
 }
 
-/// The CPUs of the experiment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The CPUs of the experiment at a queue count.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cores {
-    /// The generator's (the driver's `--cpu`).
-    pub gen: usize,
+    /// The generators' (one queue: the driver's `--cpu`).
+    pub gen: Vec<usize>,
     /// The victim's server and client.
     pub app: usize,
-    /// dut's ingress NAPI thread.
-    pub rx: usize,
+    /// dut's ingress NAPI threads, queue i's at i.
+    pub rx: Vec<usize>,
+}
+
+impl Cores {
+    /// In words, for the results' notes.
+    pub fn describe(&self) -> String {
+        let list = |c: &[usize]| c.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let shared = self.rx.iter().any(|c| self.gen.contains(c));
+        format!(
+            "the generator{} on CPU {}; dut's ingress served on CPU {} (threaded NAPI, queue i on the i-th, real-time priority: its time shows as system, not softirq){}; the victim's server and its client on CPU {}, blocking in read",
+            if self.gen.len() > 1 { "s run" } else { " runs" },
+            list(&self.gen),
+            list(&self.rx),
+            if shared { ", sharing the generators' CPUs as --rx-cpu says: the flood's cost and the filter's are not apart" } else { "" },
+            self.app
+        )
+    }
 }
 
 impl Filter {
@@ -285,19 +309,42 @@ impl Filter {
         (v, why)
     }
 
-    /// The application's and the receive CPU, beside the generator's.
-    fn cores_of(&self, cpus: Cpus) -> Result<Cores> {
-        let (gen, ncpu) = (cpus.gen, cpus.count);
-        let app = self.app_cpu.unwrap_or(if gen == 0 { 1 % ncpu } else { 0 });
+    /// The generators', the application's and the receive CPUs at
+    /// `queues` queues. One queue: the generator on `--cpu`, the victim
+    /// and dut's ingress on another. More: the generators on CPUs 0..N-1
+    /// (a veth's queue is the sending CPU's), dut's N queues on CPUs of
+    /// their own after them, unless `--rx-cpu` says where.
+    fn cores_of(&self, cpus: Cpus, queues: u32) -> Result<Cores> {
+        let (ncpu, n) = (cpus.count, queues as usize);
+        let app = match (self.app_cpu, n) {
+            (Some(a), _) => a,
+            (None, 1) => usize::from(cpus.gen == 0) % ncpu,
+            (None, _) => self.rx_cpu.unwrap_or(n),
+        };
+        if n > 1 && self.rx_cpu.is_none() {
+            ensure!(
+                2 * n <= ncpu,
+                "--queues {n} needs {} CPUs: {n} generators (CPUs 0..{}) and {n} serving dut's queues (this machine has {ncpu}; --rx-cpu R puts dut's queues on CPUs R.. anyway)",
+                2 * n,
+                n - 1
+            );
+        }
         ensure!(app < ncpu, "--app-cpu {app} does not exist (this machine has {ncpu})");
-        let rx = self.rx_cpu.unwrap_or(app);
-        ensure!(rx < ncpu, "--rx-cpu {rx} does not exist (this machine has {ncpu})");
-        Ok(Cores { gen, app, rx })
+        let rx0 = self.rx_cpu.unwrap_or(if n == 1 { app } else { n });
+        ensure!(
+            rx0 + n <= ncpu,
+            "--rx-cpu {rx0}{}: CPU {} does not exist (this machine has {ncpu})",
+            if n > 1 { format!(" with {n} queues") } else { String::new() },
+            rx0 + n - 1
+        );
+        Ok(Cores { gen: measure::gen_cpus(cpus.gen, queues), app, rx: (rx0..rx0 + n).collect() })
     }
 
-    /// The CPUs as [`check`](Experiment::check) found them.
-    fn cores(&self) -> Result<Cores> {
-        self.cores.get().ok_or_else(|| anyhow::anyhow!("the options are not checked yet"))
+    /// The CPUs at `queues` queues, the machine's as
+    /// [`check`](Experiment::check) found them.
+    fn cores(&self, queues: u32) -> Result<Cores> {
+        let cpus = self.cpus.get().ok_or_else(|| anyhow::anyhow!("the options are not checked yet"))?;
+        self.cores_of(cpus, queues)
     }
 
     /// Checks its own options (the driver has checked the common ones);
@@ -347,7 +394,11 @@ impl Filter {
             variants::xdp_filter_binary(self.xdp_filter.as_deref())?;
         }
         Flood::by_port(self.port, self.sources)?;
-        self.cores.set(Some(self.cores_of(cpus)?));
+        measure::check_queues(&self.queues, cpus.count)?;
+        for &q in &self.queues {
+            self.cores_of(cpus, q)?;
+        }
+        self.cpus.set(Some(cpus));
         Ok(())
     }
 }
@@ -430,6 +481,10 @@ mod tests {
             (&["--burst", "65"][..], "--burst 65"),
             (&["--cpu", "2"][..], "--cpu 2"),
             (&["--app-cpu", "2"][..], "--app-cpu 2"),
+            (&["--rx-cpu", "2"][..], "--rx-cpu 2: CPU 2 does not exist"),
+            (&["--queues", "2"][..], "--queues 2 needs 4 CPUs"),
+            (&["--queues", "2", "--rx-cpu", "1"][..], "--rx-cpu 1 with 2 queues: CPU 2 does not exist"),
+            (&["--queues", "3"][..], "--queues 3"),
             (&["--variants", "xdp-filter", "--blocklist", "1000"][..], "not prefixes"),
             (&["--variants", "xdp-filter", "--blocklist", "1000", "--blocklist-kind", "addresses"][..], "use xdp-filter-ip"),
             (&["--variants", "xdp-filter-ip", "--blocklist", "1000"][..], "--blocklist-kind addresses"),
@@ -450,9 +505,13 @@ mod tests {
         }
         assert_eq!(args(&["--flood", "syn"]).filter.resolve().0, [Variant::None, Variant::Xnf, Variant::NftSynproxy]);
         let f = args(&[]).filter;
-        assert_eq!(f.cores_of(CPUS).unwrap(), Cores { gen: 1, app: 0, rx: 0 });
-        assert_eq!(f.cores_of(Cpus { gen: 0, count: 2 }).unwrap(), Cores { gen: 0, app: 1, rx: 1 });
-        assert_eq!(args(&["--rx-cpu", "1"]).filter.cores_of(CPUS).unwrap().rx, 1);
+        assert_eq!(f.cores_of(CPUS, 1).unwrap(), Cores { gen: vec![1], app: 0, rx: vec![0] });
+        assert_eq!(f.cores_of(Cpus { gen: 0, count: 2 }, 1).unwrap(), Cores { gen: vec![0], app: 1, rx: vec![1] });
+        assert_eq!(args(&["--rx-cpu", "1"]).filter.cores_of(CPUS, 1).unwrap().rx, [1]);
+        let eight = Cpus { gen: 7, count: 8 };
+        assert_eq!(f.cores_of(eight, 2).unwrap(), Cores { gen: vec![0, 1], app: 2, rx: vec![2, 3] }, "dut's queues after the generators");
+        assert_eq!(args(&["--rx-cpu", "4"]).filter.cores_of(eight, 4).unwrap(), Cores { gen: vec![0, 1, 2, 3], app: 4, rx: vec![4, 5, 6, 7] });
+        assert_eq!(args(&["--rx-cpu", "0"]).filter.cores_of(CPUS, 2).unwrap(), Cores { gen: vec![0, 1], app: 0, rx: vec![0, 1] }, "given: shared");
         assert!(f.plan(Plan::default()).is_ok());
         let a = args(&["--variants", "xnf", "--rules", "1,10", "--blocklist", "0,1000", "--blocklist-kind", "addresses"]);
         a.filter.check(CPUS).unwrap();

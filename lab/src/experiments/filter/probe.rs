@@ -33,7 +33,8 @@ use crate::programs::gen::GenConfig;
 /// Where the flood comes from and where it is counted.
 pub struct Path<'a> {
     pub gen: (&'a Netns, String),
-    pub gen_cpu: usize,
+    /// One generator per queue.
+    pub gen_cpus: &'a [usize],
     /// Paced frames per burst (see `Generator::set_burst`).
     pub burst: u64,
     /// dut's ingress (rx) and egress (tx).
@@ -126,7 +127,7 @@ impl Path<'_> {
         match gens {
             Some(g) => g.set_rate(pps),
             None => {
-                let g = measure::start_generators(self.gen.0, &self.gen.1, self.traffic, &[self.gen_cpu], pps)?;
+                let g = measure::start_generators(self.gen.0, &self.gen.1, self.traffic, self.gen_cpus, pps)?;
                 g.set_burst(self.burst)?;
                 *gens = Some(g);
                 Ok(())

@@ -108,7 +108,7 @@ fn curve(intervals: &[Interval], variant: &str, point: &Point) -> Option<Curve> 
 
 /// The curves and intervals into the results' details, and notes, once
 /// everything is measured (the driver has made the summaries and ratios).
-pub fn finish(res: &mut Results, names: &[String], intervals: Vec<Interval>, c: Cores) {
+pub fn finish(res: &mut Results, names: &[String], intervals: Vec<Interval>, cores: &[(u32, Cores)]) {
     let mut points: Vec<Point> = Vec::new();
     for i in &intervals {
         if !points.contains(&i.point) {
@@ -118,10 +118,9 @@ pub fn finish(res: &mut Results, names: &[String], intervals: Vec<Interval>, c: 
     let curves: Vec<Curve> = points.iter().flat_map(|p| names.iter().filter_map(|v| curve(&intervals, v, p))).collect();
     res.details.insert("curves".into(), serde_json::to_value(&curves).unwrap_or_default());
     res.details.insert("intervals".into(), serde_json::to_value(&intervals).unwrap_or_default());
-    res.notes.push(format!(
-        "the generator runs on CPU {}; dut's ingress is served on CPU {} (threaded NAPI, real-time priority: its time shows as system, not softirq); the victim's server and its client on CPU {}, blocking in read",
-        c.gen, c.rx, c.app
-    ));
+    for (q, c) in cores {
+        res.notes.push(if cores.len() > 1 { format!("{q} queue(s): {}", c.describe()) } else { c.describe() });
+    }
     res.notes.push("samples: sent = flood frames, received = flood frames discarded (dropped in dut, or by the victim's UDP stack), ns/packet = CPU per discarded frame, transactions_per_s = the victim's".into());
     res.notes.push("ratios: discarded flood frames per second at the maximum rate (the filter's capacity on this path)".into());
 }
