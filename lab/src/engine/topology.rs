@@ -282,11 +282,6 @@ impl TopologySpec {
         Ok(())
     }
 
-    /// The queue count of its links (the most any link has; 1 if none says).
-    pub fn queues(&self) -> u32 {
-        self.links.iter().filter_map(|l| l.queues).max().unwrap_or(1)
-    }
-
     /// Sets the queue count of every link (the queues/CPUs sweep).
     pub fn set_queues(&mut self, queues: u32) {
         for l in &mut self.links {

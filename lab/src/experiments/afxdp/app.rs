@@ -13,6 +13,7 @@ use xnf_core::xdp::{XdpLink, XdpMode};
 use xnf_netns::Netns;
 
 use super::Afxdp;
+
 /// A zero-copy application, or the kernel's refusal as a variant this
 /// driver does not have (the driver skips it, said once).
 pub(super) fn zero_copy(app: Result<App>) -> Result<App> {
@@ -45,7 +46,7 @@ struct Worker {
 }
 
 impl Worker {
-    pub(super) fn handled(&self) -> u64 {
+    fn handled(&self) -> u64 {
         match &self.counters {
             Some(c) => c.rx_packets.load(Ordering::Relaxed),
             None => self.count.load(Ordering::Relaxed),
@@ -164,8 +165,7 @@ pub(super) fn afxdp_app(dut: &Netns, dev: &str, cpus: &[usize], o: &Afxdp, nf: f
     for (queue, xsk) in xsks.iter().enumerate() {
         prog.add_socket(queue as u32, xsk)?;
     }
-    // Our duplicates close here: the XSKMAP holds each socket until its
-    // thread closes it.
+    // Our duplicates close here: each socket stays open in its thread.
     drop(xsks);
     let (fd, dev) = (prog.prog().as_fd().try_clone_to_owned()?, dev.to_string());
     let xdp = dut.run(move || -> Result<XdpLink> {

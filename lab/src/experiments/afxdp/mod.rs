@@ -17,6 +17,10 @@
 //! softirq on the generator's CPU (veth), the application's on the other —
 //! so, unlike the other veth experiments, frames can be lost here when the
 //! application falls behind (its ring or socket buffer overflows).
+//!
+//! With `--queues N`, N generators fill N queues and every variant has a
+//! socket and a thread per queue ([`app`]; the kernel's sockets in groups
+//! that pick by the receiving CPU, [`sockets`]).
 
 use anyhow::{ensure, Context, Result};
 use clap::Args;
@@ -152,20 +156,20 @@ impl Experiment for Afxdp {
     fn set_up<'a>(&'a self, t: &'a BuiltTopology, p: &Point, v: Variant, cpus: Cpus, _: &Progress) -> Result<Box<dyn Running + 'a>> {
         let roles = t.roles()?;
         let (dut, din) = t.endpoint(&roles.dut_in)?;
-        let cpu = &app_cpus(cpus, p.u32("queues")?)[..];
+        let on = &app_cpus(cpus, p.u32("queues")?)[..];
         let mut setup = Setup { dut, _pass: None, local_addr: None, forwarding_off: false };
         let app = match v {
-            Variant::AfxdpRxdrop => afxdp_app(dut, &din, cpu, self, || Box::new(RxDrop), Mode::Copy)?,
-            Variant::AfxdpL2fwd => afxdp_app(dut, &din, cpu, self, || Box::new(L2Fwd), Mode::Copy)?,
-            Variant::AfxdpRxdropZc => zero_copy(afxdp_app(dut, &din, cpu, self, || Box::new(RxDrop), Mode::ZeroCopy))?,
-            Variant::AfxdpL2fwdZc => zero_copy(afxdp_app(dut, &din, cpu, self, || Box::new(L2Fwd), Mode::ZeroCopy))?,
+            Variant::AfxdpRxdrop => afxdp_app(dut, &din, on, self, || Box::new(RxDrop), Mode::Copy)?,
+            Variant::AfxdpL2fwd => afxdp_app(dut, &din, on, self, || Box::new(L2Fwd), Mode::Copy)?,
+            Variant::AfxdpRxdropZc => zero_copy(afxdp_app(dut, &din, on, self, || Box::new(RxDrop), Mode::ZeroCopy))?,
+            Variant::AfxdpL2fwdZc => zero_copy(afxdp_app(dut, &din, on, self, || Box::new(L2Fwd), Mode::ZeroCopy))?,
             Variant::LinuxUdp => {
                 // dut owns the generator's destination: the kernel delivers locally.
                 let a = format!("{}/32", t.addr(&roles.sink, false)?);
                 dut.ip(&["addr", "add", &a, "dev", "lo"])?;
                 setup.local_addr = Some(a);
                 setup._pass = Some(LabAttachment::pass(dut, &din)?);
-                udp_app(dut, cpu, self)?
+                udp_app(dut, on, self)?
             }
             Variant::LinuxAfpacket => {
                 // The stack sees every frame too; with forwarding off it drops
@@ -173,7 +177,7 @@ impl Experiment for Afxdp {
                 dut.sysctl_set("net.ipv4.ip_forward", "0")?;
                 setup.forwarding_off = true;
                 setup._pass = Some(LabAttachment::pass(dut, &din)?);
-                afpacket_app(dut, &din, cpu, self)?
+                afpacket_app(dut, &din, on, self)?
             }
         };
         Ok(Box::new(Set { v, t, app, setup, exp: self }))

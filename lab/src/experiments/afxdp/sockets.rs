@@ -10,6 +10,7 @@ use xnf_netns::Netns;
 
 use super::app::{or_report, App, Ready, Started};
 use super::Afxdp;
+
 fn set_int_opt(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) {
     // SAFETY: valid int option on a valid fd.
     unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, &v as *const _ as *const libc::c_void, 4) };

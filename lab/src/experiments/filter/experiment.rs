@@ -131,7 +131,9 @@ impl Experiment for Filter {
         if let Some(old) = self.rr.take() {
             old.stop().context("the victim's request/response service")?;
         }
-        let app = self.cores(t.spec.queues())?.app;
+        // The queue count the driver built this topology with.
+        let queues = t.spec.links.iter().filter_map(|l| l.queues).max().unwrap_or(1);
+        let app = self.cores(queues)?.app;
         let addr = SocketAddr::new(t.addr(&roles.sink, false)?, SERVICE_PORT);
         self.rr = Some(rr::RrService::start(t.endpoint(&roles.sink)?.0, addr, t.endpoint(&roles.gen)?.0, app, app)?);
         Ok(())
